@@ -1,0 +1,201 @@
+// Package conf parses and validates the netns-pin entry of a CNI
+// configuration and decides which pods are holders of which Ceph cluster.
+package conf
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/netns-pin/netns-pin/inuse"
+)
+
+// Defaults of SPEC §3. The pin directory sits under the kubelet's plugins
+// directory because csi node plugins already mount that path with
+// Bidirectional propagation, so pins made there are visible to them.
+const (
+	DefaultPinDir       = "/var/lib/kubelet/plugins/netns-pin"
+	DefaultStateDir     = "/var/lib/cni/netns-pin"
+	DefaultLink         = "{{.Namespace}}/{{.Name}}.net"
+	DefaultSysfs        = "/sys"
+	DefaultDebugfs      = "/sys/kernel/debug"
+	DefaultProc         = "/proc"
+	DefaultCephPorts    = "3300,6789,6800-7300"
+	DefaultUnattributed = "block"
+	DefaultLogLevel     = "info"
+
+	// MaxConfigSize bounds the configuration read from stdin.
+	MaxConfigSize = 1 << 20
+)
+
+// Config is the plugin's entry in a conflist, after defaults.
+type Config struct {
+	types.PluginConf
+
+	PinDir            string       `json:"pinDir,omitempty"`
+	StateDir          string       `json:"stateDir,omitempty"`
+	Links             []string     `json:"links,omitempty"`
+	Holders           []HolderRule `json:"holders,omitempty"`
+	CNIArgsNamespaces []string     `json:"cniArgsNamespaces,omitempty"`
+	InUse             InUse        `json:"inUse"`
+	LogFile           string       `json:"logFile,omitempty"`
+	LogLevel          string       `json:"logLevel,omitempty"`
+
+	// Args carries args.cni.pinCluster, which Multus fills from the
+	// cni-args of a pod's network selection element.
+	Args *Args `json:"args,omitempty"`
+
+	links     []linkTemplate
+	rules     []compiledRule
+	cephPorts inuse.Ports
+}
+
+// Args is the "args" member of a plugin configuration (CNI spec, args.cni).
+type Args struct {
+	CNI struct {
+		PinCluster string `json:"pinCluster,omitempty"`
+	} `json:"cni"`
+}
+
+// InUse configures where the in-use check reads kernel state and how it
+// treats Ceph clients it cannot attribute to one netns.
+type InUse struct {
+	Sysfs        string `json:"sysfs,omitempty"`
+	Debugfs      string `json:"debugfs,omitempty"`
+	Proc         string `json:"proc,omitempty"`
+	CephPorts    string `json:"cephPorts,omitempty"`
+	Unattributed string `json:"unattributed,omitempty"`
+}
+
+// Parse decodes stdin data, applies defaults and validates every field.
+// Errors name the field and the offending value.
+func Parse(data []byte) (*Config, error) {
+	if len(data) > MaxConfigSize {
+		return nil, fmt.Errorf("configuration is %d bytes, over the %d byte limit", len(data), MaxConfigSize)
+	}
+	c := &Config{}
+	if err := json.Unmarshal(data, c); err != nil {
+		return nil, fmt.Errorf("parse configuration: %w", err)
+	}
+	if c.RawPrevResult != nil {
+		if err := version.ParsePrevResult(&c.PluginConf); err != nil {
+			return nil, fmt.Errorf("parse prevResult: %w", err)
+		}
+	}
+	c.applyDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) applyDefaults() {
+	setDefault(&c.PinDir, DefaultPinDir)
+	setDefault(&c.StateDir, DefaultStateDir)
+	if len(c.Links) == 0 {
+		c.Links = []string{DefaultLink}
+	}
+	setDefault(&c.InUse.Sysfs, DefaultSysfs)
+	setDefault(&c.InUse.Debugfs, DefaultDebugfs)
+	setDefault(&c.InUse.Proc, DefaultProc)
+	setDefault(&c.InUse.CephPorts, DefaultCephPorts)
+	setDefault(&c.InUse.Unattributed, DefaultUnattributed)
+	setDefault(&c.LogLevel, DefaultLogLevel)
+}
+
+func setDefault(field *string, value string) {
+	if *field == "" {
+		*field = value
+	}
+}
+
+func (c *Config) validate() error {
+	for field, p := range map[string]*string{
+		"pinDir": &c.PinDir, "stateDir": &c.StateDir,
+		"inUse.sysfs": &c.InUse.Sysfs, "inUse.debugfs": &c.InUse.Debugfs, "inUse.proc": &c.InUse.Proc,
+	} {
+		clean, err := absPath(*p)
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", field, *p, err)
+		}
+		*p = clean
+	}
+	if c.LogFile != "" {
+		clean, err := absPath(c.LogFile)
+		if err != nil {
+			return fmt.Errorf("logFile %q: %w", c.LogFile, err)
+		}
+		c.LogFile = clean
+	}
+	if within(c.StateDir, c.PinDir) || within(c.PinDir, c.StateDir) {
+		return fmt.Errorf("pinDir %q and stateDir %q must not contain one another", c.PinDir, c.StateDir)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("logLevel %q: want debug, info, warn or error", c.LogLevel)
+	}
+	switch c.InUse.Unattributed {
+	case "block", "ignore":
+	default:
+		return fmt.Errorf("inUse.unattributed %q: want block or ignore", c.InUse.Unattributed)
+	}
+	ports, err := inuse.ParsePorts(c.InUse.CephPorts)
+	if err != nil {
+		return fmt.Errorf("inUse.cephPorts %q: %w", c.InUse.CephPorts, err)
+	}
+	c.cephPorts = ports
+	c.links = make([]linkTemplate, 0, len(c.Links))
+	for i, l := range c.Links {
+		lt, err := compileLink(c.PinDir, l)
+		if err != nil {
+			return fmt.Errorf("links[%d] %q: %w", i, l, err)
+		}
+		c.links = append(c.links, lt)
+	}
+	c.rules = make([]compiledRule, 0, len(c.Holders))
+	for i, r := range c.Holders {
+		cr, err := compileRule(r)
+		if err != nil {
+			return fmt.Errorf("holders[%d]: %w", i, err)
+		}
+		c.rules = append(c.rules, cr)
+	}
+	for i, ns := range c.CNIArgsNamespaces {
+		if err := validateLabel(ns); err != nil {
+			return fmt.Errorf("cniArgsNamespaces[%d] %q: %w", i, ns, err)
+		}
+	}
+	return nil
+}
+
+// absPath requires an absolute path and returns it cleaned.
+func absPath(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("must be an absolute path")
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("contains a NUL byte")
+	}
+	return filepath.Clean(p), nil
+}
+
+// within reports whether p is dir or below it.
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+"/") || dir == "/"
+}
+
+// InUseOptions is the in-use check's configuration.
+func (c *Config) InUseOptions() inuse.Options {
+	return inuse.Options{
+		Sysfs:        c.InUse.Sysfs,
+		Debugfs:      c.InUse.Debugfs,
+		Proc:         c.InUse.Proc,
+		CephPorts:    c.cephPorts,
+		Unattributed: inuse.Policy(c.InUse.Unattributed),
+	}
+}

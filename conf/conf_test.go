@@ -1,0 +1,205 @@
+package conf
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"ceph-public","type":"netns-pin"}`))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultPinDir, c.PinDir)
+	assert.Equal(t, DefaultStateDir, c.StateDir)
+	assert.Equal(t, []string{DefaultLink}, c.Links)
+	assert.Equal(t, InUse{Sysfs: "/sys", Debugfs: "/sys/kernel/debug", Proc: "/proc", CephPorts: DefaultCephPorts, Unattributed: "block"}, c.InUse)
+	assert.Equal(t, "info", c.LogLevel)
+	assert.Empty(t, c.LogFile)
+	links, err := c.LinkPaths(Cluster{"rook-ceph", "my-cluster"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{DefaultPinDir + "/rook-ceph/my-cluster.net"}, links)
+	opts := c.InUseOptions()
+	assert.True(t, opts.CephPorts.Contains(6789))
+	assert.True(t, opts.CephPorts.Contains(7000))
+	assert.False(t, opts.CephPorts.Contains(22))
+}
+
+func TestParseAllFields(t *testing.T) {
+	c, err := Parse([]byte(`{
+		"cniVersion":"1.1.0","name":"ceph-public","type":"netns-pin",
+		"pinDir":"/srv/pins/","stateDir":"/srv/state",
+		"links":["{{.Namespace}}/{{.Name}}.net","/var/lib/kubelet/plugins/rook-ceph.rbd.csi.ceph.com/{{.Namespace}}.net.ns"],
+		"holders":[{"podNamespace":"rook-ceph","podName":"csi-holder-*","cluster":"{{.PodNamespace}}/my-cluster"}],
+		"cniArgsNamespaces":["storage"],
+		"inUse":{"sysfs":"/host/sys","debugfs":"/host/debug","proc":"/host/proc","cephPorts":"6789","unattributed":"ignore"},
+		"logFile":"/var/log/netns-pin.log","logLevel":"debug"}`))
+	require.NoError(t, err)
+	assert.Equal(t, "/srv/pins", c.PinDir, "pinDir is cleaned")
+	links, err := c.LinkPaths(Cluster{"rook-ceph", "my-cluster"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/srv/pins/rook-ceph/my-cluster.net", "/var/lib/kubelet/plugins/rook-ceph.rbd.csi.ceph.com/rook-ceph.net.ns"}, links)
+	opts := c.InUseOptions()
+	assert.Equal(t, "/host/sys", opts.Sysfs)
+	assert.Equal(t, "ignore", string(opts.Unattributed))
+	assert.False(t, opts.CephPorts.Contains(3300))
+	cl, ok, err := c.Holder(Pod{Namespace: "rook-ceph", Name: "csi-holder-x7k2p"})
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, Cluster{"rook-ceph", "my-cluster"}, cl)
+}
+
+func TestParseErrorsNameFieldAndValue(t *testing.T) {
+	for _, tc := range []struct {
+		name, conf string
+		want       []string
+	}{
+		{"invalid json", `{"name":`, []string{"parse configuration"}},
+		{"wrong type", `{"pinDir":5}`, []string{"parse configuration", "pinDir"}},
+		{"relative pinDir", `{"pinDir":"pins"}`, []string{"pinDir", `"pins"`, "absolute"}},
+		{"relative stateDir", `{"stateDir":"x/y"}`, []string{"stateDir", `"x/y"`}},
+		{"nested dirs", `{"pinDir":"/a","stateDir":"/a/state"}`, []string{"pinDir", "stateDir", "contain"}},
+		{"relative logFile", `{"logFile":"log"}`, []string{"logFile", `"log"`}},
+		{"log level", `{"logLevel":"loud"}`, []string{"logLevel", `"loud"`}},
+		{"policy", `{"inUse":{"unattributed":"maybe"}}`, []string{"inUse.unattributed", `"maybe"`}},
+		{"ports", `{"inUse":{"cephPorts":"6789,x"}}`, []string{"inUse.cephPorts", `"6789,x"`}},
+		{"relative sysfs", `{"inUse":{"sysfs":"sys"}}`, []string{"inUse.sysfs"}},
+		{"link template", `{"links":["{{.Nope"]}`, []string{"links[0]", `{{.Nope`}},
+		{"link unknown field", `{"links":["{{.Cluster}}"]}`, []string{"links[0]", "Cluster"}},
+		{"link escapes pinDir", `{"links":["../{{.Name}}"]}`, []string{"links[0]", "outside pinDir"}},
+		{"link into pins", `{"links":["pins/{{.Name}}"]}`, []string{"links[0]", "where pins live"}},
+		{"link is pinDir", `{"links":["."]}`, []string{"links[0]", "directory"}},
+		{"rule namespace", `{"holders":[{"podNamespace":"Rook","podName":"x","cluster":"a/b"}]}`, []string{"holders[0]", "podNamespace", `"Rook"`}},
+		{"rule glob", `{"holders":[{"podNamespace":"r","podName":"[","cluster":"a/b"}]}`, []string{"holders[0]", "podName", `"["`}},
+		{"rule empty pod", `{"holders":[{"podNamespace":"r","podName":"","cluster":"a/b"}]}`, []string{"holders[0]", "podName"}},
+		{"rule cluster", `{"holders":[{"podNamespace":"r","podName":"x","cluster":"a/B"}]}`, []string{"holders[0]", `"a/B"`}},
+		{"rule cluster no slash", `{"holders":[{"podNamespace":"r","podName":"x","cluster":"ab"}]}`, []string{"holders[0]", "namespace/name"}},
+		{"rule template", `{"holders":[{"podNamespace":"r","podName":"x","cluster":"{{.Pod}}/x"}]}`, []string{"holders[0]", "cluster"}},
+		{"allowlist", `{"cniArgsNamespaces":["ok","Not_OK"]}`, []string{"cniArgsNamespaces[1]", `"Not_OK"`}},
+		{"prevResult", `{"cniVersion":"1.0.0","prevResult":{"ips":"x"}}`, []string{"prevResult"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.conf))
+			require.Error(t, err)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestParseRefusesOversizedConfig(t *testing.T) {
+	big := `{"name":"x","pad":"` + strings.Repeat("a", MaxConfigSize) + `"}`
+	_, err := Parse([]byte(big))
+	require.ErrorContains(t, err, "limit")
+}
+
+func TestParseCluster(t *testing.T) {
+	for _, ok := range []string{"rook-ceph/my-cluster", "a/b.c", "a/" + strings.Repeat("b", 253), strings.Repeat("a", 63) + "/b"} {
+		_, err := ParseCluster(ok)
+		assert.NoError(t, err, ok)
+	}
+	for _, bad := range []string{"", "/", "a/", "/b", "a/b/c", "../x", "a/..", "A/b", "a/B", "a/b\x00", "a b/c",
+		"-a/b", "a/b-", "a/.b", "a/b..c", strings.Repeat("a", 64) + "/b", "a/" + strings.Repeat("b", 254), "a_b/c"} {
+		_, err := ParseCluster(bad)
+		assert.Error(t, err, "%q", bad)
+	}
+}
+
+func TestHolderRulesAndClaims(t *testing.T) {
+	c, err := Parse([]byte(`{"holders":[
+		{"podNamespace":"rook-ceph","podName":"csi-holder-*","cluster":"rook-ceph/my-cluster"},
+		{"podNamespace":"tenant-a","podName":"holder","cluster":"{{.PodNamespace}}/ceph"}],
+		"cniArgsNamespaces":["storage"]}`))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		pod     Pod
+		claim   string
+		want    string
+		holder  bool
+		errWant string
+	}{
+		{pod: Pod{Namespace: "rook-ceph", Name: "csi-holder-abc"}, want: "rook-ceph/my-cluster", holder: true},
+		{pod: Pod{Namespace: "rook-ceph", Name: "csi-rbdplugin-abc"}},
+		{pod: Pod{Namespace: "other", Name: "csi-holder-abc"}},
+		{pod: Pod{Namespace: "tenant-a", Name: "holder"}, want: "tenant-a/ceph", holder: true},
+		{pod: Pod{}},
+		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "rook-ceph/c2", want: "rook-ceph/c2", holder: true},
+		{pod: Pod{Namespace: "default", Name: "h"}, claim: "rook-ceph/c2", errWant: "not in cniArgsNamespaces"},
+		{pod: Pod{Name: "h"}, claim: "rook-ceph/c2", errWant: "not in cniArgsNamespaces"},
+		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "rook-ceph/../x", errWant: "pinCluster"},
+		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "Rook/x", errWant: "DNS-1123"},
+		{pod: Pod{Namespace: "rook-ceph", Name: "csi-holder-1"}, claim: "rook-ceph/my-cluster", want: "rook-ceph/my-cluster", holder: true},
+		{pod: Pod{Namespace: "rook-ceph", Name: "csi-holder-1"}, claim: "rook-ceph/other", errWant: "conflicts"},
+	} {
+		c.Args = nil
+		if tc.claim != "" {
+			c.Args = &Args{}
+			c.Args.CNI.PinCluster = tc.claim
+		}
+		cl, ok, err := c.Holder(tc.pod)
+		if tc.errWant != "" {
+			assert.ErrorContains(t, err, tc.errWant, "%+v %q", tc.pod, tc.claim)
+			assert.False(t, ok)
+			continue
+		}
+		require.NoError(t, err, "%+v %q", tc.pod, tc.claim)
+		assert.Equal(t, tc.holder, ok, "%+v %q", tc.pod, tc.claim)
+		if tc.holder {
+			assert.Equal(t, tc.want, cl.String())
+		}
+	}
+}
+
+func TestClaimFromArgsCNI(t *testing.T) {
+	c, err := Parse([]byte(`{"cniArgsNamespaces":["rook-ceph"],"args":{"cni":{"pinCluster":"rook-ceph/my-cluster"}}}`))
+	require.NoError(t, err)
+	cl, ok, err := c.Holder(Pod{Namespace: "rook-ceph", Name: "anything"})
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, "rook-ceph/my-cluster", cl.String())
+}
+
+func TestPodFromArgs(t *testing.T) {
+	p, err := PodFromArgs("IgnoreUnknown=1;K8S_POD_NAMESPACE=rook-ceph;K8S_POD_NAME=csi-holder-1;K8S_POD_INFRA_CONTAINER_ID=abc;K8S_POD_UID=1234-5678")
+	require.NoError(t, err)
+	assert.Equal(t, Pod{Namespace: "rook-ceph", Name: "csi-holder-1", UID: "1234-5678"}, p)
+	p, err = PodFromArgs("")
+	require.NoError(t, err)
+	assert.Equal(t, Pod{}, p)
+	_, err = PodFromArgs("K8S_POD_NAME")
+	assert.Error(t, err)
+}
+
+func TestLinkComponentTooLong(t *testing.T) {
+	c, err := Parse([]byte(`{}`))
+	require.NoError(t, err)
+	_, err = c.LinkPaths(Cluster{"a", strings.Repeat("b", 253)})
+	assert.ErrorContains(t, err, "longer than 255")
+}
+
+func TestPluginEntry(t *testing.T) {
+	conflist := `{"cniVersion":"1.0.0","name":"ceph-public","plugins":[{"type":"macvlan"},{"type":"netns-pin","pinDir":"/p"}]}`
+	got, err := PluginEntry([]byte(conflist))
+	require.NoError(t, err)
+	c, err := Parse(got)
+	require.NoError(t, err)
+	assert.Equal(t, "/p", c.PinDir)
+	assert.Equal(t, "ceph-public", c.Name)
+	assert.Equal(t, "1.0.0", c.CNIVersion)
+
+	nad := `{"apiVersion":"k8s.cni.cncf.io/v1","kind":"NetworkAttachmentDefinition","spec":{"config":` + jsonString(conflist) + `}}`
+	got, err = PluginEntry([]byte(nad))
+	require.NoError(t, err)
+	assert.Contains(t, string(got), `"pinDir":"/p"`)
+
+	_, err = PluginEntry([]byte(`{"plugins":[{"type":"macvlan"}]}`))
+	assert.ErrorContains(t, err, "no plugin")
+	_, err = PluginEntry([]byte(`nope`))
+	assert.Error(t, err)
+}
+
+func jsonString(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
+}

@@ -1,0 +1,202 @@
+package conf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"text/template"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// Pod is the Kubernetes identity a runtime passes in CNI_ARGS.
+type Pod struct {
+	Namespace string
+	Name      string
+	UID       string
+}
+
+func (p Pod) String() string { return p.Namespace + "/" + p.Name }
+
+// k8sArgs are the CNI_ARGS keys that kubelet's runtimes (containerd,
+// CRI-O) and Multus set for a pod sandbox.
+type k8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_NAME      types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	K8S_POD_UID       types.UnmarshallableString //nolint:revive // CNI_ARGS key
+}
+
+// PodFromArgs reads the pod identity from CNI_ARGS ("K=V;K=V"). Missing
+// keys give empty fields: a pod without identity is simply no holder.
+func PodFromArgs(cniArgs string) (Pod, error) {
+	a := k8sArgs{}
+	a.IgnoreUnknown = true
+	if err := types.LoadArgs(cniArgs, &a); err != nil {
+		return Pod{}, fmt.Errorf("parse CNI_ARGS: %w", err)
+	}
+	return Pod{
+		Namespace: string(a.K8S_POD_NAMESPACE),
+		Name:      string(a.K8S_POD_NAME),
+		UID:       string(a.K8S_POD_UID),
+	}, nil
+}
+
+// Cluster names a Ceph cluster by its Kubernetes namespace and name
+// (the CephCluster resource, or the ceph-csi clusterID's owner).
+type Cluster struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+func (c Cluster) String() string { return c.Namespace + "/" + c.Name }
+
+// ParseCluster parses "namespace/name"; both parts must be valid
+// Kubernetes names, because they become path components of the links.
+func ParseCluster(s string) (Cluster, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok {
+		return Cluster{}, fmt.Errorf("cluster %q: want namespace/name", s)
+	}
+	if err := validateLabel(ns); err != nil {
+		return Cluster{}, fmt.Errorf("cluster %q: namespace: %w", s, err)
+	}
+	if err := validateSubdomain(name); err != nil {
+		return Cluster{}, fmt.Errorf("cluster %q: name: %w", s, err)
+	}
+	return Cluster{Namespace: ns, Name: name}, nil
+}
+
+var (
+	labelRe     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	subdomainRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// validateLabel checks a DNS-1123 label, the rule for namespace names.
+func validateLabel(s string) error {
+	if len(s) == 0 || len(s) > 63 {
+		return fmt.Errorf("must be 1 to 63 characters, got %d", len(s))
+	}
+	if !labelRe.MatchString(s) {
+		return errors.New("must be a DNS-1123 label: lower case letters, digits and '-', starting and ending with a letter or digit")
+	}
+	return nil
+}
+
+// validateSubdomain checks a DNS-1123 subdomain, the rule for object names.
+func validateSubdomain(s string) error {
+	if len(s) == 0 || len(s) > 253 {
+		return fmt.Errorf("must be 1 to 253 characters, got %d", len(s))
+	}
+	if !subdomainRe.MatchString(s) {
+		return errors.New("must be a DNS-1123 subdomain: lower case letters, digits, '-' and '.', each part starting and ending with a letter or digit")
+	}
+	return nil
+}
+
+// HolderRule makes pods of PodNamespace whose name matches the PodName
+// glob holders of Cluster. Cluster may use {{.PodNamespace}}.
+type HolderRule struct {
+	PodNamespace string `json:"podNamespace"`
+	PodName      string `json:"podName"`
+	Cluster      string `json:"cluster"`
+}
+
+type compiledRule struct {
+	HolderRule
+	cluster *template.Template
+}
+
+func compileRule(r HolderRule) (compiledRule, error) {
+	if err := validateLabel(r.PodNamespace); err != nil {
+		return compiledRule{}, fmt.Errorf("podNamespace %q: %w", r.PodNamespace, err)
+	}
+	if r.PodName == "" {
+		return compiledRule{}, errors.New(`podName "": want a name or glob such as "csi-holder-*"`)
+	}
+	if _, err := path.Match(r.PodName, ""); err != nil {
+		return compiledRule{}, fmt.Errorf("podName %q: %w", r.PodName, err)
+	}
+	t, err := template.New("cluster").Option("missingkey=error").Parse(r.Cluster)
+	if err != nil {
+		return compiledRule{}, fmt.Errorf("cluster %q: %w", r.Cluster, err)
+	}
+	cr := compiledRule{HolderRule: r, cluster: t}
+	// Render once with the rule's own namespace so a malformed cluster is
+	// found when the configuration is read, not when a holder starts.
+	if _, err := cr.render(Pod{Namespace: r.PodNamespace}); err != nil {
+		return compiledRule{}, err
+	}
+	return cr, nil
+}
+
+func (r compiledRule) render(p Pod) (Cluster, error) {
+	var b bytes.Buffer
+	if err := r.cluster.Execute(&b, struct{ PodNamespace, PodName string }{p.Namespace, p.Name}); err != nil {
+		return Cluster{}, fmt.Errorf("cluster %q: %w", r.Cluster, err)
+	}
+	return ParseCluster(b.String())
+}
+
+func (r compiledRule) matches(p Pod) bool {
+	if p.Namespace != r.PodNamespace {
+		return false
+	}
+	ok, _ := path.Match(r.PodName, p.Name) // pattern validated in compileRule
+	return ok
+}
+
+// ErrClaimRefused is returned when a pod claims holdership through
+// args.cni.pinCluster from a namespace that may not.
+var ErrClaimRefused = errors.New("claim refused")
+
+// Holder decides whether pod is a holder and of which cluster. A pod
+// matched by no rule and making no claim is not a holder (ok false).
+// A claim through args.cni.pinCluster is honoured only for pods of a
+// namespace listed in cniArgsNamespaces, since any pod can set cni-args.
+func (c *Config) Holder(p Pod) (cl Cluster, ok bool, err error) {
+	var claim string
+	if c.Args != nil {
+		claim = c.Args.CNI.PinCluster
+	}
+	for _, r := range c.rules {
+		if !r.matches(p) {
+			continue
+		}
+		cl, err := r.render(p)
+		if err != nil {
+			return Cluster{}, false, fmt.Errorf("holder rule for pod %s: %w", p, err)
+		}
+		if claim != "" && claim != cl.String() {
+			return Cluster{}, false, fmt.Errorf("pod %s: args.cni.pinCluster %q conflicts with holder rule cluster %q", p, claim, cl)
+		}
+		return cl, true, nil
+	}
+	if claim == "" {
+		return Cluster{}, false, nil
+	}
+	if !c.claimAllowed(p.Namespace) {
+		return Cluster{}, false, fmt.Errorf("pod %s: args.cni.pinCluster %q: %w: namespace %q is not in cniArgsNamespaces %q",
+			p, claim, ErrClaimRefused, p.Namespace, c.CNIArgsNamespaces)
+	}
+	cl, err = ParseCluster(claim)
+	if err != nil {
+		return Cluster{}, false, fmt.Errorf("pod %s: args.cni.pinCluster: %w", p, err)
+	}
+	return cl, true, nil
+}
+
+func (c *Config) claimAllowed(ns string) bool {
+	if ns == "" {
+		return false
+	}
+	for _, allowed := range c.CNIArgsNamespaces {
+		if allowed == ns {
+			return true
+		}
+	}
+	return false
+}

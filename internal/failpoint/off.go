@@ -1,0 +1,9 @@
+//go:build !failpoints
+
+// Package failpoint marks the steps of multi-step operations where a test
+// build can kill the process, to prove every crash point is recoverable.
+// In the shipped binary (built without the "failpoints" tag) Hit is empty.
+package failpoint
+
+// Hit is a no-op outside test builds.
+func Hit(string) {}

@@ -1,0 +1,22 @@
+//go:build failpoints
+
+// Package failpoint marks the steps of multi-step operations where a test
+// build can kill the process, to prove every crash point is recoverable.
+package failpoint
+
+import (
+	"os"
+	"syscall"
+)
+
+// EnvVar names the failpoint at which a test build kills itself.
+const EnvVar = "NETNS_PIN_FAILPOINT"
+
+// Hit sends SIGKILL to the process when name is the armed failpoint, the
+// same as a node losing the plugin process mid-operation.
+func Hit(name string) {
+	if os.Getenv(EnvVar) == name {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+}

@@ -1,0 +1,119 @@
+package netnsstore
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// NetnsID identifies a network namespace while something holds it: the
+// nsfs device and inode. Inode numbers are reused once a namespace dies,
+// so an ID is only meaningful for a namespace that is pinned or open.
+type NetnsID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
+}
+
+func (id NetnsID) String() string { return "net:[" + strconv.FormatUint(id.Ino, 10) + "]" }
+
+// ErrNotNetns is wrapped by OpenNetns for paths that are no network
+// namespace file.
+var ErrNotNetns = errors.New("not a network namespace")
+
+// OpenNetns opens path as a network namespace and returns it with its ID.
+// It refuses anything that is not an nsfs file of type CLONE_NEWNET (a
+// regular file, a directory, a mount or pid namespace) and the caller's
+// own network namespace, which would pin the host's.
+func OpenNetns(path string) (*os.File, NetnsID, error) {
+	// O_PATH first: opening a FIFO or device for reading could block or
+	// have side effects, and fstatfs works on an O_PATH descriptor.
+	pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, NetnsID{}, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	defer unix.Close(pfd)
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(pfd, &sfs); err != nil {
+		return nil, NetnsID{}, fmt.Errorf("statfs netns %s: %w", path, err)
+	}
+	if sfs.Type != unix.NSFS_MAGIC {
+		return nil, NetnsID{}, fmt.Errorf("netns %s: %w: not on nsfs", path, ErrNotNetns)
+	}
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, NetnsID{}, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	nstype, err := unix.IoctlRetInt(fd, unix.NS_GET_NSTYPE)
+	if err != nil {
+		f.Close()
+		return nil, NetnsID{}, fmt.Errorf("netns %s: NS_GET_NSTYPE: %w", path, err)
+	}
+	if nstype != unix.CLONE_NEWNET {
+		f.Close()
+		return nil, NetnsID{}, fmt.Errorf("netns %s: %w: namespace type %#x", path, ErrNotNetns, nstype)
+	}
+	id, err := fdNetnsID(fd)
+	if err != nil {
+		f.Close()
+		return nil, NetnsID{}, fmt.Errorf("netns %s: %w", path, err)
+	}
+	own, err := pathNetnsID("/proc/self/ns/net")
+	if err != nil {
+		f.Close()
+		return nil, NetnsID{}, err
+	}
+	if id == own {
+		f.Close()
+		return nil, NetnsID{}, fmt.Errorf("netns %s: %w: it is the plugin's own (host) network namespace", path, ErrNotNetns)
+	}
+	return f, id, nil
+}
+
+func fdNetnsID(fd int) (NetnsID, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return NetnsID{}, fmt.Errorf("fstat: %w", err)
+	}
+	return NetnsID{Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+func pathNetnsID(path string) (NetnsID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return NetnsID{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return NetnsID{Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+// GlobalAddrs lists every global-scope address on every interface of the
+// network namespace open at fd. These are the addresses a Ceph monitor sees
+// a kernel client connect from, which is how rbd devices and CephFS
+// clients are matched to a pin.
+func GlobalAddrs(fd int) ([]netip.Addr, error) {
+	h, err := netlink.NewHandleAt(netns.NsHandle(fd))
+	if err != nil {
+		return nil, fmt.Errorf("netlink in netns: %w", err)
+	}
+	defer h.Close()
+	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if a.Scope != unix.RT_SCOPE_UNIVERSE || a.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,110 @@
+package netnsstore
+
+import (
+	"slices"
+	"strings"
+)
+
+// repair brings the store back to a consistent state after a crash at any
+// step, a reboot, or a pin unmounted behind its back. It runs under the
+// lock at the start of every holder operation, so the next ADD, DEL, CHECK
+// or GC of any attachment heals what an interrupted one left:
+//   - records of another boot: their mounts died with the boot; remove
+//     the leftover pin file and the record;
+//   - intent (ADD interrupted): roll back, unmount and remove the pin;
+//   - releasing (DEL interrupted after its in-use check passed): roll
+//     forward and finish the release;
+//   - active or draining without a mounted pin: no record without a pin;
+//   - pin files without a record: unmount and remove;
+//   - links: re-pointed by the link rule, removed when their cluster has
+//     no pin left.
+//
+// Problems are logged, not returned: one broken entry must not stop the
+// repair of the others, nor the operation that triggered it.
+func (s *Store) repair() {
+	rs, errs := s.records()
+	for _, err := range errs {
+		s.Log.Error("unreadable record", "error", err)
+	}
+	var dropped []*Record
+	for _, r := range rs {
+		var why string
+		switch {
+		case r.BootID != s.bootID:
+			why = "pinned in an earlier boot " + r.BootID
+		case r.State == StateIntent:
+			why = "ADD was interrupted"
+		case r.State == StateReleasing:
+			if err := s.finishRelease(r); err != nil {
+				s.Log.Error("repair: finish interrupted release", "attachment", r.Attachment, "error", err)
+			} else {
+				s.Log.Warn("repair: finished interrupted release", "attachment", r.Attachment, "cluster", r.Cluster)
+			}
+			continue
+		default:
+			id, mounted, err := s.pinState(r.Attachment)
+			if err != nil {
+				s.Log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
+				continue
+			}
+			if mounted && id.Dev == r.NetnsDev && id.Ino == r.NetnsIno {
+				continue
+			}
+			why = "its pin is no longer mounted"
+		}
+		if err := s.unpin(r.Attachment); err != nil {
+			s.Log.Error("repair: remove pin", "attachment", r.Attachment, "error", err)
+			continue
+		}
+		if err := s.removeRecord(r.Attachment); err != nil {
+			s.Log.Error("repair: remove record", "attachment", r.Attachment, "error", err)
+			continue
+		}
+		s.Log.Warn("repair: dropped pin", "attachment", r.Attachment, "cluster", r.Cluster, "reason", why)
+		dropped = append(dropped, r)
+	}
+
+	rs, _ = s.records()
+	s.removeOrphanPins(rs)
+	clusters := map[string]bool{}
+	for _, r := range rs {
+		clusters[r.Cluster] = true
+	}
+	for c := range clusters {
+		if err := s.relink(c, rs); err != nil {
+			s.Log.Error("repair: relink", "cluster", c, "error", err)
+		}
+	}
+	for _, r := range dropped {
+		live := clusterLinks(r.Cluster, rs)
+		for _, l := range r.Links {
+			if slices.Contains(live, l) {
+				continue
+			}
+			if err := s.removeLink(l); err != nil {
+				s.Log.Error("repair: remove link", "link", l, "error", err)
+			}
+		}
+	}
+}
+
+// removeOrphanPins unmounts and removes files in pins/ that no record
+// owns: a crash between creating the pin and writing its record, or a
+// record removed by hand.
+func (s *Store) removeOrphanPins(rs []*Record) {
+	names, err := readDirNames(s.pinsFd)
+	if err != nil {
+		s.Log.Error("repair: list pins", "error", err)
+		return
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, tmpPrefix) || slices.ContainsFunc(rs, func(r *Record) bool { return r.Attachment == n }) {
+			continue
+		}
+		if err := s.unpin(n); err != nil {
+			s.Log.Error("repair: remove orphan pin", "pin", n, "error", err)
+			continue
+		}
+		s.Log.Warn("repair: removed orphan pin", "pin", n)
+	}
+}

@@ -1,0 +1,159 @@
+// Package netnsstore keeps pinned network namespaces on disk: the pins
+// (bind mounts under <pinDir>/pins), the well-known links that point at
+// them, one record per pinned attachment under <stateDir>/records, the lock
+// that serialises mutations and the recovery that makes every crash point
+// safe.
+package netnsstore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// PinsSubdir is the folder under pinDir that holds the pins.
+const PinsSubdir = "pins"
+
+// BootIDPath identifies the running boot; records of another boot describe
+// mounts that no longer exist.
+const BootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// Store is an opened pin directory and state directory.
+type Store struct {
+	PinDir   string
+	StateDir string
+	Log      *slog.Logger
+
+	bootID    string
+	pinDirFd  int
+	pinsFd    int
+	pinsDev   uint64
+	stateFd   int
+	recordsFd int
+}
+
+// Open checks (creating them when missing) pinDir and stateDir: real
+// directories, owned by root, not writable by group or others. It makes no
+// mount; that happens with the first pin.
+func Open(pinDir, stateDir string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{PinDir: pinDir, StateDir: stateDir, Log: log, pinDirFd: -1, pinsFd: -1, stateFd: -1, recordsFd: -1}
+	if err := s.open(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) open() error {
+	boot, err := os.ReadFile(BootIDPath)
+	if err != nil {
+		return fmt.Errorf("read boot id: %w", err)
+	}
+	s.bootID = strings.TrimSpace(string(boot))
+	if err := ensureTrustedDir(s.PinDir, 0o755); err != nil {
+		return fmt.Errorf("pinDir: %w", err)
+	}
+	if err := ensureTrustedDir(s.StateDir, 0o700); err != nil {
+		return fmt.Errorf("stateDir: %w", err)
+	}
+	if s.stateFd, err = openRootDir(s.StateDir); err != nil {
+		return err
+	}
+	if s.recordsFd, err = openDirBeneath(s.stateFd, recordsSubdir, true, 0o700); err != nil {
+		return fmt.Errorf("records folder in %s: %w", s.StateDir, err)
+	}
+	return nil
+}
+
+// openPinDir (re)opens pinDir and its pins folder. It runs under the lock
+// at the start of every operation: another process may have bind-mounted
+// pinDir onto itself since, and a descriptor opened before that refers to
+// the covered directory, where pins are neither made nor seen.
+func (s *Store) openPinDir() (err error) {
+	for _, fd := range []*int{&s.pinDirFd, &s.pinsFd} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+	if s.pinDirFd, err = openRootDir(s.PinDir); err != nil {
+		return err
+	}
+	if s.pinsFd, err = openDirBeneath(s.pinDirFd, PinsSubdir, true, 0o755); err != nil {
+		return fmt.Errorf("pins folder in %s: %w", s.PinDir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(s.pinsFd, &st); err != nil {
+		return fmt.Errorf("stat %s/%s: %w", s.PinDir, PinsSubdir, err)
+	}
+	s.pinsDev = st.Dev
+	return nil
+}
+
+// ensureShared makes pinDir's mount shared (see ensureShared) and reopens
+// the pin directory when that mounted something over it. Under the lock,
+// so concurrent first pins do not stack bind mounts.
+func (s *Store) ensureShared() error {
+	changed, err := ensureShared(s.PinDir)
+	if changed {
+		err = errors.Join(err, s.openPinDir())
+	}
+	if err != nil {
+		return fmt.Errorf("make pinDir %s a shared mount: %w", s.PinDir, err)
+	}
+	return nil
+}
+
+// Close releases the directory descriptors.
+func (s *Store) Close() {
+	for _, fd := range []*int{&s.pinDirFd, &s.pinsFd, &s.stateFd, &s.recordsFd} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// BootID is the boot the store runs in.
+func (s *Store) BootID() string { return s.bootID }
+
+// AttachmentName is the file name of an attachment's pin and record:
+// "<containerID>.<ifname>". Both parts were checked against the CNI spec's
+// character rules by the caller; the total length must leave room for the
+// record's suffix and temporary prefix within NAME_MAX.
+func AttachmentName(containerID, ifName string) (string, error) {
+	name := containerID + "." + ifName
+	if max := unix.NAME_MAX - len(tmpPrefix) - len(recordSuffix); len(name) > max {
+		return "", fmt.Errorf("attachment %.40q...: container ID and interface name are %d bytes together, over %d", name, len(name), max)
+	}
+	if strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return "", fmt.Errorf("attachment %q: not a valid file name", name)
+	}
+	return name, nil
+}
+
+// ErrInUse is wrapped by Release when the in-use check found references.
+var ErrInUse = errors.New("still in use")
+
+// InUseError lists what keeps a pinned netns from being released.
+type InUseError struct {
+	Record     *Record
+	References []string
+}
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("netns pin %s of cluster %s is %v: %s", e.Record.Attachment, e.Record.Cluster, ErrInUse, strings.Join(e.References, "; "))
+}
+
+func (e *InUseError) Unwrap() error { return ErrInUse }
+
+// InUseFunc returns every reference to the netns pinned by r (nil when none).
+type InUseFunc func(r *Record) ([]string, error)

@@ -1,0 +1,370 @@
+package netnsstore
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+func pinReq(s *Store, id, cluster, netnsPath string) PinRequest {
+	return PinRequest{
+		ContainerID: id, IfName: "net1", Network: "ceph-public", Cluster: cluster,
+		PodNS: "rook-ceph", PodName: "holder-" + id, PodUID: "uid-" + id, NetnsPath: netnsPath,
+		Links: []string{filepath.Join(s.PinDir, cluster+".net")},
+	}
+}
+
+func statID(t *testing.T, path string) NetnsID {
+	t.Helper()
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(path, &st))
+	return NetnsID{Dev: st.Dev, Ino: st.Ino}
+}
+
+func readLink(t *testing.T, p string) string {
+	t.Helper()
+	got, err := os.Readlink(p)
+	require.NoError(t, err)
+	return got
+}
+
+func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.0.5/24")
+	orig := statID(t, n.Path())
+
+	r, err := s.Pin(pinReq(s, "c1", "rook-ceph/my-cluster", n.Path()))
+	require.NoError(t, err)
+	pin := filepath.Join(s.PinDir, "pins", "c1.net1")
+	link := filepath.Join(s.PinDir, "rook-ceph/my-cluster.net")
+	assert.Equal(t, pin, r.PinPath)
+	assert.True(t, mountedAt(t, pin), "pin is a mount")
+	assert.Equal(t, orig, statID(t, pin), "pin is the same netns (dev, inode)")
+	assert.Equal(t, "../pins/c1.net1", readLink(t, link), "link is relative")
+	assert.Equal(t, orig, statID(t, link), "link resolves to the netns")
+	assert.Equal(t, StateActive, r.State)
+	assert.Equal(t, []string{"10.98.0.5"}, r.IPs)
+
+	// What the pin is for: the original name goes, the netns with its
+	// interface and address stays.
+	require.NoError(t, n.Close())
+	require.NoError(t, testutils.UnmountNS(n))
+	f, id, err := OpenNetns(link)
+	require.NoError(t, err)
+	addrs, err := GlobalAddrs(int(f.Fd()))
+	f.Close()
+	require.NoError(t, err)
+	assert.Equal(t, orig, id)
+	assert.Equal(t, "10.98.0.5", addrs[0].String())
+
+	_, err = s.Release("c1.net1", nil)
+	require.NoError(t, err)
+	assert.NoFileExists(t, pin)
+	_, err = os.Lstat(link)
+	assert.True(t, os.IsNotExist(err), "link removed with the cluster's last pin")
+	assert.Zero(t, nsfsMounts(t, orig.Ino), "no mount of the netns remains: it is gone")
+	rec, err := s.Get("c1.net1")
+	require.NoError(t, err)
+	assert.Nil(t, rec)
+}
+
+func TestPinAndReleaseAreIdempotent(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.1.5/24")
+	r1, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	require.NoError(t, err)
+	r2, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	require.NoError(t, err)
+	assert.Equal(t, r1.Created, r2.Created, "second ADD changes nothing")
+	assert.Equal(t, 1, nsfsMounts(t, r1.NetnsIno)-1, "one pin mount besides the original")
+
+	other := testNetns(t, "")
+	_, err = s.Pin(pinReq(s, "c1", "ns/cl", other.Path()))
+	assert.ErrorContains(t, err, "is pinned to", "same attachment, another netns")
+
+	for i := 0; i < 2; i++ {
+		_, err = s.Release("c1.net1", nil)
+		require.NoError(t, err)
+	}
+	_, err = s.Release("never-pinned.net1", nil)
+	require.NoError(t, err)
+}
+
+func TestReleaseRefusedWhileInUse(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.2.5/24")
+	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	require.NoError(t, err)
+	refs := []string{"rbd0 pool/img client4161 10.98.2.5"}
+	var seen *Record
+	_, err = s.Release("c1.net1", func(r *Record) ([]string, error) { seen = r; return refs, nil })
+	var iu *InUseError
+	require.ErrorAs(t, err, &iu)
+	assert.ErrorIs(t, err, ErrInUse)
+	assert.Equal(t, refs, iu.References)
+	assert.Equal(t, []string{"10.98.2.5"}, seen.IPs)
+	r, err := s.Get("c1.net1")
+	require.NoError(t, err)
+	assert.Equal(t, StateDraining, r.State)
+	assert.Equal(t, refs, r.References)
+	assert.True(t, mountedAt(t, r.PinPath), "pin stays while in use")
+	assert.Equal(t, "../pins/c1.net1", readLink(t, r.Links[0]), "a draining pin with no successor keeps the link")
+
+	_, err = s.Release("c1.net1", func(*Record) ([]string, error) { return nil, errors.New("boom") })
+	assert.ErrorContains(t, err, "boom", "a failing check never releases")
+	assert.True(t, mountedAt(t, r.PinPath))
+
+	_, err = s.Release("c1.net1", func(*Record) ([]string, error) { return nil, nil })
+	require.NoError(t, err)
+	assert.NoFileExists(t, r.PinPath)
+}
+
+func TestLinksFollowNewestActivePin(t *testing.T) {
+	s := testStore(t)
+	a, b := testNetns(t, "10.98.3.5/24"), testNetns(t, "10.98.3.6/24")
+	other := testNetns(t, "10.98.4.5/24")
+	_, err := s.Pin(pinReq(s, "a", "ns/cl", a.Path()))
+	require.NoError(t, err)
+	_, err = s.Pin(pinReq(s, "x", "ns/other", other.Path()))
+	require.NoError(t, err)
+	link := filepath.Join(s.PinDir, "ns/cl.net")
+	otherLink := filepath.Join(s.PinDir, "ns/other.net")
+	assert.Equal(t, "../pins/a.net1", readLink(t, link))
+	_, err = s.Pin(pinReq(s, "b", "ns/cl", b.Path()))
+	require.NoError(t, err)
+	assert.Equal(t, "../pins/b.net1", readLink(t, link), "the new holder takes the link")
+	require.NoError(t, s.Check("a.net1", a.Path()))
+	require.NoError(t, s.Check("b.net1", b.Path()))
+
+	busy := func(*Record) ([]string, error) { return []string{"process 1 (x)"}, nil }
+	_, err = s.Release("a.net1", busy)
+	require.ErrorIs(t, err, ErrInUse)
+	assert.Equal(t, "../pins/b.net1", readLink(t, link), "draining A does not take the link from active B")
+	_, err = s.Release("b.net1", busy)
+	require.ErrorIs(t, err, ErrInUse)
+	assert.Equal(t, "../pins/b.net1", readLink(t, link), "both draining: newest draining")
+	_, err = s.Release("b.net1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "../pins/a.net1", readLink(t, link), "released B: link falls back to draining A")
+	assert.Equal(t, "../pins/x.net1", readLink(t, otherLink), "other cluster untouched")
+	_, err = s.Release("a.net1", nil)
+	require.NoError(t, err)
+	_, err = os.Lstat(link)
+	assert.True(t, os.IsNotExist(err))
+	assert.Equal(t, "../pins/x.net1", readLink(t, otherLink))
+}
+
+func TestCheckFindsWhatIsWrong(t *testing.T) {
+	s := testStore(t)
+	n, other := testNetns(t, "10.98.5.5/24"), testNetns(t, "")
+	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	require.NoError(t, err)
+	require.NoError(t, s.Check("c1.net1", n.Path()))
+	assert.ErrorContains(t, s.Check("c1.net1", other.Path()), "CNI_NETNS")
+	assert.ErrorContains(t, s.Check("c9.net1", n.Path()), "no record")
+	link := filepath.Join(s.PinDir, "ns/cl.net")
+	require.NoError(t, os.Remove(link))
+	require.NoError(t, os.Symlink("../pins/elsewhere", link))
+	assert.ErrorContains(t, s.Check("c1.net1", n.Path()), "points at")
+	require.NoError(t, unix.Unmount(filepath.Join(s.PinDir, "pins/c1.net1"), unix.MNT_DETACH))
+	assert.ErrorContains(t, s.Check("c1.net1", n.Path()), "not mounted")
+}
+
+func TestOpenNetnsRefusesWhatIsNoNetns(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, unix.Mkfifo(fifo, 0o600))
+	for path, want := range map[string]string{
+		file:                          "not a network namespace",
+		dir:                           "not a network namespace",
+		fifo:                          "not a network namespace",
+		"/proc/self/ns/mnt":           "namespace type",
+		"/proc/self/ns/pid":           "namespace type",
+		"/proc/self/ns/user":          "namespace type",
+		"/proc/self/ns/net":           "host",
+		filepath.Join(dir, "missing"): "no such file",
+	} {
+		f, _, err := OpenNetns(path)
+		assert.ErrorContains(t, err, want, path)
+		assert.Nil(t, f)
+	}
+}
+
+func TestOpenRefusesUntrustedDirs(t *testing.T) {
+	requireRoot(t)
+	root := t.TempDir()
+	real := filepath.Join(root, "real")
+	require.NoError(t, os.Mkdir(real, 0o755))
+	sym := filepath.Join(root, "sym")
+	require.NoError(t, os.Symlink(real, sym))
+	open := filepath.Join(root, "open")
+	require.NoError(t, os.Mkdir(open, 0o777))
+	require.NoError(t, os.Chmod(open, 0o777))
+	group := filepath.Join(root, "group")
+	require.NoError(t, os.Mkdir(group, 0o775))
+	require.NoError(t, os.Chmod(group, 0o775))
+	owned := filepath.Join(root, "owned")
+	require.NoError(t, os.Mkdir(owned, 0o755))
+	require.NoError(t, os.Chown(owned, 1000, 1000))
+	for dir, want := range map[string]string{sym: "symlink", open: "group or others", group: "group or others", owned: "uid 1000"} {
+		_, err := Open(dir, filepath.Join(root, "state-ok"), nil)
+		assert.ErrorContains(t, err, want, "pinDir %s", dir)
+		_, err = Open(filepath.Join(root, "pin-ok"), dir, nil)
+		assert.ErrorContains(t, err, want, "stateDir %s", dir)
+	}
+}
+
+func TestPlantedSymlinksAreNeverFollowed(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.6.5/24")
+	victim := t.TempDir()
+	// A symlink where the link's directory will be: the link must not be
+	// written through it.
+	require.NoError(t, os.Symlink(victim, filepath.Join(s.PinDir, "ns")))
+	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	require.Error(t, err)
+	assert.NoFileExists(t, filepath.Join(victim, "cl.net"))
+	entries, _ := os.ReadDir(filepath.Join(s.PinDir, "pins"))
+	assert.Empty(t, entries, "failed ADD leaves no pin")
+	rs, err := s.List()
+	require.NoError(t, err)
+	assert.Empty(t, rs, "failed ADD leaves no record")
+
+	// A symlink planted as the record file is replaced, not followed.
+	require.NoError(t, os.Remove(filepath.Join(s.PinDir, "ns")))
+	target := filepath.Join(victim, "target")
+	require.NoError(t, os.WriteFile(target, []byte("keep"), 0o600))
+	require.NoError(t, os.Symlink(target, filepath.Join(s.StateDir, "records", ".tmp-c1.net1.json")))
+	_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	require.NoError(t, err)
+	data, err := os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "keep", string(data))
+}
+
+func TestRepairAfterInterruptedSteps(t *testing.T) {
+	s := testStore(t)
+	n1, n2 := testNetns(t, "10.98.7.5/24"), testNetns(t, "10.98.7.6/24")
+	r1, err := s.Pin(pinReq(s, "c1", "ns/cl", n1.Path()))
+	require.NoError(t, err)
+	r2, err := s.Pin(pinReq(s, "c2", "ns/cl", n2.Path()))
+	require.NoError(t, err)
+
+	// c2 as if ADD died after mounting and linking but before "active".
+	r2.State = StateIntent
+	writeRaw(t, s, r2)
+	// A pin file without any record, as if ADD died before its record.
+	require.NoError(t, os.WriteFile(filepath.Join(s.PinDir, "pins", "orphan.net1"), nil, 0o444))
+
+	rs, err := s.List() // any operation repairs
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	assert.Equal(t, "c1.net1", rs[0].Attachment)
+	assert.NoFileExists(t, r2.PinPath)
+	assert.NoFileExists(t, filepath.Join(s.PinDir, "pins", "orphan.net1"))
+	assert.Equal(t, "../pins/c1.net1", readLink(t, r1.Links[0]), "link rolled back to the surviving pin")
+
+	// c1 as if DEL died after deciding to release.
+	r1.State = StateReleasing
+	writeRaw(t, s, r1)
+	rs, err = s.List()
+	require.NoError(t, err)
+	assert.Empty(t, rs)
+	assert.NoFileExists(t, r1.PinPath)
+	_, err = os.Lstat(r1.Links[0])
+	assert.True(t, os.IsNotExist(err), "no link to a released netns")
+}
+
+func TestRepairAfterReboot(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.8.5/24")
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	require.NoError(t, err)
+	// A reboot: the mounts are gone, the records say another boot.
+	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
+	r.BootID = "00000000-0000-0000-0000-000000000000"
+	writeRaw(t, s, r)
+	_, err = s.Release("unrelated.net1", nil)
+	require.NoError(t, err)
+	assert.NoFileExists(t, r.PinPath)
+	_, err = os.Lstat(r.Links[0])
+	assert.True(t, os.IsNotExist(err), "dangling link removed")
+	got, err := s.Get("c1.net1")
+	require.NoError(t, err)
+	assert.Nil(t, got)
+}
+
+func TestConcurrentPinsAndReleases(t *testing.T) {
+	s := testStore(t)
+	const n = 12
+	nets := make([]string, n)
+	for i := range nets {
+		nets[i] = testNetns(t, "").Path()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			// Each goroutine opens its own store, as separate processes do.
+			st, err := Open(s.PinDir, s.StateDir, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer st.Close()
+			id := "c" + string(rune('a'+i))
+			cluster := "ns/cl" + string(rune('a'+i%3))
+			if _, err := st.Pin(pinReq(st, id, cluster, nets[i])); err != nil {
+				errs <- err
+				return
+			}
+			if i%2 == 0 {
+				_, err = st.Release(id+".net1", nil)
+				errs <- err
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	rs, err := s.List()
+	require.NoError(t, err)
+	assert.Len(t, rs, n/2)
+	for _, r := range rs {
+		require.NoError(t, s.Check(r.Attachment, ""))
+	}
+}
+
+func TestAttachmentName(t *testing.T) {
+	_, err := AttachmentName("abc", "net1")
+	require.NoError(t, err)
+	long := make([]byte, 250)
+	for i := range long {
+		long[i] = 'a'
+	}
+	_, err = AttachmentName(string(long), "net1")
+	assert.ErrorContains(t, err, "over")
+}
+
+// writeRaw overwrites a record as a crashed process would have left it.
+func writeRaw(t *testing.T, s *Store, r *Record) {
+	t.Helper()
+	data, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(s.StateDir, "records", r.Attachment+".json"), data, 0o600))
+}

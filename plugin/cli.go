@@ -1,0 +1,189 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/inuse"
+	"github.com/netns-pin/netns-pin/netnsstore"
+)
+
+const cliUsage = `usage: netns-pin [flags] <command> [args]
+
+commands:
+  list                          pinned netns, their state, age and why they are held
+  inuse <cluster|attachment>    what still uses a pinned netns
+  version                       print the version
+
+flags:
+`
+
+// runCLI is the operator's command line (the binary run without
+// CNI_COMMAND). Output is for people unless --json.
+func runCLI(argv []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("netns-pin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	confPath := fs.String("conf", "", "read pinDir, stateDir and inUse from this conflist, NetworkAttachmentDefinition config or plugin entry")
+	pinDir := fs.String("pin-dir", "", "pin directory (default "+conf.DefaultPinDir+")")
+	stateDir := fs.String("state-dir", "", "state directory (default "+conf.DefaultStateDir+")")
+	asJSON := fs.Bool("json", false, "print JSON for machines")
+	fs.Usage = func() { fmt.Fprint(stderr, cliUsage); fs.PrintDefaults() }
+	if err := fs.Parse(argv); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if cmd == "version" {
+		fmt.Fprintf(stdout, "netns-pin %s\nCNI versions: %s\n", Version, strings.Join(supportedVersions.SupportedVersions(), ", "))
+		return 0
+	}
+	c, err := cliConfig(*confPath, *pinDir, *stateDir)
+	if err != nil {
+		fmt.Fprintln(stderr, "netns-pin:", err)
+		return 1
+	}
+	s, err := netnsstore.Open(c.PinDir, c.StateDir, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "netns-pin:", err)
+		return 1
+	}
+	defer s.Close()
+	switch cmd {
+	case "list":
+		err = cliList(s, stdout, *asJSON)
+	case "inuse":
+		if len(rest) != 1 {
+			err = errors.New("inuse takes one argument: a cluster (namespace/name) or an attachment")
+			break
+		}
+		err = cliInUse(s, c, rest[0], stdout, *asJSON)
+	default:
+		fs.Usage()
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "netns-pin:", err)
+		return 1
+	}
+	return 0
+}
+
+// cliConfig reads the plugin entry from a conflist, a Multus
+// NetworkAttachmentDefinition's config, or a bare plugin entry.
+func cliConfig(path, pinDir, stateDir string) (*conf.Config, error) {
+	data := []byte(`{"type":"netns-pin"}`)
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if data, err = conf.PluginEntry(raw); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	c, err := conf.Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	if pinDir != "" {
+		c.PinDir = pinDir
+	}
+	if stateDir != "" {
+		c.StateDir = stateDir
+	}
+	return c, nil
+}
+
+func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
+	rs, err := s.List()
+	if err != nil && len(rs) == 0 {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(rs)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tATTACHMENT\tPOD\tSTATE\tAGE\tNETNS\tIPS\tHELD BY")
+	for _, r := range rs {
+		held := "-"
+		if len(r.References) > 0 {
+			held = r.References[0]
+			if len(r.References) > 1 {
+				held += fmt.Sprintf(" (+%d more)", len(r.References)-1)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Attachment, r.PodNS, r.PodName, r.State,
+			age(r.Created), netnsstore.NetnsID{Dev: r.NetnsDev, Ino: r.NetnsIno}, strings.Join(r.IPs, ","), held)
+	}
+	return tw.Flush()
+}
+
+type inUseReport struct {
+	Attachment string            `json:"attachment"`
+	Cluster    string            `json:"cluster"`
+	Pod        string            `json:"pod"`
+	State      netnsstore.State  `json:"state"`
+	References []inuse.Reference `json:"references"`
+}
+
+func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJSON bool) error {
+	rs, err := s.List()
+	if err != nil && len(rs) == 0 {
+		return err
+	}
+	var reports []inUseReport
+	for _, r := range rs {
+		if r.Attachment != what && r.Cluster != what {
+			continue
+		}
+		refs, err := inuse.Check(inUseTarget(r), c.InUseOptions())
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.Attachment, err)
+		}
+		reports = append(reports, inUseReport{r.Attachment, r.Cluster, r.PodNS + "/" + r.PodName, r.State, refs})
+	}
+	if len(reports) == 0 {
+		return fmt.Errorf("no pinned attachment or cluster %q (see netns-pin list)", what)
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(reports)
+	}
+	for _, rep := range reports {
+		fmt.Fprintf(w, "%s  cluster %s  pod %s  %s: ", rep.Attachment, rep.Cluster, rep.Pod, rep.State)
+		if len(rep.References) == 0 {
+			fmt.Fprintln(w, "not in use")
+			continue
+		}
+		fmt.Fprintf(w, "%d references\n", len(rep.References))
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, ref := range rep.References {
+			fmt.Fprintf(tw, "  %s\t%s\n", ref.Kind, ref.String())
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+func age(t time.Time) string {
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return d.String()
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}

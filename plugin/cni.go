@@ -1,0 +1,204 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/netnsstore"
+)
+
+// request is one CNI invocation, parsed.
+type request struct {
+	args *skel.CmdArgs
+	conf *conf.Config
+	pod  conf.Pod
+}
+
+func parseRequest(args *skel.CmdArgs) (*request, error) {
+	c, err := conf.Parse(args.StdinData)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "netns-pin: "+err.Error(), "")
+	}
+	pod, err := conf.PodFromArgs(args.Args)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "netns-pin: "+err.Error(), "")
+	}
+	return &request{args: args, conf: c, pod: pod}, nil
+}
+
+// holder decides whether the pod is a holder; a refused or malformed
+// claim is an error so the operator sees it in the pod's events.
+func (r *request) holder() (conf.Cluster, bool, error) {
+	cl, ok, err := r.conf.Holder(r.pod)
+	if err != nil {
+		return cl, false, types.NewError(types.ErrInvalidNetworkConfig, "netns-pin: "+err.Error(), "")
+	}
+	return cl, ok, nil
+}
+
+func (r *request) attachment() (string, error) {
+	name, err := netnsstore.AttachmentName(r.args.ContainerID, r.args.IfName)
+	if err != nil {
+		return "", types.NewError(types.ErrInvalidEnvironmentVariables, "netns-pin: "+err.Error(), "")
+	}
+	return name, nil
+}
+
+func (r *request) openStore() (*netnsstore.Store, *slog.Logger, func(), error) {
+	log, closeLog := newLogger(r.conf, "network", r.conf.Name, "containerID", r.args.ContainerID, "ifname", r.args.IfName, "pod", r.pod.String())
+	s, err := netnsstore.Open(r.conf.PinDir, r.conf.StateDir, log)
+	if err != nil {
+		closeLog()
+		return nil, nil, nil, types.NewError(types.ErrPluginNotAvailable, "netns-pin: "+err.Error(), "")
+	}
+	return s, log, func() { s.Close(); closeLog() }, nil
+}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	r, err := parseRequest(args)
+	if err != nil {
+		return err
+	}
+	if r.conf.PrevResult == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			"netns-pin: prevResult is missing: netns-pin is a chained plugin and must come after the plugin that creates the interface", "")
+	}
+	cl, ok, err := r.holder()
+	if err != nil {
+		return err
+	}
+	if ok {
+		if err := r.pin(cl); err != nil {
+			return err
+		}
+	}
+	return types.PrintResult(r.conf.PrevResult, r.conf.CNIVersion)
+}
+
+func (r *request) pin(cl conf.Cluster) error {
+	name, err := r.attachment()
+	if err != nil {
+		return err
+	}
+	if err := requireHostMountNS(); err != nil {
+		return err
+	}
+	links, err := r.conf.LinkPaths(cl)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "netns-pin: "+err.Error(), "")
+	}
+	s, _, done, err := r.openStore()
+	if err != nil {
+		return err
+	}
+	defer done()
+	_, err = s.Pin(netnsstore.PinRequest{
+		ContainerID: r.args.ContainerID, IfName: r.args.IfName, Network: r.conf.Name,
+		Cluster: cl.String(), PodNS: r.pod.Namespace, PodName: r.pod.Name, PodUID: r.pod.UID,
+		NetnsPath: r.args.Netns, Links: links,
+	})
+	if errors.Is(err, netnsstore.ErrNotNetns) || errors.Is(err, os.ErrNotExist) {
+		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("netns-pin: holder %s of cluster %s (%s): %v", r.pod, cl, name, err), "")
+	}
+	if err != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("netns-pin: holder %s of cluster %s (%s): %v", r.pod, cl, name, err), "")
+	}
+	return nil
+}
+
+func requireHostMountNS() error {
+	same, ref, err := netnsstore.HostMountNS()
+	if err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, "netns-pin: "+err.Error(), "")
+	}
+	if !same {
+		return types.NewError(types.ErrPluginNotAvailable,
+			fmt.Sprintf("netns-pin: not running in the host mount namespace (compared /proc/self/ns/mnt with %s): pins made here would be invisible to ceph-csi and die with this namespace; run netns-pin from the runtime directly or from Multus thin mode, not from a Multus thick-mode daemon", ref), "")
+	}
+	return nil
+}
+
+func cmdDel(args *skel.CmdArgs) error {
+	r, err := parseRequest(args)
+	if err != nil {
+		return err
+	}
+	name, err := r.attachment()
+	if err != nil {
+		return err
+	}
+	// A pod is released by its record, not by today's configuration: a
+	// holder rule removed since ADD must not strand the pin. For other pods
+	// this costs one stat.
+	if _, err := os.Lstat(filepath.Join(r.conf.StateDir, "records", name+".json")); err != nil {
+		return nil
+	}
+	s, _, done, err := r.openStore()
+	if err != nil {
+		return err
+	}
+	defer done()
+	_, err = s.Release(name, inUseChecker(r.conf))
+	var inUse *netnsstore.InUseError
+	if errors.As(err, &inUse) {
+		return inUseCNIError(inUse, r.conf)
+	}
+	if err != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("netns-pin: release %s: %v", name, err), "")
+	}
+	return nil
+}
+
+// inUseCNIError is what the runtime shows in the pod's events while the
+// holder cannot go: one readable line with the cluster, the pod, the first
+// references and the command that lists them all; details has every one.
+func inUseCNIError(e *netnsstore.InUseError, c *conf.Config) error {
+	const shown = 2
+	refs := e.References
+	head := strings.Join(refs[:min(shown, len(refs))], ", ")
+	if len(refs) > shown {
+		head += fmt.Sprintf(" and %d more", len(refs)-shown)
+	}
+	cmd := "netns-pin inuse " + e.Record.Attachment
+	if c.StateDir != conf.DefaultStateDir {
+		cmd = "netns-pin --state-dir " + c.StateDir + " inuse " + e.Record.Attachment
+	}
+	msg := fmt.Sprintf("netns-pin: cluster %s: holder pod %s/%s is still in use by %s; its netns stays pinned until they are gone (see: %s)",
+		e.Record.Cluster, e.Record.PodNS, e.Record.PodName, head, cmd)
+	return types.NewError(types.ErrTryAgainLater, msg, strings.Join(refs, "\n"))
+}
+
+func cmdCheck(args *skel.CmdArgs) error {
+	r, err := parseRequest(args)
+	if err != nil {
+		return err
+	}
+	if r.conf.PrevResult == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "netns-pin: prevResult is missing", "")
+	}
+	_, ok, err := r.holder()
+	if err != nil || !ok {
+		return err
+	}
+	name, err := r.attachment()
+	if err != nil {
+		return err
+	}
+	s, _, done, err := r.openStore()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := s.Check(name, args.Netns); err != nil {
+		return types.NewError(types.ErrInternal, "netns-pin: "+err.Error(), "")
+	}
+	return nil
+}
