@@ -1,0 +1,147 @@
+//go:build failpoints
+
+package netnsstore
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/internal/failpoint"
+)
+
+// The crash tests re-run this test binary as a child that performs one
+// store operation with a failpoint armed; the child SIGKILLs itself there,
+// as a node would lose the plugin process. The parent then checks that the
+// next operation leaves the store consistent and that the interrupted one
+// can be repeated to completion.
+
+const crashHelperEnv = "NETNS_PIN_CRASH_HELPER"
+
+// TestMain runs the child's operation instead of the tests when the
+// crash helper variable is set.
+func TestMain(m *testing.M) {
+	if op := os.Getenv(crashHelperEnv); op != "" {
+		os.Exit(crashChild(op))
+	}
+	os.Exit(m.Run())
+}
+
+func crashChild(op string) int {
+	s, err := Open(os.Getenv("PIN_DIR"), os.Getenv("STATE_DIR"), nil)
+	if err == nil {
+		switch op {
+		case "pin":
+			_, err = s.Pin(pinReq(s, os.Getenv("ID"), "ns/cl", os.Getenv("NETNS")))
+		case "release":
+			_, err = s.Release(os.Getenv("ID")+".net1", nil)
+		}
+	}
+	// Reaching this point means the failpoint did not fire.
+	fmt.Fprintln(os.Stderr, "crash child finished without dying:", err)
+	return 3
+}
+
+func runCrashChild(t *testing.T, s *Store, op, id, netns, fp string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), crashHelperEnv+"="+op, "PIN_DIR="+s.PinDir, "STATE_DIR="+s.StateDir,
+		"ID="+id, "NETNS="+netns, failpoint.EnvVar+"="+fp)
+	out, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	require.ErrorAs(t, err, &exitErr, "child should die at %s: %s", fp, out)
+	ws := exitErr.Sys().(syscall.WaitStatus)
+	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child killed by SIGKILL at %s, got %v: %s", fp, ws, out)
+}
+
+func TestCrashAtEveryFailpoint(t *testing.T) {
+	for _, fp := range []string{"add-intent-written", "add-pin-mounted", "add-links-set"} {
+		t.Run(fp, func(t *testing.T) {
+			s := testStore(t)
+			prev, cur := testNetns(t, "10.98.9.5/24"), testNetns(t, "10.98.9.6/24")
+			_, err := s.Pin(pinReq(s, "prev", "ns/cl", prev.Path()))
+			require.NoError(t, err)
+			runCrashChild(t, s, "pin", "cur", cur.Path(), fp)
+
+			rs, err := s.List() // the next operation repairs
+			require.NoError(t, err)
+			assertConsistent(t, s)
+			require.Len(t, rs, 1, "interrupted ADD rolled back")
+			assert.Equal(t, "../pins/prev.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")), "link back on the surviving pin")
+
+			_, err = s.Pin(pinReq(s, "cur", "ns/cl", cur.Path()))
+			require.NoError(t, err, "the interrupted ADD can be repeated")
+			assertConsistent(t, s)
+			assert.Equal(t, "../pins/cur.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")))
+		})
+	}
+	for _, fp := range []string{"del-releasing-written", "del-links-moved", "del-unpinned"} {
+		t.Run(fp, func(t *testing.T) {
+			s := testStore(t)
+			prev, cur := testNetns(t, "10.98.10.5/24"), testNetns(t, "10.98.10.6/24")
+			_, err := s.Pin(pinReq(s, "prev", "ns/cl", prev.Path()))
+			require.NoError(t, err)
+			rc, err := s.Pin(pinReq(s, "cur", "ns/cl", cur.Path()))
+			require.NoError(t, err)
+			runCrashChild(t, s, "release", "cur", "", fp)
+
+			rs, err := s.List()
+			require.NoError(t, err)
+			assertConsistent(t, s)
+			require.Len(t, rs, 1, "interrupted release finished")
+			assert.Equal(t, "prev.net1", rs[0].Attachment)
+			assert.Zero(t, nsfsMounts(t, rc.NetnsIno)-1, "only the original netns mount of the released one remains")
+			assert.Equal(t, "../pins/prev.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")))
+
+			_, err = s.Release("cur.net1", nil)
+			require.NoError(t, err, "the interrupted DEL can be repeated")
+			_, err = s.Release("prev.net1", nil)
+			require.NoError(t, err)
+			assertConsistent(t, s)
+		})
+	}
+}
+
+// assertConsistent checks the store's invariants: every record has its pin
+// mounted with its netns, every pin file has a record, and every link
+// points at a pin that a record in a linkable state owns.
+func assertConsistent(t *testing.T, s *Store) {
+	t.Helper()
+	unlock, err := s.lock()
+	require.NoError(t, err)
+	defer unlock()
+	rs, errs := s.records()
+	require.Empty(t, errs)
+	owned := map[string]*Record{}
+	for _, r := range rs {
+		owned[r.Attachment] = r
+		assert.Contains(t, []State{StateActive, StateDraining}, r.State, "record %s", r.Attachment)
+		id, mounted, err := s.pinState(r.Attachment)
+		require.NoError(t, err)
+		assert.True(t, mounted, "record %s has its pin mounted", r.Attachment)
+		assert.Equal(t, NetnsID{r.NetnsDev, r.NetnsIno}, id, "pin %s holds the recorded netns", r.Attachment)
+	}
+	names, err := readDirNames(s.pinsFd)
+	require.NoError(t, err)
+	for _, n := range names {
+		assert.Contains(t, owned, n, "pin file %s has a record", n)
+	}
+	_ = filepath.Walk(s.PinDir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 || strings.Contains(filepath.Base(p), tmpPrefix) {
+			return nil
+		}
+		target, _ := os.Readlink(p)
+		r, ok := owned[filepath.Base(target)]
+		if assert.True(t, ok, "link %s -> %s points at a recorded pin", p, target) {
+			assert.Contains(t, []State{StateActive, StateDraining}, r.State)
+		}
+		return nil
+	})
+}
