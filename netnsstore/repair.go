@@ -28,29 +28,20 @@ func (s *Store) repair() {
 	}
 	var dropped []*Record
 	for _, r := range rs {
-		var why string
+		action, why, err := s.diagnose(r)
 		switch {
-		case r.BootID != s.bootID:
-			why = "pinned in an earlier boot " + r.BootID
-		case r.State == StateIntent:
-			why = "ADD was interrupted"
-		case r.State == StateReleasing:
+		case err != nil:
+			s.Log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
+			continue
+		case action == actionRelease:
 			if err := s.finishRelease(r); err != nil {
 				s.Log.Error("repair: finish interrupted release", "attachment", r.Attachment, "error", err)
 			} else {
 				s.Log.Warn("repair: finished interrupted release", "attachment", r.Attachment, "cluster", r.Cluster)
 			}
 			continue
-		default:
-			id, mounted, err := s.pinState(r.Attachment)
-			if err != nil {
-				s.Log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
-				continue
-			}
-			if mounted && id.Dev == r.NetnsDev && id.Ino == r.NetnsIno {
-				continue
-			}
-			why = "its pin is no longer mounted"
+		case action == "":
+			continue
 		}
 		if err := s.unpin(r.Attachment); err != nil {
 			s.Log.Error("repair: remove pin", "attachment", r.Attachment, "error", err)
@@ -88,19 +79,56 @@ func (s *Store) repair() {
 	}
 }
 
-// removeOrphanPins unmounts and removes files in pins/ that no record
-// owns: a crash between creating the pin and writing its record, or a
-// record removed by hand.
-func (s *Store) removeOrphanPins(rs []*Record) {
+// Repair actions: what diagnose says a record needs.
+const (
+	actionDrop    = "drop"    // roll back: unmount, remove pin and record
+	actionRelease = "release" // roll forward: finish the release
+)
+
+// diagnose tells what repair must do with a record ("" when it is whole).
+func (s *Store) diagnose(r *Record) (action, reason string, err error) {
+	switch {
+	case r.BootID != s.bootID:
+		return actionDrop, "pinned in an earlier boot " + r.BootID, nil
+	case r.State == StateIntent:
+		return actionDrop, "ADD was interrupted", nil
+	case r.State == StateReleasing:
+		return actionRelease, "DEL was interrupted after its in-use check passed", nil
+	}
+	id, mounted, err := s.pinState(r.Attachment)
+	if err != nil {
+		return "", "", err
+	}
+	if mounted && id.Dev == r.NetnsDev && id.Ino == r.NetnsIno {
+		return "", "", nil
+	}
+	return actionDrop, "its pin is no longer mounted", nil
+}
+
+// orphanPins lists files in pins/ that no record owns: a crash between
+// creating the pin and writing its record, or a record removed by hand.
+func (s *Store) orphanPins(rs []*Record) ([]string, error) {
 	names, err := readDirNames(s.pinsFd)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		if !strings.HasPrefix(n, tmpPrefix) && !slices.ContainsFunc(rs, func(r *Record) bool { return r.Attachment == n }) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// removeOrphanPins unmounts and removes the pins no record owns.
+func (s *Store) removeOrphanPins(rs []*Record) {
+	names, err := s.orphanPins(rs)
 	if err != nil {
 		s.Log.Error("repair: list pins", "error", err)
 		return
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, tmpPrefix) || slices.ContainsFunc(rs, func(r *Record) bool { return r.Attachment == n }) {
-			continue
-		}
 		if err := s.unpin(n); err != nil {
 			s.Log.Error("repair: remove orphan pin", "pin", n, "error", err)
 			continue

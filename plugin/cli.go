@@ -21,6 +21,10 @@ const cliUsage = `usage: netns-pin [flags] <command> [args]
 commands:
   list                          pinned netns, their state, age and why they are held
   inuse <cluster|attachment>    what still uses a pinned netns
+  gc [--dry-run]                repair leftovers (crashes, reboots) and release
+                                draining pins that nothing uses any more
+  release <attachment> --force  release a pin now; without --force only when
+                                nothing uses it, else says what it would cut
   version                       print the version
 
 flags:
@@ -48,6 +52,12 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "netns-pin %s\nCNI versions: %s\n", Version, strings.Join(supportedVersions.SupportedVersions(), ", "))
 		return 0
 	}
+	switch cmd {
+	case "list", "inuse", "gc", "release":
+	default:
+		fs.Usage()
+		return 2
+	}
 	c, err := cliConfig(*confPath, *pinDir, *stateDir)
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
@@ -68,9 +78,23 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 			break
 		}
 		err = cliInUse(s, c, rest[0], stdout, *asJSON)
-	default:
-		fs.Usage()
-		return 2
+	case "gc":
+		gfs := flag.NewFlagSet("gc", flag.ContinueOnError)
+		gfs.SetOutput(stderr)
+		dry := gfs.Bool("dry-run", false, "report what would change, change nothing")
+		if gfs.Parse(rest) != nil || gfs.NArg() != 0 {
+			return 2
+		}
+		err = cliGC(s, c, *dry, stdout, *asJSON)
+	case "release":
+		rfs := flag.NewFlagSet("release", flag.ContinueOnError)
+		rfs.SetOutput(stderr)
+		force := rfs.Bool("force", false, "release even while Ceph clients use the netns (their I/O will hang)")
+		if len(rest) == 0 || rfs.Parse(rest[1:]) != nil || rfs.NArg() != 0 {
+			fmt.Fprintln(stderr, "usage: netns-pin release <attachment> [--force]")
+			return 2
+		}
+		err = cliRelease(s, c, rest[0], *force, stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
@@ -172,6 +196,61 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		}
 		tw.Flush()
 	}
+	return nil
+}
+
+func cliGC(s *netnsstore.Store, c *conf.Config, dryRun bool, w io.Writer, asJSON bool) error {
+	findings, err := s.Sweep(inUseChecker(c), dryRun)
+	if asJSON {
+		if jerr := json.NewEncoder(w).Encode(findings); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	verb := map[string]string{"drop": "dropped", "release": "released", "keep": "kept"}
+	if dryRun {
+		verb = map[string]string{"drop": "would drop", "release": "would release", "keep": "would keep"}
+	}
+	if len(findings) == 0 {
+		fmt.Fprintln(w, "nothing to collect")
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, f := range findings {
+		why := f.Reason
+		if len(f.References) > 0 {
+			why += ": " + strings.Join(f.References, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", verb[f.Action], f.Attachment, f.Cluster, why)
+	}
+	if ferr := tw.Flush(); ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bool, w io.Writer) error {
+	check := inUseChecker(c)
+	if force {
+		// Say what the release cuts before cutting it.
+		if r, err := s.Get(attachment); err == nil && r != nil {
+			if refs, err := check(r); err == nil && len(refs) > 0 {
+				fmt.Fprintf(w, "forcing release of %s while in use by: %s\n", attachment, strings.Join(refs, "; "))
+			}
+		}
+		check = nil
+	}
+	r, err := s.Release(attachment, check)
+	var iu *netnsstore.InUseError
+	switch {
+	case errors.As(err, &iu):
+		return fmt.Errorf("%s is still in use by %s; releasing it would cut their I/O (it would hang until reboot). Use --force to release anyway",
+			attachment, strings.Join(iu.References, "; "))
+	case err != nil:
+		return err
+	case r == nil:
+		return fmt.Errorf("no pinned attachment %q (see netns-pin list)", attachment)
+	}
+	fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
 	return nil
 }
 

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/moby/sys/mountinfo"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/netnsstore"
+)
+
+// cliStore pins one holder netns in a temporary pinDir/stateDir (root:
+// real namespaces and bind mounts) and returns the CLI flags that select it.
+func cliStore(t *testing.T) (*netnsstore.Store, []string) {
+	t.Helper()
+	require.Equal(t, 0, os.Geteuid(), "this test makes network namespaces and mounts: run it as root")
+	root := t.TempDir()
+	t.Cleanup(func() {
+		ms, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(root))
+		sort.Slice(ms, func(i, j int) bool { return len(ms[i].Mountpoint) > len(ms[j].Mountpoint) })
+		for _, m := range ms {
+			_ = unix.Unmount(m.Mountpoint, unix.MNT_DETACH)
+		}
+	})
+	s, err := netnsstore.Open(filepath.Join(root, "pins"), filepath.Join(root, "state"), nil)
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	n, err := testutils.NewNS()
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
+	_, err = s.Pin(netnsstore.PinRequest{ContainerID: "c1", IfName: "net1", Network: "ceph-public", Cluster: "rook-ceph/my-cluster",
+		PodNS: "rook-ceph", PodName: "csi-holder-a", NetnsPath: n.Path(), Links: []string{filepath.Join(s.PinDir, "rook-ceph/my-cluster.net")}})
+	require.NoError(t, err)
+	return s, []string{"--pin-dir", s.PinDir, "--state-dir", s.StateDir}
+}
+
+func runCLIT(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := runCLI(args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// startInNetns starts a real process inside the pinned netns, as ceph-csi
+// starts ceph-fuse, and stops it at cleanup.
+func startInNetns(t *testing.T, link string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("nsenter", "--net="+link, "--", "sleep", "600")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+func TestCLIListInUseReleaseGC(t *testing.T) {
+	s, flags := cliStore(t)
+	link := filepath.Join(s.PinDir, "rook-ceph/my-cluster.net")
+
+	out, _, code := runCLIT(t, append(flags, "list")...)
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^CLUSTER\s+ATTACHMENT\s+POD\s+STATE\s+AGE`, out)
+	assert.Regexp(t, `(?m)^rook-ceph/my-cluster\s+c1\.net1\s+rook-ceph/csi-holder-a\s+active\s+\d+s`, out)
+
+	out, _, code = runCLIT(t, append(flags, "inuse", "rook-ceph/my-cluster")...)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "not in use")
+
+	proc := startInNetns(t, link)
+	// nsenter execs sleep in place, so the pid is the process in the netns;
+	// wait until it has entered it.
+	pin, err := os.Stat(link)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		fi, err := os.Stat("/proc/" + itoa(proc.Process.Pid) + "/ns/net")
+		return err == nil && os.SameFile(fi, pin)
+	}, 10e9, 1e6)
+
+	out, _, code = runCLIT(t, append(flags, "--json", "inuse", "c1.net1")...)
+	require.Equal(t, 0, code)
+	var reports []inUseReport
+	require.NoError(t, json.Unmarshal([]byte(out), &reports))
+	require.Len(t, reports, 1)
+	require.Len(t, reports[0].References, 1)
+	assert.Contains(t, reports[0].References[0].String(), itoa(proc.Process.Pid))
+
+	_, errOut, code := runCLIT(t, append(flags, "release", "c1.net1")...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "still in use by process "+itoa(proc.Process.Pid))
+	assert.Contains(t, errOut, "--force")
+	assert.FileExists(t, filepath.Join(s.PinDir, "pins/c1.net1"))
+
+	out, _, code = runCLIT(t, append(flags, "gc", "--dry-run")...)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "would keep", "the refused release left it draining, and it is still in use")
+
+	out, _, code = runCLIT(t, append(flags, "release", "c1.net1", "--force")...)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "forcing release of c1.net1 while in use by: process "+itoa(proc.Process.Pid))
+	assert.Contains(t, out, "released c1.net1")
+	assert.NoFileExists(t, filepath.Join(s.PinDir, "pins/c1.net1"))
+
+	_, errOut, code = runCLIT(t, append(flags, "release", "c1.net1")...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "no pinned attachment")
+}
+
+func TestCLIGCReleasesDrainingPinOnceUnused(t *testing.T) {
+	s, flags := cliStore(t)
+	_, err := s.Release("c1.net1", func(*netnsstore.Record) ([]string, error) { return []string{"rbd0 p/i client1 10.0.0.1"}, nil })
+	require.ErrorIs(t, err, netnsstore.ErrInUse)
+
+	out, _, code := runCLIT(t, append(flags, "gc", "--dry-run")...)
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `would release\s+c1\.net1`, out)
+	assert.FileExists(t, filepath.Join(s.PinDir, "pins/c1.net1"), "dry run changes nothing")
+
+	out, _, code = runCLIT(t, append(flags, "gc")...)
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `released\s+c1\.net1`, out)
+	assert.NoFileExists(t, filepath.Join(s.PinDir, "pins/c1.net1"))
+
+	out, _, code = runCLIT(t, append(flags, "gc")...)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "nothing to collect")
+}
+
+func TestCLIUsageErrors(t *testing.T) {
+	_, errOut, code := runCLIT(t, "bogus")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "usage:")
+	_, errOut, code = runCLIT(t, "--conf", "/nonexistent/conf", "list")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "/nonexistent/conf")
+	out, _, code := runCLIT(t, "version")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "1.1.0")
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
