@@ -189,12 +189,10 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 			fmt.Fprintln(w, "not in use")
 			continue
 		}
-		fmt.Fprintf(w, "%d references\n", len(rep.References))
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(w, "in use by %d:\n", len(rep.References))
 		for _, ref := range rep.References {
-			fmt.Fprintf(tw, "  %s\t%s\n", ref.Kind, ref.String())
+			fmt.Fprintf(w, "  - %s\n", ref.String())
 		}
-		tw.Flush()
 	}
 	return nil
 }

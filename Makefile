@@ -1,0 +1,98 @@
+# netns-pin - build, demo and test entry points.
+#
+#   make build   plugin binary: bin/netns-pin and .cache/cni/bin/netns-pin
+#   make tools   pinned cnitool + reference CNI plugins into .cache/ (cached by version)
+#   make demo    walk through a holder ADD / pin / netns survives / DEL (root)
+#   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
+#                where tests need it), the e2e suite test/ (root)
+#   make e2e     only the e2e suite (E2E_RUN=regexp selects tests)
+#   make bench   benchmarks (BENCHTIME=...)
+#   make fuzz    every Fuzz target for FUZZTIME each
+#   make clean   remove bin/ and .cache/
+
+SHELL       := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export PATH := /usr/local/go/bin:$(PATH)
+
+GO        ?= go
+CACHE     := $(CURDIR)/.cache
+CNI_PATH  := $(CACHE)/cni/bin
+CNITOOL   := $(CACHE)/bin/cnitool
+BENCHTIME ?= 200ms
+FUZZTIME  ?= 20s
+E2E_RUN   ?= .
+E2E_FLAGS ?=
+
+# What the e2e suite (package test/) reads to find the binaries.
+E2E_ENV := NETNS_PIN_CNI_PATH=$(CNI_PATH) NETNS_PIN_CNITOOL=$(CNITOOL)
+
+# Go packages with unit/integration tests: everything except the e2e suite.
+unit_pkgs = $(shell $(GO) list ./... | grep -v '^github.com/netns-pin/netns-pin/test\(/\|$$\)')
+
+# Packages with tests that need the failpoints build tag.
+failpoint_pkgs = $(shell grep -rl --include='*_test.go' '^//go:build.*failpoints' . 2>/dev/null | grep -v -e '^./.cache/' -e '^./test/' | xargs -r -n1 dirname | sort -u)
+
+# step NAME CMD: run CMD with a header and its wall time.
+define step
+	@printf '\n=== %s\n' "$(1)"
+	@start=$$(date +%s); $(2); printf '=== %s: ok (%ss)\n' "$(1)" "$$(( $$(date +%s) - start ))"
+endef
+
+.PHONY: all build tools packages demo test fmt-check vet unit failpoints e2e e2e-run bench fuzz clean
+
+all: build
+
+packages:
+	@hack/tools.sh packages
+
+tools:
+	@hack/tools.sh packages
+	@hack/tools.sh tools
+
+build:
+	@hack/tools.sh plugin
+
+demo:
+	@hack/demo.sh
+
+fmt-check:
+	$(call step,gofmt -l,files=$$(git ls-files -co --exclude-standard -- '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'); \
+		out=; if [[ -n "$$files" ]]; then out=$$(gofmt -l $$files); fi; \
+		if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi)
+
+vet:
+	$(call step,go vet,$(GO) vet ./... && $(GO) vet -tags failpoints ./...)
+
+unit:
+	$(call step,go test -race (unit/integration),pkgs="$(unit_pkgs)"; \
+		if [[ -z "$$pkgs" ]]; then echo "no packages"; else CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 8m $$pkgs; fi)
+
+# Crash-recovery tests: only in test builds with the failpoints tag (SPEC §5).
+failpoints:
+	$(call step,go test -race -tags failpoints,pkgs="$(failpoint_pkgs)"; \
+		if [[ -z "$$pkgs" ]]; then echo "no failpoint tests"; else CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 8m -tags failpoints $$pkgs; fi)
+
+e2e: tools build e2e-run
+
+e2e-run:
+	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/...)
+
+test: tools build
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory fmt-check vet unit failpoints e2e-run; \
+	printf '\n=== make test: all passed (%ss)\n' "$$(( $$(date +%s) - start ))"
+
+bench: tools build
+	$(call step,go test -bench,$(E2E_ENV) $(GO) test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) ./...)
+
+# Runs each Fuzz target of each package for FUZZTIME (go test -fuzz takes one target at a time).
+fuzz:
+	@found=0; for pkg in $$($(GO) list ./...); do \
+		for fz in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			found=1; printf '\n=== fuzz %s %s (%s)\n' "$$pkg" "$$fz" "$(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$fz\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done; [[ $$found == 1 ]] || echo "no fuzz targets yet"
+
+clean:
+	rm -rf bin .cache

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# hack/tools.sh - install what netns-pin's build, demo and tests need.
+#
+# Usage: hack/tools.sh [packages|tools|plugin|all|env]
+#
+#   packages  Debian packages the tests and the demo run (ip, nsenter, unshare,
+#             mount, jq, make, a C compiler for -race); `apt-get update` runs
+#             once, and only when something is missing.
+#   tools     pinned cnitool and reference CNI plugins, built from the Go module
+#             proxy into .cache/ (skipped when the stamp for that version exists).
+#   plugin    go build ./plugin -> bin/netns-pin, copied to .cache/cni/bin/netns-pin.
+#   all       packages + tools + plugin (the default).
+#   env       print the variables the e2e suite reads (eval-able).
+#
+# Everything lands in the git-ignored folder .cache/:
+#   .cache/bin/cnitool          cnitool ${CNITOOL_VERSION}
+#   .cache/cni/bin/<plugin>     reference plugins ${PLUGINS_VERSION} + netns-pin
+#   .cache/stamps/              one file per built tool version
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${ROOT}/.cache"
+BIN_DIR="${CACHE}/bin"
+CNI_BIN_DIR="${CACHE}/cni/bin"
+STAMP_DIR="${CACHE}/stamps"
+
+CNITOOL_VERSION="v1.3.1"
+PLUGINS_VERSION="v1.10.0"
+# Reference plugins (path under github.com/containernetworking/plugins/plugins/).
+PLUGINS=(
+	main/bridge
+	main/macvlan
+	main/ipvlan
+	main/ptp
+	main/loopback
+	ipam/host-local
+	ipam/static
+	meta/tuning
+)
+
+# command -> Debian package providing it
+PACKAGES=(
+	ip:iproute2
+	nsenter:util-linux
+	unshare:util-linux
+	mountpoint:util-linux
+	findmnt:util-linux
+	mount:mount
+	umount:mount
+	jq:jq
+	make:make
+	gcc:gcc
+)
+
+log() { printf '[tools] %s\n' "$*" >&2; }
+
+ensure_go() {
+	if ! command -v go >/dev/null 2>&1; then
+		if [[ -x /usr/local/go/bin/go ]]; then
+			export PATH="/usr/local/go/bin:${PATH}"
+		else
+			log "go not found (expected at /usr/local/go/bin/go)"
+			exit 1
+		fi
+	fi
+}
+
+ensure_packages() {
+	local missing=() entry cmd pkg
+	for entry in "${PACKAGES[@]}"; do
+		cmd="${entry%%:*}"
+		pkg="${entry#*:}"
+		if ! command -v "${cmd}" >/dev/null 2>&1; then
+			[[ " ${missing[*]-} " == *" ${pkg} "* ]] || missing+=("${pkg}")
+		fi
+	done
+	# the race detector needs libc headers besides gcc
+	if ! [[ -e /usr/include/stdlib.h ]]; then
+		missing+=(libc6-dev)
+	fi
+	if ((${#missing[@]} == 0)); then
+		return 0
+	fi
+	if [[ "$(id -u)" != 0 ]]; then
+		log "missing packages ${missing[*]} and not root: install them with apt-get"
+		exit 1
+	fi
+	log "installing Debian packages: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq </dev/null
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
+}
+
+# go_install <name> <tag> <gobin> <pkg@version>...
+# The stamp ${STAMP_DIR}/<name>@<tag> records a finished install of that tag.
+go_install() {
+	local name="$1" stamp="${STAMP_DIR}/$1@$2" gobin="$3"
+	shift 3
+	if [[ -f "${stamp}" ]]; then
+		local want have=1
+		for want in "$@"; do
+			want="${want%@*}"
+			[[ -x "${gobin}/${want##*/}" ]] || have=0
+		done
+		if ((have)); then
+			return 0
+		fi
+	fi
+	log "go install $* -> ${gobin#"${ROOT}"/}"
+	mkdir -p "${gobin}" "${STAMP_DIR}"
+	# Outside the module: `go install pkg@version` builds exactly that version.
+	(cd / && CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOBIN="${gobin}" go install -trimpath "$@")
+	rm -f "${STAMP_DIR}/${name}@"*
+	printf '%s\n' "$@" >"${stamp}"
+}
+
+install_tools() {
+	ensure_go
+	go_install cnitool "${CNITOOL_VERSION}" "${BIN_DIR}" \
+		"github.com/containernetworking/cni/cnitool@${CNITOOL_VERSION}"
+	local pkgs=() p sum
+	for p in "${PLUGINS[@]}"; do
+		pkgs+=("github.com/containernetworking/plugins/plugins/${p}@${PLUGINS_VERSION}")
+	done
+	# the stamp names the version and the plugin set
+	sum="$(printf '%s\n' "${PLUGINS[@]}" | cksum | cut -d' ' -f1)"
+	go_install cni-plugins "${PLUGINS_VERSION}-${sum}" "${CNI_BIN_DIR}" "${pkgs[@]}"
+}
+
+build_plugin() {
+	ensure_go
+	mkdir -p "${ROOT}/bin" "${CNI_BIN_DIR}"
+	log "go build ./plugin -> bin/netns-pin, .cache/cni/bin/netns-pin"
+	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -o bin/netns-pin ./plugin)
+	# copy + rename so that a running test never sees a half-written binary
+	cp -f "${ROOT}/bin/netns-pin" "${CNI_BIN_DIR}/.netns-pin.tmp"
+	mv -f "${CNI_BIN_DIR}/.netns-pin.tmp" "${CNI_BIN_DIR}/netns-pin"
+}
+
+print_env() {
+	printf 'export NETNS_PIN_CNI_PATH=%q\n' "${CNI_BIN_DIR}"
+	printf 'export NETNS_PIN_CNITOOL=%q\n' "${BIN_DIR}/cnitool"
+}
+
+main() {
+	local what="${1:-all}"
+	case "${what}" in
+	packages) ensure_packages ;;
+	tools) install_tools ;;
+	plugin) build_plugin ;;
+	all)
+		ensure_packages
+		install_tools
+		build_plugin
+		;;
+	env) print_env ;;
+	-h | --help | help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+	*)
+		log "unknown target ${what} (packages|tools|plugin|all|env)"
+		exit 2
+		;;
+	esac
+}
+
+main "$@"

@@ -1,0 +1,99 @@
+package e2e
+
+// What the plugin must refuse (SPEC §4, §5): a CNI_NETNS that is not another
+// network namespace, a holder ADD without prevResult, and running outside
+// the host mount namespace.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakePrevResult is a plausible result of the plugin before netns-pin.
+func fakePrevResult(t *testing.T, netnsPath string) types.Result {
+	t.Helper()
+	ip, ipn, err := net.ParseCIDR("10.99.254.7/24")
+	require.NoError(t, err)
+	ipn.IP = ip
+	idx := 0
+	return &types100.Result{
+		CNIVersion: "1.0.0",
+		Interfaces: []*types100.Interface{{Name: ifName, Mac: "02:00:00:00:00:07", Sandbox: netnsPath}},
+		IPs:        []*types100.IPConfig{{Interface: &idx, Address: *ipn}},
+	}
+}
+
+func TestPinRefusesBadNetns(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	regular := filepath.Join(c.work, "not-a-netns")
+	require.NoError(t, os.WriteFile(regular, nil, 0o600))
+	cases := map[string]string{
+		"the host netns":      fmt.Sprintf("/proc/%d/ns/net", os.Getpid()),
+		"a mount namespace":   fmt.Sprintf("/proc/%d/ns/mnt", os.Getpid()),
+		"a regular file":      regular,
+		"a missing path":      filepath.Join(c.work, "missing"),
+		"the plugin's own ns": "/proc/self/ns/net",
+	}
+	for name, path := range cases {
+		t.Run(name, func(t *testing.T) {
+			a := c.newAttachment(t, &netnsHandle{name: name, path: path}, holderArgs(), false)
+			a.noCleanDel = true // only netns-pin ran, and it refused
+			out, err := a.execPin(t, "ADD", fakePrevResult(t, path))
+			require.Error(t, err, "ADD with CNI_NETNS=%s printed %s", path, out)
+			t.Logf("refused: %v", err)
+			assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins")
+			assert.Empty(t, treeEntries(t, filepath.Join(c.stateDir, "records")), "records")
+			assert.Empty(t, mountsUnder(t, filepath.Join(c.pinDir, "pins")), "mounts")
+		})
+	}
+}
+
+func TestPinRequiresPrevResult(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	ns := newNetns(t)
+	a := c.newAttachment(t, ns, holderArgs(), false)
+	out, err := a.execPin(t, "ADD", nil)
+	require.Error(t, err, "holder ADD without prevResult printed %s", out)
+	t.Logf("refused: %v", err)
+	assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins")
+	assert.Empty(t, mountsUnder(t, c.work), "mounts")
+}
+
+// The plugin run in a mount namespace of its own (as Multus thick mode runs
+// delegates): ADD fails and says so, STATUS reports error 50.
+func TestPinRefusesForeignMountNamespace(t *testing.T) {
+	e := requireEnv(t)
+	dir := newWorkDir(t)
+	cniPath := filepath.Join(dir, "bin")
+	require.NoError(t, os.MkdirAll(cniPath, 0o755))
+	for _, p := range []string{"bridge", "host-local"} {
+		require.NoError(t, os.Symlink(filepath.Join(e.cniPath, p), filepath.Join(cniPath, p)))
+	}
+	wrapper := fmt.Sprintf("#!/bin/sh\nexec unshare --mount --propagation unchanged -- %s \"$@\"\n", filepath.Join(e.cniPath, "netns-pin"))
+	require.NoError(t, os.WriteFile(filepath.Join(cniPath, "netns-pin"), []byte(wrapper), 0o755))
+
+	c := newChain(t, chainSpec{version: "1.1.0", cniPath: cniPath})
+	ns := newNetns(t)
+	a := c.newAttachment(t, ns, holderArgs(), false)
+	_, err := a.add(t)
+	require.Error(t, err, "ADD outside the host mount namespace")
+	assert.Contains(t, err.Error(), "mount namespace", "the error must say what is wrong")
+	t.Logf("ADD: %v", err)
+	assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins")
+	assert.Empty(t, mountsUnder(t, c.work), "mounts")
+
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	err = c.cni.GetStatusNetworkList(ctx, c.list)
+	require.Error(t, err, "STATUS outside the host mount namespace")
+	assert.EqualValues(t, types.ErrPluginNotAvailable, cniErrorCode(err), "STATUS error code: %v", err)
+}
