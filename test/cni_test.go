@@ -74,7 +74,8 @@ type chainSpec struct {
 	cniArgsNamespaces []string
 	pinCluster        string // args.cni.pinCluster in the plugin entry
 	links             []string
-	cniPath           string // CNI_PATH instead of NETNS_PIN_CNI_PATH
+	inUse             map[string]any // the entry's inUse (fixture sysfs/debugfs roots)
+	cniPath           string         // CNI_PATH instead of NETNS_PIN_CNI_PATH
 }
 
 // chain is a conflist on disk plus everything needed to run it.
@@ -159,6 +160,9 @@ func newChain(t *testing.T, spec chainSpec) *chain {
 		}
 		if spec.links != nil {
 			c.pinEntry["links"] = spec.links
+		}
+		if spec.inUse != nil {
+			c.pinEntry["inUse"] = spec.inUse
 		}
 		plugins = append(plugins, c.pinEntry)
 	}
