@@ -19,7 +19,12 @@ type Pod struct {
 	UID       string
 }
 
-func (p Pod) String() string { return p.Namespace + "/" + p.Name }
+func (p Pod) String() string {
+	if p.Namespace == "" && p.Name == "" {
+		return "(no K8S_POD_NAMESPACE/K8S_POD_NAME in CNI_ARGS)"
+	}
+	return p.Namespace + "/" + p.Name
+}
 
 // k8sArgs are the CNI_ARGS keys that kubelet's runtimes (containerd,
 // CRI-O) and Multus set for a pod sandbox.

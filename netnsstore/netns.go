@@ -57,7 +57,7 @@ func OpenNetns(path string) (*os.File, NetnsID, error) {
 	}
 	if nstype != unix.CLONE_NEWNET {
 		f.Close()
-		return nil, NetnsID{}, fmt.Errorf("netns %s: %w: namespace type %#x", path, ErrNotNetns, nstype)
+		return nil, NetnsID{}, fmt.Errorf("netns %s: %w: it is a %s namespace", path, ErrNotNetns, nsTypeName(nstype))
 	}
 	id, err := fdNetnsID(fd)
 	if err != nil {
@@ -116,4 +116,24 @@ func GlobalAddrs(fd int) ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
+}
+
+func nsTypeName(t int) string {
+	switch t {
+	case unix.CLONE_NEWNS:
+		return "mount"
+	case unix.CLONE_NEWPID:
+		return "pid"
+	case unix.CLONE_NEWUSER:
+		return "user"
+	case unix.CLONE_NEWUTS:
+		return "uts"
+	case unix.CLONE_NEWIPC:
+		return "ipc"
+	case unix.CLONE_NEWCGROUP:
+		return "cgroup"
+	case unix.CLONE_NEWTIME:
+		return "time"
+	}
+	return fmt.Sprintf("type %#x", t)
 }

@@ -189,9 +189,9 @@ func TestOpenNetnsRefusesWhatIsNoNetns(t *testing.T) {
 		file:                          "not a network namespace",
 		dir:                           "not a network namespace",
 		fifo:                          "not a network namespace",
-		"/proc/self/ns/mnt":           "namespace type",
-		"/proc/self/ns/pid":           "namespace type",
-		"/proc/self/ns/user":          "namespace type",
+		"/proc/self/ns/mnt":           "a mount namespace",
+		"/proc/self/ns/pid":           "a pid namespace",
+		"/proc/self/ns/user":          "a user namespace",
 		"/proc/self/ns/net":           "host",
 		filepath.Join(dir, "missing"): "no such file",
 	} {
