@@ -38,7 +38,7 @@ define step
 	@start=$$(date +%s); $(2); printf '=== %s: ok (%ss)\n' "$(1)" "$$(( $$(date +%s) - start ))"
 endef
 
-.PHONY: all build tools packages demo test fmt-check vet unit failpoints e2e e2e-run bench fuzz clean
+.PHONY: all build tools packages demo test fmt-check vet staticcheck unit failpoints e2e e2e-run bench fuzz clean
 
 all: build
 
@@ -60,8 +60,11 @@ fmt-check:
 		out=; if [[ -n "$$files" ]]; then out=$$(gofmt -l $$files); fi; \
 		if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi)
 
+staticcheck:
+	$(call step,staticcheck,$(CACHE)/bin/staticcheck ./...; $(CACHE)/bin/staticcheck -tags failpoints ./...)
+
 vet:
-	$(call step,go vet,$(GO) vet ./... && $(GO) vet -tags failpoints ./...)
+	$(call step,go vet,$(GO) vet ./...; $(GO) vet -tags failpoints ./...)
 
 unit:
 	$(call step,go test -race (unit/integration),pkgs="$(unit_pkgs)"; \
@@ -79,7 +82,7 @@ e2e-run:
 
 test: tools build
 	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory fmt-check vet unit failpoints e2e-run; \
+	$(MAKE) --no-print-directory fmt-check vet staticcheck unit failpoints e2e-run; \
 	printf '\n=== make test: all passed (%ss)\n' "$$(( $$(date +%s) - start ))"
 
 bench: tools build

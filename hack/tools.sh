@@ -14,6 +14,7 @@
 #
 # Everything lands in the git-ignored folder .cache/:
 #   .cache/bin/cnitool          cnitool ${CNITOOL_VERSION}
+#   .cache/bin/staticcheck      staticcheck ${STATICCHECK_VERSION}
 #   .cache/cni/bin/<plugin>     reference plugins ${PLUGINS_VERSION} + netns-pin
 #   .cache/stamps/              one file per built tool version
 set -euo pipefail
@@ -26,6 +27,7 @@ STAMP_DIR="${CACHE}/stamps"
 
 CNITOOL_VERSION="v1.3.1"
 PLUGINS_VERSION="v1.10.0"
+STATICCHECK_VERSION="v0.8.2"
 # Reference plugins (path under github.com/containernetworking/plugins/plugins/).
 PLUGINS=(
 	main/bridge
@@ -118,6 +120,8 @@ install_tools() {
 	ensure_go
 	go_install cnitool "${CNITOOL_VERSION}" "${BIN_DIR}" \
 		"github.com/containernetworking/cni/cnitool@${CNITOOL_VERSION}"
+	go_install staticcheck "${STATICCHECK_VERSION}" "${BIN_DIR}" \
+		"honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
 	local pkgs=() p sum
 	for p in "${PLUGINS[@]}"; do
 		pkgs+=("github.com/containernetworking/plugins/plugins/${p}@${PLUGINS_VERSION}")
