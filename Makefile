@@ -19,6 +19,9 @@ CACHE     := $(CURDIR)/.cache
 CNI_PATH  := $(CACHE)/cni/bin
 CNITOOL   := $(CACHE)/bin/cnitool
 BENCHTIME ?= 200ms
+BENCHCOUNT ?= 5
+BENCH_SCALE ?= 1
+BENCH_FLAGS ?=
 FUZZTIME  ?= 20s
 E2E_RUN   ?= .
 E2E_FLAGS ?=
@@ -85,8 +88,12 @@ test: tools build
 	$(MAKE) --no-print-directory fmt-check vet staticcheck unit failpoints e2e-run; \
 	printf '\n=== make test: all passed (%ss)\n' "$$(( $$(date +%s) - start ))"
 
+# hack/bench.sh (root): builds the baseline plugin, the Go benchmark test
+# binaries and the runner, then measures netns-pin against its baselines,
+# interleaved, runs the Go benchmarks, and prints one markdown table with
+# PASS/MISS per target (also kept in .cache/bench/last.md).
 bench: tools build
-	$(call step,go test -bench,$(E2E_ENV) $(GO) test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) ./...)
+	$(call step,bench,BENCHTIME='$(BENCHTIME)' BENCHCOUNT='$(BENCHCOUNT)' BENCH_SCALE='$(BENCH_SCALE)' BENCH_FLAGS='$(BENCH_FLAGS)' $(E2E_ENV) hack/bench.sh)
 
 # Runs each Fuzz target of each package for FUZZTIME (go test -fuzz takes one target at a time).
 fuzz:
