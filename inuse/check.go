@@ -1,0 +1,526 @@
+// Package inuse finds what still uses a pinned network namespace: Ceph
+// kernel clients (krbd devices, CephFS mounts), processes and kernel-owned
+// sockets.
+//
+// No kernel interface names a Ceph kernel client's netns. libceph takes a
+// reference on the netns of the process that maps or mounts
+// (net/ceph/messenger.c ceph_messenger_init, get_net(current->nsproxy->net_ns))
+// and opens every socket there, so a client is attributed to a pinned netns by
+// the address the cluster knows it by: rbd's client_addr and CephFS's debugfs
+// status carry the address the first monitor saw, which is one of the pin's
+// recorded addresses when the client lives in that netns. Clients whose
+// address cannot be read are "unattributed" and, by default, keep every pin.
+// Processes are attributed by their /proc/<pid>/ns/net identity, and sockets
+// by reading the TCP table from a thread that has entered the netns.
+//
+// The package reads text files only. It never stats, statfs's or reads
+// extended attributes of anything on a Ceph mount: a dead kernel client makes
+// those calls hang in uninterruptible sleep, taking the caller with it. That
+// is why process file descriptors are readlink'ed, never stat'ed, and mounts
+// are only ever seen through mountinfo.
+//
+// All roots are configurable (Options) so the same code runs against fixture
+// trees laid out like the kernel's sysfs, debugfs and procfs.
+//
+// Limits of attribution by address: a client whose traffic to the monitors
+// is source-NATed is known by the NAT address and looks like another
+// netns's client; two network namespaces with the same address cannot be
+// told apart (both pins see the client). Holder pods on a Multus storage
+// network have neither. Only a process's main thread's netns is looked at,
+// and a socket that is in flight between processes (SCM_RIGHTS) at the
+// moment of the scan is held by nobody and reported as a kernel socket.
+package inuse
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options configures a check. The zero value means the defaults.
+type Options struct {
+	// Sysfs, Debugfs and Proc are the roots of the file systems read;
+	// defaults "/sys", "/sys/kernel/debug", "/proc".
+	Sysfs, Debugfs, Proc string
+	// CephPorts are the remote ports that make a TCP socket a Ceph client
+	// socket; empty means DefaultCephPorts.
+	CephPorts Ports
+	// Unattributed is the policy for clients whose netns cannot be told;
+	// empty means PolicyBlock.
+	Unattributed Policy
+	// Timeout bounds a check; zero means DefaultTimeout. A check reads
+	// kernel files only, in milliseconds, but a kernel call that never
+	// returns must not hang the CNI DEL that runs it: Check then returns an
+	// error naming the file it was blocked on.
+	Timeout time.Duration
+}
+
+// DefaultTimeout is the Timeout of a zero Options.
+const DefaultTimeout = 10 * time.Second
+
+// DefaultOptions returns the options a zero Options stands for.
+func DefaultOptions() Options {
+	o, _ := Options{}.withDefaults()
+	return o
+}
+
+var defaultPorts = MustParsePorts(DefaultCephPorts)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Sysfs == "" {
+		o.Sysfs = "/sys"
+	}
+	if o.Debugfs == "" {
+		o.Debugfs = "/sys/kernel/debug"
+	}
+	if o.Proc == "" {
+		o.Proc = "/proc"
+	}
+	if o.CephPorts.IsEmpty() {
+		o.CephPorts = defaultPorts
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	p, err := ParsePolicy(string(o.Unattributed))
+	if err != nil {
+		return o, err
+	}
+	o.Unattributed = p
+	return o, nil
+}
+
+// Target is the pinned netns to check.
+type Target struct {
+	// NetnsPath is the pinned nsfs file. It is entered from a locked OS
+	// thread to read the netns's TCP sockets; empty skips the socket signal
+	// (it cannot be read without entering the netns).
+	NetnsPath string
+	// Dev and Ino are the nsfs identity (st_dev, st_ino) of the pinned
+	// netns. Processes whose /proc/<pid>/ns/net has this identity run in
+	// it; NetnsPath must have it too, so a replaced pin is noticed. Zero
+	// skips both (an nsfs inode is never 0). Inode numbers are reused after
+	// a netns dies, so this identity is only meaningful while it is pinned.
+	Dev, Ino uint64
+	// IPs are the global addresses recorded for the netns; a Ceph client
+	// whose address is one of them lives there.
+	IPs []netip.Addr
+	// PodUID is the holder pod's UID: its own processes (the pause
+	// container, which a runtime may stop after tearing the network down)
+	// are not references. Empty excludes nothing.
+	PodUID string
+}
+
+// Check returns every reference to the target netns, in a deterministic
+// order: rbd devices by number, CephFS clients, unattributed clients,
+// processes by pid, kernel sockets by endpoints. An error means the check
+// could not be completed; callers must then treat the netns as in use.
+//
+// Processes and devices that vanish while they are looked at are skipped;
+// processes whose namespace links the kernel refuses to show even to root
+// (EACCES, EPERM) are skipped too, since nothing can be learnt about them.
+func Check(t Target, o Options) ([]Reference, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &checker{t: t, o: o, dents: make([]byte, 32<<10)}
+	c.bufs = make([]workerBufs, min(runtime.GOMAXPROCS(0), maxWorkers))
+	for i := range c.bufs {
+		c.bufs[i].buf = make([]byte, 4<<10)
+	}
+	c.progress.items = make([]atomic.Int64, len(c.bufs))
+	for _, ip := range t.IPs {
+		if ip.IsValid() {
+			c.ips = append(c.ips, ip.Unmap().WithZone(""))
+		}
+	}
+	type result struct {
+		refs []Reference
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		refs, err := c.run()
+		done <- result{refs, err}
+	}()
+	timer := time.NewTimer(o.Timeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		return r.refs, r.err
+	case <-timer.C:
+		// The goroutine stays blocked in the kernel; nothing can
+		// interrupt it. It ends with the process, or when the call
+		// returns.
+		return nil, fmt.Errorf("in-use check did not finish within %s, blocked in %s", o.Timeout, &c.progress)
+	}
+}
+
+func (c *checker) run() ([]Reference, error) {
+	if err := c.ceph(); err != nil {
+		return nil, err
+	}
+	if err := c.processesAndSockets(); err != nil {
+		return nil, err
+	}
+	if c.o.Unattributed == PolicyBlock {
+		c.refs = append(c.refs, c.unattributed...)
+	}
+	return sortRefs(c.refs), nil
+}
+
+// maxWorkers bounds the goroutines reading files: past a few, the kernel's
+// locks, not the CPUs, limit the rate, and the node has other work to do.
+const maxWorkers = 8
+
+type checker struct {
+	t        Target
+	o        Options
+	ips      []netip.Addr
+	dents    []byte // getdents buffer of the top-level directories
+	bufs     []workerBufs
+	progress progress
+
+	refs         []Reference
+	unattributed []Reference
+
+	// noStatus indexes the debugfs client directories without a status
+	// file (rbd clients, and CephFS clients before Linux 5.11) into
+	// claimed, set once an rbd device is found to use that client. It is
+	// nil when unattributed clients are ignored: then nobody asks.
+	noStatus   map[string]int
+	claimed    []atomic.Bool
+	unresolved atomic.Int64
+}
+
+// ours reports whether a client address is one of the pin's.
+func (c *checker) ours(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	for _, ip := range c.ips {
+		if ip == a {
+			return true
+		}
+	}
+	return false
+}
+
+// ceph runs the krbd, CephFS and unattributed-client signals.
+func (c *checker) ceph() error {
+	cephDir := filepath.Join(c.o.Debugfs, "ceph")
+	c.progress.set("open " + cephDir)
+	dfd, err := openDir(cephDir)
+	var noStatus []string
+	switch {
+	case err == nil:
+		defer unix.Close(dfd)
+		if noStatus, err = c.debugfsClients(dfd, cephDir); err != nil {
+			return err
+		}
+	case errors.Is(err, unix.ENOENT) || isDenied(err):
+		// debugfs not mounted, libceph not loaded, or debugfs locked
+		// down: CephFS kernel clients are only visible in mountinfo.
+		dfd = -1
+	default:
+		return fmt.Errorf("open %s: %w", cephDir, err)
+	}
+	if c.o.Unattributed == PolicyBlock && len(noStatus) > 0 {
+		c.noStatus = make(map[string]int, len(noStatus))
+		for i, n := range noStatus {
+			c.noStatus[n] = i
+		}
+		c.claimed = make([]atomic.Bool, len(noStatus))
+		c.unresolved.Store(int64(len(noStatus)))
+	}
+	if err := c.rbdDevices(); err != nil {
+		return err
+	}
+	if c.o.Unattributed != PolicyBlock {
+		return nil
+	}
+	if dfd < 0 {
+		return c.mountinfo()
+	}
+	c.progress.set("stat debugfs client directories in " + cephDir)
+	for i, name := range noStatus {
+		if c.claimed[i].Load() || !existsAt(dfd, name) {
+			continue // an rbd device's client, or gone
+		}
+		fsid, id, _ := ParseClientDirName(name)
+		c.unattributed = append(c.unattributed, Reference{
+			Kind: KindCephClient, ClusterFSID: fsid, ClientID: id,
+			Reason: "debugfs client without status and without rbd device (CephFS before Linux 5.11, or rbd client between map and unmap)",
+		})
+	}
+	return nil
+}
+
+// debugfsClients reads <debugfs>/ceph/<fsid>.client<gid>/status. Every
+// libceph client (rbd and CephFS alike) has such a directory
+// (net/ceph/debugfs.c); only CephFS clients have "status" (fs/ceph/debugfs.c,
+// Linux >= 5.11), whose instance line carries the address the monitors saw.
+// It returns the directories without status, sorted.
+func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
+	c.progress.set("read directory " + dir)
+	names, err := dirNames(dfd, c.dents, func(name []byte, typ uint8) bool {
+		return typ == unix.DT_DIR || typ == unix.DT_UNKNOWN
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dir, err)
+	}
+	const (
+		other = iota
+		ours
+		unattributed
+		noStatus
+	)
+	type result struct {
+		what int
+		ref  Reference
+	}
+	res := make([]result, len(names))
+	describe := func(i int) string { return "read " + filepath.Join(dir, names[i], "status") }
+	err = c.parallel(len(names), describe, func(w, i int) error {
+		fsid, id, ok := ParseClientDirName(names[i])
+		if !ok {
+			return nil
+		}
+		data, err := readAt(dfd, names[i]+"/status", c.bufs[w].buf)
+		switch {
+		case err == nil:
+		case isGone(err):
+			res[i].what = noStatus
+			return nil
+		default:
+			return fmt.Errorf("read %s: %w", filepath.Join(dir, names[i], "status"), err)
+		}
+		st, err := ParseStatus(string(data))
+		if err != nil {
+			res[i] = result{unattributed, Reference{
+				Kind: KindCephClient, ClusterFSID: fsid, ClientID: id,
+				Reason: "unreadable debugfs status: " + err.Error(),
+			}}
+			return nil
+		}
+		addr := st.Addr.AddrPort.Addr()
+		switch {
+		case c.ours(addr):
+			res[i] = result{ours, Reference{
+				Kind: KindCephFS, ClusterFSID: fsid, ClientID: id,
+				ClientAddr: st.Addr.String(), Addr: addr.Unmap(), Blocklisted: st.Blocklisted,
+			}}
+		case addr.IsUnspecified():
+			res[i] = result{unattributed, Reference{
+				Kind: KindCephClient, ClusterFSID: fsid, ClientID: id, ClientAddr: st.Addr.String(),
+				Reason: "CephFS client has no address yet",
+			}}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var without []string
+	for i, r := range res {
+		switch r.what {
+		case ours:
+			c.refs = append(c.refs, r.ref)
+		case unattributed:
+			c.unattributed = append(c.unattributed, r.ref)
+		case noStatus:
+			without = append(without, names[i])
+		}
+	}
+	slices.Sort(without)
+	return without, nil
+}
+
+// rbdDevices reads /sys/bus/rbd/devices/<id>/ (Documentation/ABI/testing/
+// sysfs-bus-rbd). client_addr (Linux >= 4.9) is "%pISpc/%u" of the client's
+// address as the first monitor saw it (learnt in messenger_v2.c
+// process_hello, messenger_v1.c process_banner). Devices mapped from one
+// netns with the same options share one client unless mapped with "noshare";
+// libceph never shares a client across network namespaces.
+func (c *checker) rbdDevices() error {
+	dir := filepath.Join(c.o.Sysfs, "bus", "rbd", "devices")
+	c.progress.set("open " + dir)
+	fd, err := openDir(dir)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // rbd module not loaded
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	// Entries are symlinks to ../../../devices/rbd/<id>.
+	ids, err := dirNames(fd, c.dents, func(name []byte, _ uint8) bool { return isDigits(name) && len(name) <= 9 })
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	res := make([]Reference, len(ids))
+	describe := func(i int) string { return "read attributes of " + filepath.Join(dir, ids[i]) }
+	err = c.parallel(len(ids), describe, func(w, i int) error {
+		var err error
+		res[i], err = c.rbdDevice(fd, dir, ids[i], c.bufs[w].buf)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		switch r.Kind {
+		case KindRBD:
+			c.refs = append(c.refs, r)
+		case KindCephClient:
+			c.unattributed = append(c.unattributed, r)
+		}
+	}
+	return nil
+}
+
+// rbdDevice reads one device. It returns a reference of kind KindRBD when
+// the device is the pin's, KindCephClient when it cannot be attributed (and
+// unattributed clients count), and no kind otherwise; on the way it claims
+// the debugfs directory of the device's client.
+func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, error) {
+	dirfd, prefix := fd, id+"/"
+	attr := func(a string) (string, bool, error) {
+		data, err := readAt(dirfd, prefix+a, buf)
+		if isGone(err) {
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("read %s: %w", filepath.Join(dir, id, a), err)
+		}
+		return trimSpace(data), true, nil
+	}
+	raw, ok, err := attr("client_addr")
+	if err != nil {
+		return Reference{}, err
+	}
+	var ref Reference
+	switch {
+	case !ok && !existsAt(fd, id):
+		return Reference{}, nil // unmapped while we looked
+	case !ok:
+		ref = Reference{Kind: KindCephClient, Reason: "rbd device without client_addr (Linux before 4.9)"}
+	default:
+		ca, perr := ParseClientAddr(raw)
+		switch {
+		case perr != nil:
+			ref = Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "unreadable client_addr: " + perr.Error()}
+		case ca.AddrPort.Addr().IsUnspecified():
+			ref = Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "rbd client has no address yet"}
+		case c.ours(ca.AddrPort.Addr()):
+			ref = Reference{Kind: KindRBD, ClientAddr: raw, Addr: ca.AddrPort.Addr().Unmap()}
+		}
+	}
+	if ref.Kind == KindCephClient && c.o.Unattributed != PolicyBlock {
+		ref = Reference{} // unattributed clients are ignored
+	}
+	if ref.Kind == "" && c.unresolved.Load() == 0 {
+		// Another netns's device, and no debugfs directory left that
+		// its client could be the owner of.
+		return Reference{}, nil
+	}
+	if ref.Kind != "" {
+		// Six more attributes to read: open the device directory once,
+		// so that each read does not resolve the bus symlink
+		// (../../../devices/rbd/<id>) again.
+		devfd, err := unix.Openat(fd, id, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if isGone(err) {
+			return Reference{}, nil
+		}
+		if err != nil {
+			return Reference{}, fmt.Errorf("open %s: %w", filepath.Join(dir, id), err)
+		}
+		defer unix.Close(devfd)
+		dirfd, prefix = devfd, ""
+	}
+	fsid, _, err := attr("cluster_fsid")
+	if err != nil {
+		return Reference{}, err
+	}
+	cid, _, err := attr("client_id")
+	if err != nil {
+		return Reference{}, err
+	}
+	if c.unresolved.Load() > 0 {
+		if i, ok := c.noStatus[fsid+"."+cid]; ok && c.claimed[i].CompareAndSwap(false, true) {
+			c.unresolved.Add(-1)
+		}
+	}
+	if ref.Kind == "" {
+		return Reference{}, nil
+	}
+	ref.Device = "rbd" + id
+	ref.ClusterFSID, ref.ClientID = fsid, cid
+	if ref.Pool, _, err = attr("pool"); err != nil {
+		return Reference{}, err
+	}
+	if ref.PoolNamespace, _, err = attr("pool_ns"); err != nil {
+		return Reference{}, err
+	}
+	if ref.Image, _, err = attr("name"); err != nil {
+		return Reference{}, err
+	}
+	if ref.Snap, _, err = attr("current_snap"); err != nil {
+		return Reference{}, err
+	}
+	if ref.Snap == "-" {
+		ref.Snap = ""
+	}
+	return ref, nil
+}
+
+// mountinfo reports the CephFS kernel mounts of the host mount namespace
+// (<proc>/1/mountinfo) as unattributed: without debugfs nothing tells their
+// netns. Only the text is read; the mount points are never touched. Bind
+// mounts of one superblock (kubelet's staging and publish paths) are one
+// client and reported once, at their first mount point.
+func (c *checker) mountinfo() error {
+	path := filepath.Join(c.o.Proc, "1", "mountinfo")
+	c.progress.set("read " + path)
+	data, err := readFileAll(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	seen := map[[2]uint32]bool{}
+	for line := range linesOf(data) {
+		if !containsCephFSType(line) {
+			continue
+		}
+		m, err := ParseMountinfoLine(string(line))
+		if err != nil {
+			// Unknown format: the line is still a ceph mount.
+			c.unattributed = append(c.unattributed, Reference{
+				Kind: KindCephClient, Source: string(line),
+				Reason: "CephFS kernel mount, no debugfs to tell its netns, " + err.Error(),
+			})
+			continue
+		}
+		if m.FSType != "ceph" {
+			continue
+		}
+		if seen[[2]uint32{m.Major, m.Minor}] {
+			continue
+		}
+		seen[[2]uint32{m.Major, m.Minor}] = true
+		ref := Reference{
+			Kind: KindCephClient, Source: m.Source, Mountpoint: m.Mountpoint,
+			Reason: "CephFS kernel mount, no debugfs to tell its netns",
+		}
+		if cs, err := ParseCephSource(m.Source, m.SuperOptions); err == nil {
+			ref.ClusterFSID, ref.Monitors = cs.FSID, cs.Monitors
+		}
+		c.unattributed = append(c.unattributed, ref)
+	}
+	return nil
+}

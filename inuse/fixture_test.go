@@ -1,0 +1,258 @@
+package inuse
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// fixture builds sysfs, debugfs and procfs trees laid out like the kernel's
+// under a temporary directory:
+//
+//	sys/devices/rbd/<id>/{client_addr,client_id,cluster_fsid,pool,pool_ns,name,current_snap,...}
+//	sys/bus/rbd/devices/<id> -> ../../../devices/rbd/<id>
+//	debug/ceph/<fsid>.client<gid>/{monc,osdc,client_options[,status]}
+//	proc/1/mountinfo
+//	proc/<pid>/{comm,cgroup,ns/net -> <netns>,fd/<n> -> socket:[ino]}
+//	proc/thread-self/net/{tcp,tcp6}
+type fixture struct {
+	tb                   testing.TB
+	root                 string
+	sysfs, debugfs, proc string
+	// pinned and other stand for two network namespaces: processes whose
+	// ns/net links to pinned are in the target netns.
+	pinned, other string
+}
+
+const (
+	fsidA = "b3a1c3a4-7e2d-4e0f-9a4b-1f2e3d4c5b6a"
+	fsidB = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
+)
+
+var (
+	ourIP4   = netip.MustParseAddr("192.168.20.5")
+	ourIP6   = netip.MustParseAddr("fd00::17")
+	otherIP4 = netip.MustParseAddr("192.168.20.6")
+)
+
+func newFixture(tb testing.TB) *fixture {
+	tb.Helper()
+	root := tb.TempDir()
+	f := &fixture{
+		tb: tb, root: root,
+		sysfs:   filepath.Join(root, "sys"),
+		debugfs: filepath.Join(root, "debug"),
+		proc:    filepath.Join(root, "proc"),
+		pinned:  filepath.Join(root, "netns-pinned"),
+		other:   filepath.Join(root, "netns-other"),
+	}
+	for _, d := range []string{f.sysfs, f.debugfs, f.proc} {
+		require.NoError(tb, os.MkdirAll(d, 0o755))
+	}
+	f.write(f.pinned, "")
+	f.write(f.other, "")
+	// Every /proc has these; the checker must skip non-numeric entries.
+	f.write(filepath.Join(f.proc, "sys", "kernel", "ostype"), "Linux\n")
+	f.write(filepath.Join(f.proc, "1", "mountinfo"), baseMountinfo)
+	// debugfs mounted and libceph loaded; see noDebugfs.
+	require.NoError(tb, os.MkdirAll(filepath.Join(f.debugfs, "ceph"), 0o755))
+	return f
+}
+
+const baseMountinfo = `22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/vda rw
+23 22 0:5 / /proc rw,nosuid,nodev,noexec,relatime shared:2 - proc proc rw
+24 22 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:3 - sysfs sysfs rw
+25 22 0:40 / /var/lib/kubelet/fuse rw,relatime shared:9 - fuse.ceph-fuse ceph-fuse rw,user_id=0,group_id=0,allow_other
+`
+
+func (f *fixture) write(path, content string) {
+	f.tb.Helper()
+	require.NoError(f.tb, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(f.tb, os.WriteFile(path, []byte(content), 0o644))
+}
+
+func (f *fixture) symlink(target, path string) {
+	f.tb.Helper()
+	require.NoError(f.tb, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(f.tb, os.Symlink(target, path))
+}
+
+// rbdDev is an rbd device's sysfs attributes; attributes listed in Omit are
+// not created (older kernels), all others end in "\n" unless NoNewline.
+type rbdDev struct {
+	ClientAddr, ClientID, FSID string
+	Pool, PoolNS, Name, Snap   string
+	Omit                       []string
+	NoNewline                  bool
+}
+
+func (f *fixture) rbd(id int, d rbdDev) {
+	f.tb.Helper()
+	dir := filepath.Join(f.sysfs, "devices", "rbd", strconv.Itoa(id))
+	nl := "\n"
+	if d.NoNewline {
+		nl = ""
+	}
+	attrs := map[string]string{
+		"client_addr": d.ClientAddr, "client_id": d.ClientID, "cluster_fsid": d.FSID,
+		"pool": d.Pool, "pool_ns": d.PoolNS, "name": d.Name, "current_snap": d.Snap,
+		// Extra attributes the checker does not read.
+		"size": "1073741824", "major": "251", "minor": strconv.Itoa(id * 16),
+		"features": "0x000000000000003d", "image_id": "1a2b3c4d5e6f", "pool_id": "2",
+		"snap_id": "18446744073709551614", "parent": "(no parent image)",
+	}
+	if d.Snap == "" {
+		attrs["current_snap"] = "-"
+	}
+	for k, v := range attrs {
+		if contains(d.Omit, k) {
+			continue
+		}
+		f.write(filepath.Join(dir, k), v+nl)
+	}
+	require.NoError(f.tb, os.MkdirAll(filepath.Join(dir, "power"), 0o755))
+	f.symlink(filepath.Join("..", "..", "..", "devices", "rbd", strconv.Itoa(id)),
+		filepath.Join(f.sysfs, "bus", "rbd", "devices", strconv.Itoa(id)))
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// debugfsClient creates <debugfs>/ceph/<fsid>.client<gid>/; status "" means
+// no status file (an rbd client, or CephFS before Linux 5.11).
+func (f *fixture) debugfsClient(fsid string, gid int, status string) {
+	f.tb.Helper()
+	dir := filepath.Join(f.debugfs, "ceph", fmt.Sprintf("%s.client%d", fsid, gid))
+	f.write(filepath.Join(dir, "monc"), "have monmap 2 want 3+\nhave osdmap 42\n")
+	f.write(filepath.Join(dir, "osdc"), "REQUESTS 0 homeless 0\nLINGER REQUESTS\n")
+	f.write(filepath.Join(dir, "client_options"), "name=admin,secret=<hidden>\n")
+	if status != "" {
+		f.write(filepath.Join(dir, "status"), status)
+	}
+}
+
+// cephfsStatus is fs/ceph/debugfs.c status_show's output.
+func cephfsStatus(gid int, addr string) string {
+	return fmt.Sprintf("instance: client.%d (3)%s/3527561932\nblocklisted: false\n", gid, addr)
+}
+
+// noDebugfs removes <debugfs>/ceph, as when debugfs is not mounted.
+func (f *fixture) noDebugfs() {
+	f.tb.Helper()
+	require.NoError(f.tb, os.RemoveAll(filepath.Join(f.debugfs, "ceph")))
+}
+
+func (f *fixture) mountinfo(lines ...string) {
+	f.tb.Helper()
+	f.write(filepath.Join(f.proc, "1", "mountinfo"), baseMountinfo+strings.Join(lines, "\n")+"\n")
+}
+
+// proc is a process of the fixture /proc.
+type proc struct {
+	Comm   string
+	Cgroup string // content of <pid>/cgroup; default: a plain system service
+	Netns  string // target of <pid>/ns/net; "" for none (vanished, zombie)
+	FDs    map[int]string
+}
+
+func (f *fixture) process(pid int, p proc) {
+	f.tb.Helper()
+	dir := filepath.Join(f.proc, strconv.Itoa(pid))
+	f.write(filepath.Join(dir, "comm"), p.Comm+"\n")
+	cg := p.Cgroup
+	if cg == "" {
+		cg = "0::/system.slice/" + p.Comm + ".service\n"
+	}
+	f.write(filepath.Join(dir, "cgroup"), cg)
+	require.NoError(f.tb, os.MkdirAll(filepath.Join(dir, "ns"), 0o755))
+	if p.Netns != "" {
+		f.symlink(p.Netns, filepath.Join(dir, "ns", "net"))
+	}
+	require.NoError(f.tb, os.MkdirAll(filepath.Join(dir, "fd"), 0o755))
+	f.symlink("/dev/null", filepath.Join(dir, "fd", "0"))
+	f.symlink("pipe:[4242]", filepath.Join(dir, "fd", "1"))
+	for n, target := range p.FDs {
+		f.symlink(target, filepath.Join(dir, "fd", strconv.Itoa(n)))
+	}
+}
+
+const (
+	tcpHeader  = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+	tcp6Header = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+)
+
+// tcp writes <proc>/thread-self/net/tcp and tcp6 from socket descriptions.
+func (f *fixture) tcp(v4, v6 []TCPSocket) {
+	f.tb.Helper()
+	var b4, b6 strings.Builder
+	b4.WriteString(tcpHeader)
+	b6.WriteString(tcp6Header)
+	for i, s := range v4 {
+		b4.WriteString(tcpLine(i, s))
+	}
+	for i, s := range v6 {
+		b6.WriteString(tcpLine(i, s))
+	}
+	f.write(filepath.Join(f.proc, "thread-self", "net", "tcp"), b4.String())
+	f.write(filepath.Join(f.proc, "thread-self", "net", "tcp6"), b6.String())
+}
+
+// tcpLine formats a socket like net/ipv4/tcp_ipv4.c get_tcp4_sock and
+// net/ipv6/tcp_ipv6.c get_tcp6_sock: each 32-bit word of the address in host
+// byte order with %08X.
+func tcpLine(sl int, s TCPSocket) string {
+	return fmt.Sprintf("%4d: %s %s %02X 00000000:00000000 00:00000000 00000000 %5d        0 %d 1 0000000000000000 20 4 30 10 -1\n",
+		sl, hexAddrPort(s.Local), hexAddrPort(s.Remote), s.State, s.UID, s.Inode)
+}
+
+func hexAddrPort(ap netip.AddrPort) string {
+	var b strings.Builder
+	raw := ap.Addr().AsSlice()
+	for w := 0; w < len(raw); w += 4 {
+		fmt.Fprintf(&b, "%08X", binary.NativeEndian.Uint32(raw[w:w+4]))
+	}
+	fmt.Fprintf(&b, ":%04X", ap.Port())
+	return b.String()
+}
+
+// target is the fixture's pinned netns (no NetnsPath: the socket signal
+// needs a real netns, see selfTarget).
+func (f *fixture) target(ips ...netip.Addr) Target {
+	f.tb.Helper()
+	var st unix.Stat_t
+	require.NoError(f.tb, unix.Stat(f.pinned, &st))
+	return Target{Dev: uint64(st.Dev), Ino: st.Ino, IPs: ips, PodUID: holderUID}
+}
+
+// selfTarget targets the test's own netns, so the socket signal enters a
+// real netns (harmlessly: it is the current one) and reads the fixture's
+// <proc>/thread-self/net files. Fixture processes in the pinned netns must
+// then link to selfNetns.
+func (f *fixture) selfTarget(ips ...netip.Addr) Target {
+	f.tb.Helper()
+	var st unix.Stat_t
+	require.NoError(f.tb, unix.Stat(selfNetns, &st))
+	return Target{NetnsPath: selfNetns, Dev: uint64(st.Dev), Ino: st.Ino, IPs: ips, PodUID: holderUID}
+}
+
+const selfNetns = "/proc/self/ns/net"
+
+const holderUID = "6f1c2d3e-4b5a-4c6d-9e8f-0a1b2c3d4e5f"
+
+func (f *fixture) options(p Policy) Options {
+	return Options{Sysfs: f.sysfs, Debugfs: f.debugfs, Proc: f.proc, Unattributed: p}
+}

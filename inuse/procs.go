@@ -1,0 +1,331 @@
+package inuse
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"iter"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
+)
+
+// processesAndSockets runs the process and kernel-socket signals in one pass
+// over <proc>: the TCP table of the netns is read first, and only when it has
+// candidate sockets (TCP to a Ceph port, not listening, with a socket inode)
+// are the processes' file descriptors read to find who holds them.
+func (c *checker) processesAndSockets() error {
+	var cands []TCPSocket
+	if c.t.NetnsPath != "" {
+		var err error
+		if cands, err = c.readSockets(); err != nil {
+			return err
+		}
+	}
+	held, err := c.processes(cands)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(held, false) {
+		return nil
+	}
+	// A process that exited between the two reads closed its sockets:
+	// they are gone, or orphaned with inode 0, so read the table again and
+	// keep only the unheld sockets that still exist with the same inode.
+	again, err := c.readSockets()
+	if err != nil {
+		return err
+	}
+	still := make(map[uint64]bool, len(again))
+	for _, s := range again {
+		still[s.Inode] = true
+	}
+	for i, s := range cands {
+		if held[i] || !still[s.Inode] {
+			continue
+		}
+		c.refs = append(c.refs, Reference{Kind: KindSocket, Local: s.Local, Remote: s.Remote, Inode: s.Inode})
+	}
+	return nil
+}
+
+// readSockets returns the candidate sockets of the target netns: TCP sockets
+// whose remote port is a Ceph port, not LISTEN, with a nonzero inode (TIME_WAIT
+// and orphaned sockets have none; nothing can hold them and they hold no
+// client). /proc/thread-self/net follows the calling thread's netns, unlike
+// /proc/self/net, which follows the thread-group leader's; ns.NetNS.Do runs
+// the read on a locked OS thread that has entered the netns and restores it
+// (or lets the thread die) afterwards.
+func (c *checker) readSockets() ([]TCPSocket, error) {
+	c.progress.set("open netns " + c.t.NetnsPath)
+	netns, err := ns.GetNS(c.t.NetnsPath)
+	if err != nil {
+		return nil, fmt.Errorf("open netns %s: %w", c.t.NetnsPath, err)
+	}
+	defer netns.Close()
+	if c.t.Dev != 0 || c.t.Ino != 0 {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(netns.Fd()), &st); err != nil {
+			return nil, fmt.Errorf("stat netns %s: %w", c.t.NetnsPath, err)
+		}
+		if uint64(st.Dev) != c.t.Dev || st.Ino != c.t.Ino {
+			return nil, fmt.Errorf("netns %s is %d:%d, not the pinned netns %d:%d", c.t.NetnsPath, st.Dev, st.Ino, c.t.Dev, c.t.Ino)
+		}
+	}
+	c.progress.set("read TCP sockets in netns " + c.t.NetnsPath)
+	var tables [2][]byte
+	paths := [2]string{
+		filepath.Join(c.o.Proc, "thread-self", "net", "tcp"),
+		filepath.Join(c.o.Proc, "thread-self", "net", "tcp6"),
+	}
+	err = netns.Do(func(ns.NetNS) error {
+		for i, p := range paths {
+			data, err := readFileAll(p)
+			if i == 1 && errors.Is(err, unix.ENOENT) {
+				continue // IPv6 disabled
+			}
+			if err != nil {
+				return fmt.Errorf("read %s in netns %s: %w", p, c.t.NetnsPath, err)
+			}
+			tables[i] = data
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var cands []TCPSocket
+	for i, data := range tables {
+		first := true
+		for line := range linesOf(data) {
+			if first { // header
+				first = false
+				continue
+			}
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue
+			}
+			s, err := ParseTCPLine(string(line))
+			if err != nil {
+				return nil, fmt.Errorf("%s in netns %s: %w", paths[i], c.t.NetnsPath, err)
+			}
+			if s.State != TCPListen && s.Inode != 0 && c.o.CephPorts.Contains(s.Remote.Port()) {
+				cands = append(cands, s)
+			}
+		}
+	}
+	return cands, nil
+}
+
+// processes finds processes in the target netns and, when there are
+// candidate sockets, the processes holding them. It returns which candidates
+// some process holds (including the holder pod's own processes: their
+// sockets are not kernel sockets either).
+func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
+	held := make([]bool, len(cands))
+	var index map[uint64]int
+	if len(cands) > 0 {
+		index = make(map[uint64]int, len(cands))
+		for i, s := range cands {
+			index[s.Inode] = i
+		}
+	}
+	if c.t.Ino == 0 && len(cands) == 0 {
+		return held, nil
+	}
+	var needles [][]byte
+	if c.t.PodUID != "" {
+		// cgroupfs driver: .../kubepods/burstable/pod<uid>/<container>;
+		// systemd driver: kubepods-burstable-pod<uid with _ for ->.slice.
+		needles = append(needles, []byte("pod"+c.t.PodUID))
+		if strings.Contains(c.t.PodUID, "-") {
+			needles = append(needles, []byte("pod"+strings.ReplaceAll(c.t.PodUID, "-", "_")))
+		}
+	}
+	c.progress.set("read directory " + c.o.Proc)
+	procfd, err := openDir(c.o.Proc)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", c.o.Proc, err)
+	}
+	defer unix.Close(procfd)
+	// Numeric entries only: not self, thread-self, sys, ...
+	pids, err := dirNames(procfd, c.dents, func(name []byte, _ uint8) bool { return isDigits(name) && len(name) <= 9 })
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", c.o.Proc, err)
+	}
+	if index != nil {
+		for i := range c.bufs {
+			c.bufs[i].dents = make([]byte, 16<<10)
+		}
+	}
+	type result struct {
+		ref  Reference // Kind "" when the process is not a reference
+		mine []int     // candidates it holds
+	}
+	res := make([]result, len(pids))
+	describe := func(i int) string {
+		if index != nil {
+			return "read ns/net, fd/, cgroup or comm of " + filepath.Join(c.o.Proc, pids[i])
+		}
+		return "read ns/net, cgroup or comm of " + filepath.Join(c.o.Proc, pids[i])
+	}
+	err = c.parallel(len(pids), describe, func(w, i int) error {
+		pid, b := pids[i], &c.bufs[w]
+		inNetns := false
+		if c.t.Ino != 0 {
+			var st unix.Stat_t
+			err := statAt(procfd, pid+"/ns/net", &st)
+			switch {
+			case err == nil:
+				inNetns = uint64(st.Dev) == c.t.Dev && st.Ino == c.t.Ino
+			case isGone(err):
+				return nil
+			case isDenied(err):
+			default:
+				return fmt.Errorf("stat %s: %w", filepath.Join(c.o.Proc, pid, "ns", "net"), err)
+			}
+		}
+		var mine []int
+		if index != nil {
+			var err error
+			if mine, err = heldSockets(procfd, pid, index, b.dents); err != nil {
+				return fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "fd"), err)
+			}
+		}
+		if !inNetns && len(mine) == 0 {
+			return nil
+		}
+		res[i].mine = mine
+		cg, err := readAt(procfd, pid+"/cgroup", b.buf)
+		switch {
+		case err == nil:
+			for _, n := range needles {
+				if bytes.Contains(cg, n) {
+					return nil // the holder pod's own process
+				}
+			}
+		case isGone(err):
+			return nil
+		case isDenied(err):
+		default:
+			return fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "cgroup"), err)
+		}
+		comm, err := readAt(procfd, pid+"/comm", b.buf)
+		if isGone(err) {
+			return nil
+		}
+		if err != nil && !isDenied(err) {
+			return fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "comm"), err)
+		}
+		ref := Reference{Kind: KindProcess, PID: atoiDigits(pid), Comm: trimSpace(comm), InNetns: inNetns, Sockets: len(mine)}
+		if len(mine) > 0 {
+			first := slices.MinFunc(mine, func(a, b int) int {
+				return cmp.Or(cands[a].Local.Compare(cands[b].Local), cands[a].Remote.Compare(cands[b].Remote))
+			})
+			ref.Local, ref.Remote = cands[first].Local, cands[first].Remote
+		}
+		res[i].ref = ref
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range res {
+		for _, i := range r.mine {
+			held[i] = true
+		}
+		if r.ref.Kind != "" {
+			c.refs = append(c.refs, r.ref)
+		}
+	}
+	return held, nil
+}
+
+// heldSockets returns the indexes of the candidate sockets that the process
+// pid holds, each once. Descriptors are readlink'ed ("socket:[ino]"),
+// never stat'ed: stat would follow a descriptor of a file on a Ceph mount
+// into the file system and hang on a dead client. A process that exits or
+// that the kernel does not let us look into holds nothing we can see.
+func heldSockets(procfd int, pid string, index map[uint64]int, dents []byte) ([]int, error) {
+	fd, err := unix.Openat(procfd, pid+"/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if isGone(err) || isDenied(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var link [64]byte
+	var out []int
+	err = walkDir(fd, dents, func(name []byte, _ uint8) error {
+		n, err := unix.Readlinkat(fd, string(name), link[:])
+		if err != nil {
+			if isGone(err) || isDenied(err) {
+				return nil
+			}
+			return err
+		}
+		ino, ok := socketInode(link[:n])
+		if !ok {
+			return nil
+		}
+		if i, ok := index[ino]; ok && !slices.Contains(out, i) {
+			out = append(out, i)
+		}
+		return nil
+	})
+	if isGone(err) {
+		err = nil
+	}
+	return out, err
+}
+
+// socketInode parses a descriptor link "socket:[12345]" (net/socket.c
+// sockfs_dname).
+func socketInode(l []byte) (uint64, bool) {
+	const prefix = "socket:["
+	if len(l) <= len(prefix)+1 || string(l[:len(prefix)]) != prefix || l[len(l)-1] != ']' {
+		return 0, false
+	}
+	digits := l[len(prefix) : len(l)-1]
+	if !isDigits(digits) {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range digits {
+		d := uint64(c - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+func readFileAll(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// linesOf yields the lines of data without their newline.
+func linesOf(data []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for len(data) > 0 {
+			i := bytes.IndexByte(data, '\n')
+			var line []byte
+			if i < 0 {
+				line, data = data, nil
+			} else {
+				line, data = data[:i], data[i+1:]
+			}
+			if !yield(line) {
+				return
+			}
+		}
+	}
+}
+
+func containsCephFSType(line []byte) bool { return bytes.Contains(line, []byte(" - ceph ")) }

@@ -1,0 +1,265 @@
+package inuse
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Small, allocation-free file system helpers. The check reads thousands of
+// tiny sysfs, debugfs and procfs files on every holder DEL; os.ReadFile costs
+// open, an epoll registration attempt, fstat, two reads and close per file,
+// these helpers open (relative to an open directory, so the kernel does not
+// walk the whole path again), read once and close.
+
+// openDir opens a directory for getdents and *at calls.
+func openDir(path string) (int, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return fd, err
+	}
+}
+
+// walkDir calls fn with the name and d_type of every entry of the open
+// directory fd except "." and "..". name aliases buf and is only valid
+// during the call. fn returning an error stops the walk.
+func walkDir(fd int, buf []byte, fn func(name []byte, typ uint8) error) error {
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+		// struct linux_dirent64 { u64 d_ino; s64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+		for off := 0; off+19 <= n; {
+			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+			if reclen < 19 || off+reclen > n {
+				return errors.New("getdents: malformed record")
+			}
+			typ := buf[off+18]
+			name := buf[off+19 : off+reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			off += reclen
+			if len(name) == 0 || (name[0] == '.' && (len(name) == 1 || (len(name) == 2 && name[1] == '.'))) {
+				continue
+			}
+			if err := fn(name, typ); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// readAt reads the file name (relative to dirfd) into buf and returns the
+// bytes read, which alias buf. sysfs attributes and single_open seq_files
+// produce their whole content in one read, so a read that does not fill the
+// buffer is the whole file; when it fills, reading continues into a grown
+// copy. The returned slice is valid until buf is reused.
+func readAt(dirfd int, name string, buf []byte) ([]byte, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	total := 0
+	for {
+		n, err := unix.Read(fd, buf[total:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		total += n
+		if n == 0 || total < len(buf) {
+			return buf[:total], nil
+		}
+		buf = append(buf[:total], make([]byte, len(buf))...)
+		buf = buf[:cap(buf)]
+	}
+}
+
+// statAt stats name relative to dirfd, following symlinks (the ns/net links
+// in procfs resolve to the nsfs inode).
+func statAt(dirfd int, name string, st *unix.Stat_t) error {
+	for {
+		err := unix.Fstatat(dirfd, name, st, 0)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// existsAt reports whether name exists relative to dirfd without following a
+// final symlink. Errors other than ENOENT count as existing: callers use it to
+// tell "vanished during the scan" from everything else.
+func existsAt(dirfd int, name string) bool {
+	var st unix.Stat_t
+	err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return !errors.Is(err, unix.ENOENT)
+}
+
+// isGone reports errors that mean the object went away while we looked:
+// a process that exited (ENOENT, ESRCH) or a device that was removed
+// (ENODEV from an attribute of a deleted kobject).
+func isGone(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENODEV)
+}
+
+// isDenied reports permission errors. As root they still happen for
+// processes the kernel or an LSM protects (here PID 1's ns links).
+func isDenied(err error) bool {
+	return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)
+}
+
+func isDigits(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// atoiDigits converts a string of digits known to be short (pids, device ids).
+func atoiDigits(s string) int {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		n = n*10 + int(s[i]-'0')
+	}
+	return n
+}
+
+func trimSpace(b []byte) string { return string(bytes.TrimSpace(b)) }
+
+// workerBufs are one goroutine's buffers.
+type workerBufs struct {
+	buf   []byte // small files
+	dents []byte // getdents of a nested directory (/proc/<pid>/fd)
+}
+
+// parallel calls fn(w, i) for every i in [0, n) from up to len(c.bufs)
+// goroutines and returns the first error; w indexes the calling goroutine's
+// buffers. Reading thousands of sysfs and procfs files is syscall-bound
+// (microseconds each, mostly path lookup and the show callbacks), and those
+// syscalls scale with CPUs. describe names item i for a timeout message.
+func (c *checker) parallel(n int, describe func(i int) string, fn func(w, i int) error) error {
+	const chunk = 32
+	c.progress.loop(describe)
+	defer c.progress.loop(nil)
+	items := c.progress.items
+	workers := min(len(c.bufs), (n+chunk-1)/chunk)
+	if workers <= 1 {
+		for i := range n {
+			items[0].Store(int64(i) + 1)
+			if err := fn(0, i); err != nil {
+				return err
+			}
+		}
+		items[0].Store(0)
+		return nil
+	}
+	var (
+		next   atomic.Int64
+		failed atomic.Bool
+		once   sync.Once
+		first  error
+		wg     sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			defer items[w].Store(0)
+			for !failed.Load() {
+				start := int(next.Add(chunk)) - chunk
+				if start >= n {
+					return
+				}
+				for i := start; i < min(start+chunk, n); i++ {
+					items[w].Store(int64(i) + 1)
+					if err := fn(w, i); err != nil {
+						once.Do(func() { first = err })
+						failed.Store(true)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// progress records what a check is doing, for the message of a check that
+// times out: a stage, and in a parallel loop the item each worker is on.
+type progress struct {
+	stage    atomic.Pointer[string]
+	describe atomic.Pointer[func(int) string]
+	items    []atomic.Int64 // per worker: index+1 of the current item, 0 idle
+}
+
+func (p *progress) set(stage string) { p.stage.Store(&stage) }
+
+func (p *progress) loop(describe func(int) string) {
+	if describe == nil {
+		p.describe.Store(nil)
+		return
+	}
+	p.describe.Store(&describe)
+}
+
+// String describes where the check is.
+func (p *progress) String() string {
+	if d := p.describe.Load(); d != nil {
+		var busy []string
+		for i := range p.items {
+			if v := p.items[i].Load(); v > 0 {
+				busy = append(busy, (*d)(int(v-1)))
+			}
+		}
+		if len(busy) > 0 {
+			return strings.Join(busy, "; ")
+		}
+	}
+	if s := p.stage.Load(); s != nil {
+		return *s
+	}
+	return "start"
+}
+
+// dirNames returns the names of the entries of the open directory fd for
+// which keep returns true.
+func dirNames(fd int, dents []byte, keep func(name []byte, typ uint8) bool) ([]string, error) {
+	var names []string
+	err := walkDir(fd, dents, func(name []byte, typ uint8) error {
+		if keep(name, typ) {
+			names = append(names, string(name))
+		}
+		return nil
+	})
+	return names, err
+}
