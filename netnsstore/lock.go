@@ -3,11 +3,21 @@ package netnsstore
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 const lockFile = "lock"
+
+// DefaultLockTimeout bounds the wait for the lock. A holder of the lock
+// that is stuck (say, in uninterruptible sleep) must not stall every pod
+// start and stop on the node for ever: after this long the operation fails
+// with ErrLockTimeout and the runtime tries again later.
+const DefaultLockTimeout = 30 * time.Second
+
+// ErrLockTimeout is returned when the lock could not be taken in time.
+var ErrLockTimeout = errors.New("timed out waiting for the lock")
 
 // lock takes the store's single exclusive flock. Every mutation of pins,
 // links and records happens under it, so concurrent plugin processes (the
@@ -20,13 +30,7 @@ func (s *Store) lock() (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s/%s: %w", s.StateDir, lockFile, err)
 	}
-	for {
-		err = unix.Flock(fd, unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
+	if err := flockWithin(fd, s.lockTimeout()); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lock %s/%s: %w", s.StateDir, lockFile, err)
 	}
@@ -35,4 +39,37 @@ func (s *Store) lock() (unlock func(), err error) {
 		return nil, err
 	}
 	return func() { unix.Close(fd) }, nil
+}
+
+func (s *Store) lockTimeout() time.Duration {
+	if s.LockTimeout > 0 {
+		return s.LockTimeout
+	}
+	return DefaultLockTimeout
+}
+
+// flockWithin takes an exclusive flock, giving up after timeout. A
+// blocking flock cannot be given a deadline, so it runs in a goroutine; on
+// timeout the caller closes fd, and should the flock still succeed later,
+// it is dropped with the last reference to the open file, which that
+// goroutine's syscall holds.
+func flockWithin(fd int, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() {
+		for {
+			err := unix.Flock(fd, unix.LOCK_EX)
+			if !errors.Is(err, unix.EINTR) {
+				done <- err
+				return
+			}
+		}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("%w (%s): another netns-pin process holds it", ErrLockTimeout, timeout)
+	}
 }

@@ -139,7 +139,7 @@ func (s *Store) release(r *Record, inUse InUseFunc) error {
 	if inUse != nil {
 		refs, err := inUse(r)
 		if err != nil {
-			return fmt.Errorf("in-use check of %s: %w", r.Attachment, err)
+			return fmt.Errorf("%w for %s: %w", ErrCheckFailed, r.Attachment, err)
 		}
 		if len(refs) > 0 {
 			first := r.State != StateDraining

@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,9 @@ type Store struct {
 	PinDir   string
 	StateDir string
 	Log      *slog.Logger
+	// LockTimeout bounds the wait for the store's lock (DefaultLockTimeout
+	// when zero).
+	LockTimeout time.Duration
 
 	bootID    string
 	pinDirFd  int
@@ -142,6 +146,10 @@ func AttachmentName(containerID, ifName string) (string, error) {
 
 // ErrInUse is wrapped by Release when the in-use check found references.
 var ErrInUse = errors.New("still in use")
+
+// ErrCheckFailed is wrapped by Release when the in-use check itself failed
+// (for example timed out): the pin stays, as if in use.
+var ErrCheckFailed = errors.New("in-use check failed")
 
 // InUseError lists what keeps a pinned netns from being released.
 type InUseError struct {

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/stretchr/testify/assert"
@@ -367,4 +370,45 @@ func writeRaw(t *testing.T, s *Store, r *Record) {
 	data, err := json.Marshal(r)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(s.StateDir, "records", r.Attachment+".json"), data, 0o600))
+}
+
+func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
+	s := testStore(t)
+	// Another process holds the lock and never lets go (as one stuck in
+	// uninterruptible sleep would).
+	// flock -o: only flock(1) itself holds the lock, not its sleep child;
+	// its own process group, so cleanup stops both.
+	holder := exec.Command("flock", "-o", filepath.Join(s.StateDir, "lock"), "sleep", "600")
+	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, holder.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() })
+	require.Eventually(t, func() bool {
+		fd, err := unix.Open(filepath.Join(s.StateDir, "lock"), unix.O_RDONLY, 0)
+		if err != nil {
+			return false
+		}
+		defer unix.Close(fd)
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
+			_ = unix.Flock(fd, unix.LOCK_UN)
+			return false
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "flock(1) holds the lock")
+
+	s.LockTimeout = 200 * time.Millisecond
+	n := testNetns(t, "")
+	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	require.ErrorIs(t, err, ErrLockTimeout)
+	_, err = s.Release("c1.net1", nil)
+	require.ErrorIs(t, err, ErrLockTimeout)
+
+	// Once the holder goes, the store works again: an abandoned wait does
+	// not keep the lock.
+	require.NoError(t, syscall.Kill(-holder.Process.Pid, syscall.SIGKILL))
+	_ = holder.Wait()
+	s.LockTimeout = 5 * time.Second
+	_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	require.NoError(t, err)
+	_, err = s.Release("c1.net1", nil)
+	require.NoError(t, err)
 }

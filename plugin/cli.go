@@ -38,6 +38,9 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	confPath := fs.String("conf", "", "read pinDir, stateDir and inUse from this conflist, NetworkAttachmentDefinition config or plugin entry")
 	pinDir := fs.String("pin-dir", "", "pin directory (default "+conf.DefaultPinDir+")")
 	stateDir := fs.String("state-dir", "", "state directory (default "+conf.DefaultStateDir+")")
+	sysfs := fs.String("sysfs", "", "sysfs root for the in-use check (default "+conf.DefaultSysfs+")")
+	debugfs := fs.String("debugfs", "", "debugfs root for the in-use check (default "+conf.DefaultDebugfs+")")
+	proc := fs.String("proc", "", "proc root for the in-use check (default "+conf.DefaultProc+")")
 	asJSON := fs.Bool("json", false, "print JSON for machines")
 	fs.Usage = func() { fmt.Fprint(stderr, cliUsage); fs.PrintDefaults() }
 	if err := fs.Parse(argv); err != nil {
@@ -58,9 +61,16 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	c, err := cliConfig(*confPath, *pinDir, *stateDir)
+	c, err := cliConfig(*confPath, map[string]string{"pinDir": *pinDir, "stateDir": *stateDir,
+		"sysfs": *sysfs, "debugfs": *debugfs, "proc": *proc})
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
+		return 1
+	}
+	// Never create the folders from the command line: no stateDir means
+	// nothing was ever pinned with this configuration.
+	if _, err := os.Stat(c.StateDir); err != nil {
+		fmt.Fprintf(stderr, "netns-pin: nothing pinned here: %v (wrong --state-dir or --conf?)\n", err)
 		return 1
 	}
 	s, err := netnsstore.Open(c.PinDir, c.StateDir, nil)
@@ -105,7 +115,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 
 // cliConfig reads the plugin entry from a conflist, a Multus
 // NetworkAttachmentDefinition's config, or a bare plugin entry.
-func cliConfig(path, pinDir, stateDir string) (*conf.Config, error) {
+func cliConfig(path string, overrides map[string]string) (*conf.Config, error) {
 	data := []byte(`{"type":"netns-pin"}`)
 	if path != "" {
 		raw, err := os.ReadFile(path)
@@ -120,11 +130,11 @@ func cliConfig(path, pinDir, stateDir string) (*conf.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if pinDir != "" {
-		c.PinDir = pinDir
-	}
-	if stateDir != "" {
-		c.StateDir = stateDir
+	for field, p := range map[string]*string{"pinDir": &c.PinDir, "stateDir": &c.StateDir,
+		"sysfs": &c.InUse.Sysfs, "debugfs": &c.InUse.Debugfs, "proc": &c.InUse.Proc} {
+		if v := overrides[field]; v != "" {
+			*p = v
+		}
 	}
 	return c, nil
 }

@@ -105,11 +105,15 @@ func (r *request) pin(cl conf.Cluster) error {
 		Cluster: cl.String(), PodNS: r.pod.Namespace, PodName: r.pod.Name, PodUID: r.pod.UID,
 		NetnsPath: r.args.Netns, Links: links,
 	})
-	if errors.Is(err, netnsstore.ErrNotNetns) || errors.Is(err, os.ErrNotExist) {
-		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("netns-pin: holder %s of cluster %s (%s): %v", r.pod, cl, name, err), "")
-	}
 	if err != nil {
-		return types.NewError(types.ErrInternal, fmt.Sprintf("netns-pin: holder %s of cluster %s (%s): %v", r.pod, cl, name, err), "")
+		code := types.ErrInternal
+		switch {
+		case errors.Is(err, netnsstore.ErrNotNetns), errors.Is(err, os.ErrNotExist):
+			code = types.ErrInvalidNetNS
+		case errors.Is(err, netnsstore.ErrLockTimeout):
+			code = types.ErrTryAgainLater
+		}
+		return types.NewError(code, fmt.Sprintf("netns-pin: holder %s of cluster %s (%s): %v", r.pod, cl, name, err), "")
 	}
 	return nil
 }
@@ -148,10 +152,13 @@ func cmdDel(args *skel.CmdArgs) error {
 	defer done()
 	_, err = s.Release(name, inUseChecker(r.conf))
 	var inUse *netnsstore.InUseError
-	if errors.As(err, &inUse) {
+	switch {
+	case errors.As(err, &inUse):
 		return inUseCNIError(inUse, r.conf)
-	}
-	if err != nil {
+	case errors.Is(err, netnsstore.ErrLockTimeout), errors.Is(err, netnsstore.ErrCheckFailed):
+		// Not known to be unused: keep everything and let the runtime retry.
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: release %s: %v", name, err), "")
+	case err != nil:
 		return types.NewError(types.ErrInternal, fmt.Sprintf("netns-pin: release %s: %v", name, err), "")
 	}
 	return nil
@@ -167,13 +174,32 @@ func inUseCNIError(e *netnsstore.InUseError, c *conf.Config) error {
 	if len(refs) > shown {
 		head += fmt.Sprintf(" and %d more", len(refs)-shown)
 	}
-	cmd := "netns-pin inuse " + e.Record.Attachment
-	if c.StateDir != conf.DefaultStateDir {
-		cmd = "netns-pin --state-dir " + c.StateDir + " inuse " + e.Record.Attachment
-	}
 	msg := fmt.Sprintf("netns-pin: cluster %s: holder pod %s/%s is still in use by %s; its netns stays pinned until they are gone (see: %s)",
-		e.Record.Cluster, e.Record.PodNS, e.Record.PodName, head, cmd)
-	return types.NewError(types.ErrTryAgainLater, msg, strings.Join(refs, "\n"))
+		e.Record.Cluster, e.Record.PodNS, e.Record.PodName, head, inUseCommand(c, e.Record.Attachment))
+	// One line: runtimes show msg and details joined in the pod's events.
+	return types.NewError(types.ErrTryAgainLater, msg, strings.Join(refs, "; "))
+}
+
+// inUseCommand is the operator command that lists what the DEL found, with
+// the flags this configuration needs to find the same pin and kernel files.
+func inUseCommand(c *conf.Config, attachment string) string {
+	cmd := "netns-pin"
+	if c.PinDir != conf.DefaultPinDir {
+		cmd += " --pin-dir " + c.PinDir
+	}
+	if c.StateDir != conf.DefaultStateDir {
+		cmd += " --state-dir " + c.StateDir
+	}
+	if c.InUse.Sysfs != conf.DefaultSysfs {
+		cmd += " --sysfs " + c.InUse.Sysfs
+	}
+	if c.InUse.Debugfs != conf.DefaultDebugfs {
+		cmd += " --debugfs " + c.InUse.Debugfs
+	}
+	if c.InUse.Proc != conf.DefaultProc {
+		cmd += " --proc " + c.InUse.Proc
+	}
+	return cmd + " inuse " + attachment
 }
 
 func cmdCheck(args *skel.CmdArgs) error {

@@ -27,11 +27,12 @@ func TestInUseErrorIsOneReadableLineWithCode11(t *testing.T) {
 		assert.Contains(t, cniErr.Msg, want)
 	}
 	assert.NotContains(t, cniErr.Msg, refs[2], "only the first references are in the message")
-	assert.Equal(t, strings.Join(refs, "\n"), cniErr.Details, "details list every reference")
+	assert.Equal(t, strings.Join(refs, "; "), cniErr.Details, "details list every reference, on one line")
 
-	c.StateDir = "/srv/state"
+	c.StateDir, c.PinDir, c.InUse.Sysfs = "/srv/state", "/srv/pins", "/host/sys"
 	err = inUseCNIError(&netnsstore.InUseError{Record: rec, References: refs[:1]}, c)
 	require.True(t, errors.As(err, &cniErr))
-	assert.Contains(t, cniErr.Msg, "netns-pin --state-dir /srv/state inuse abc.net1")
+	assert.Contains(t, cniErr.Msg, "netns-pin --pin-dir /srv/pins --state-dir /srv/state --sysfs /host/sys inuse abc.net1",
+		"the command finds the same pin and reads the same kernel files")
 	assert.NotContains(t, cniErr.Msg, "more")
 }

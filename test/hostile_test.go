@@ -30,12 +30,13 @@ type hostileCase struct {
 }
 
 // snapshot is everything a refused call must leave as it was: the files
-// under the work folder and every mount point of the host.
+// and the mount points under the work folder, which holds pinDir, stateDir
+// and every decoy (other suites may mount elsewhere meanwhile).
 func snapshot(t *testing.T, dir string) []string {
 	t.Helper()
 	out := treeEntries(t, dir)
-	for _, m := range readMountinfo(t) {
-		out = append(out, "mount "+m.mountpoint)
+	for _, mp := range mountsUnder(t, dir) {
+		out = append(out, "mount "+mp)
 	}
 	slices.Sort(out)
 	return out

@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -122,7 +123,12 @@ func TestLibcniDelRefusalIsCode11(t *testing.T) {
 	require.ErrorAs(t, err, &te)
 	assert.Contains(t, te.Msg, "rbd0")
 	assert.Contains(t, te.Msg, "and 1 more")
-	assert.Contains(t, te.Msg, "netns-pin --state-dir "+c.stateDir+" inuse "+a.attachmentName())
+	cmd := "netns-pin --pin-dir " + c.pinDir + " --state-dir " + c.stateDir + " --sysfs " + fx.sysfs + " --debugfs " + fx.debugfs + " inuse " + a.attachmentName()
+	assert.Contains(t, te.Msg, cmd)
+	// The command in the message shows the same references.
+	out := mustRun(t, filepath.Join(c.env.cniPath, "netns-pin"), strings.Fields(cmd)[1:]...)
+	assert.Contains(t, out, "in use by 3:")
+	assert.Contains(t, out, "rbd2 replicapool/csi-vol-2")
 	for _, id := range []string{"rbd0", "rbd1", "rbd2"} {
 		assert.Contains(t, te.Details, id, "details list every reference")
 	}
