@@ -19,7 +19,7 @@ CACHE     := $(CURDIR)/.cache
 CNI_PATH  := $(CACHE)/cni/bin
 CNITOOL   := $(CACHE)/bin/cnitool
 BENCHTIME ?= 200ms
-BENCHCOUNT ?= 5
+BENCHCOUNT ?= 10
 BENCH_SCALE ?= 1
 BENCH_FLAGS ?=
 FUZZTIME  ?= 20s
@@ -51,6 +51,7 @@ packages:
 tools:
 	@hack/tools.sh packages
 	@hack/tools.sh tools
+	@hack/runtime/setup.sh tools
 
 build:
 	@hack/tools.sh plugin
@@ -80,8 +81,10 @@ failpoints:
 
 e2e: tools build e2e-run
 
+# -p 1: the e2e suites share the host (mount table, /var/lib/cni, containerd),
+# so they run one package at a time.
 e2e-run:
-	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/...)
+	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/...)
 
 test: tools build
 	@start=$$(date +%s); \

@@ -1,0 +1,320 @@
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/netns-pin/netns-pin/conf"
+)
+
+// object is one Kubernetes object from a manifest.
+type object struct {
+	file string
+	raw  map[string]any
+}
+
+func (o object) kind() string { return str(o.raw, "kind") }
+func (o object) name() string { return str(o.raw, "metadata", "name") }
+func (o object) namespace() string {
+	return str(o.raw, "metadata", "namespace")
+}
+func (o object) String() string {
+	return o.file + ": " + o.kind() + " " + o.namespace() + "/" + o.name()
+}
+
+// get walks nested maps; nil when a key is missing.
+func get(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+func str(v any, path ...string) string {
+	s, _ := get(v, path...).(string)
+	return s
+}
+
+// loadManifests decodes every YAML document of every *.yaml here.
+func loadManifests(t *testing.T) []object {
+	t.Helper()
+	files, err := filepath.Glob("*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	var objs []object
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		for {
+			var doc map[string]any
+			err := dec.Decode(&doc)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err, "%s is not valid YAML", f)
+			if doc == nil {
+				continue
+			}
+			o := object{file: f, raw: doc}
+			require.NotEmpty(t, str(doc, "apiVersion"), "%s: object without apiVersion", f)
+			require.NotEmpty(t, o.kind(), "%s: object without kind", f)
+			require.NotEmpty(t, o.name(), "%s: object without metadata.name", f)
+			require.NotEmpty(t, o.namespace(), "%s: %s without metadata.namespace", f, o.kind())
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+func byKind(objs []object, kind string) []object {
+	var out []object
+	for _, o := range objs {
+		if o.kind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// nadConfig runs a NetworkAttachmentDefinition through netns-pin's own
+// parsing, as `netns-pin --conf` and the plugin do: the NAD as JSON to
+// conf.PluginEntry, then conf.Parse. extra is merged into the entry first
+// (Multus' injection of cni-args into args.cni).
+func nadConfig(t *testing.T, nad object, extra map[string]any) *conf.Config {
+	t.Helper()
+	js, err := json.Marshal(nad.raw)
+	require.NoError(t, err)
+	entry, err := conf.PluginEntry(js)
+	require.NoError(t, err, "%s", nad)
+	if extra != nil {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(entry, &m))
+		for k, v := range extra {
+			m[k] = v
+		}
+		entry, err = json.Marshal(m)
+		require.NoError(t, err)
+	}
+	c, err := conf.Parse(entry)
+	require.NoError(t, err, "%s: netns-pin rejects its configuration", nad)
+	return c
+}
+
+func TestManifestsParse(t *testing.T) {
+	objs := loadManifests(t)
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.kind()]++
+	}
+	assert.Equal(t, 2, kinds["DaemonSet"], "installer and holder DaemonSets")
+	assert.Equal(t, 2, kinds["NetworkAttachmentDefinition"], "ceph-public and its Rook-links variant")
+	assert.Equal(t, 1, kinds["ConfigMap"], "ceph-csi config")
+}
+
+// Every CNI configuration in the manifests is one netns-pin accepts, with
+// netns-pin last in the chain.
+func TestNetworkAttachmentDefinitionsValidate(t *testing.T) {
+	for _, nad := range byKind(loadManifests(t), "NetworkAttachmentDefinition") {
+		t.Run(nad.file, func(t *testing.T) {
+			assert.Equal(t, "k8s.cni.cncf.io/v1", str(nad.raw, "apiVersion"))
+			var list struct {
+				CNIVersion string           `json:"cniVersion"`
+				Name       string           `json:"name"`
+				Plugins    []map[string]any `json:"plugins"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(str(nad.raw, "spec", "config")), &list), "spec.config is not JSON")
+			assert.Equal(t, nad.name(), list.Name, "the conflist's name is the NAD's")
+			require.NotEmpty(t, list.Plugins)
+			assert.Equal(t, "netns-pin", list.Plugins[len(list.Plugins)-1]["type"], "netns-pin must be the last plugin")
+			c := nadConfig(t, nad, nil)
+			assert.Equal(t, conf.DefaultPinDir, c.PinDir)
+			assert.Equal(t, conf.DefaultStateDir, c.StateDir)
+			assert.Contains(t, c.CNIArgsNamespaces, nad.namespace())
+		})
+	}
+}
+
+// The Rook-compatible variant keeps Rook's holder paths up to date.
+func TestRookLinks(t *testing.T) {
+	var nad *object
+	for _, o := range byKind(loadManifests(t), "NetworkAttachmentDefinition") {
+		if o.file == "network-attachment-definition-rook-links.yaml" {
+			nad = &o
+		}
+	}
+	require.NotNil(t, nad)
+	c := nadConfig(t, *nad, nil)
+	cl, err := conf.ParseCluster("rook-ceph/my-cluster")
+	require.NoError(t, err)
+	links, err := c.LinkPaths(cl)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"/var/lib/kubelet/plugins/netns-pin/rook-ceph/my-cluster.net",
+		"/var/lib/kubelet/plugins/rook-ceph.rbd.csi.ceph.com/rook-ceph.net.ns",
+		"/var/lib/kubelet/plugins/rook-ceph.cephfs.csi.ceph.com/rook-ceph.net.ns",
+	}, links)
+}
+
+func podSpec(ds object) map[string]any {
+	spec, _ := get(ds.raw, "spec", "template", "spec").(map[string]any)
+	return spec
+}
+
+func containersOf(spec map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, key := range []string{"initContainers", "containers"} {
+		list, _ := spec[key].([]any)
+		for _, c := range list {
+			if m, ok := c.(map[string]any); ok {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// The holder claims its cluster through the network selection annotation;
+// run that claim through netns-pin as Multus would deliver it, and check the
+// DaemonSet is unprivileged and rolls surge-first.
+func TestHolderDaemonSet(t *testing.T) {
+	objs := loadManifests(t)
+	var ds *object
+	for _, o := range byKind(objs, "DaemonSet") {
+		if o.file == "holder-daemonset.yaml" {
+			ds = &o
+		}
+	}
+	require.NotNil(t, ds)
+	assert.Equal(t, "RollingUpdate", str(ds.raw, "spec", "updateStrategy", "type"))
+	assert.Equal(t, 1, get(ds.raw, "spec", "updateStrategy", "rollingUpdate", "maxSurge"))
+	assert.Equal(t, 0, get(ds.raw, "spec", "updateStrategy", "rollingUpdate", "maxUnavailable"))
+
+	spec := podSpec(*ds)
+	require.NotNil(t, spec)
+	for _, k := range []string{"hostPID", "hostNetwork", "hostIPC"} {
+		assert.NotEqual(t, true, spec[k], "holder must not use %s", k)
+	}
+	assert.Nil(t, spec["volumes"], "the holder needs no volumes")
+	cs := containersOf(spec)
+	require.Len(t, cs, 1)
+	assert.Contains(t, str(cs[0], "image"), "pause")
+	assert.NotEqual(t, true, get(cs[0], "securityContext", "privileged"))
+	assert.Equal(t, false, get(cs[0], "securityContext", "allowPrivilegeEscalation"))
+	assert.Equal(t, []any{"ALL"}, get(cs[0], "securityContext", "capabilities", "drop"))
+	assert.Equal(t, true, get(spec, "securityContext", "runAsNonRoot"))
+
+	// The annotation, parsed as Multus does (a JSON list of selection
+	// elements), names the NAD and claims the cluster.
+	annot := str(ds.raw, "spec", "template", "metadata", "annotations", "k8s.v1.cni.cncf.io/networks")
+	var elems []struct {
+		Name      string         `json:"name"`
+		Namespace string         `json:"namespace"`
+		CNIArgs   map[string]any `json:"cni-args"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(annot), &elems), "network selection annotation")
+	require.Len(t, elems, 1)
+	claim, _ := elems[0].CNIArgs["pinCluster"].(string)
+	cl, err := conf.ParseCluster(claim)
+	require.NoError(t, err)
+	nadNS := elems[0].Namespace
+	if nadNS == "" {
+		nadNS = ds.namespace()
+	}
+	nads := byKind(objs, "NetworkAttachmentDefinition")
+	require.True(t, slices.ContainsFunc(nads, func(o object) bool { return o.namespace() == nadNS && o.name() == elems[0].Name }),
+		"the annotation names NAD %s/%s, which is not in deploy/", nadNS, elems[0].Name)
+	for _, nad := range nads {
+		if nad.namespace() != nadNS || nad.name() != elems[0].Name {
+			continue
+		}
+		// Multus merges cni-args into every delegate's args.cni.
+		c := nadConfig(t, nad, map[string]any{"args": map[string]any{"cni": elems[0].CNIArgs}})
+		pod := conf.Pod{Namespace: ds.namespace(), Name: ds.name() + "-x7k2p", UID: "0b7c6f0e-1b1e-4c55-9b53-5f7d2f1a9c01"}
+		got, ok, err := c.Holder(pod)
+		require.NoError(t, err, "%s: the holder's claim is refused", nad.file)
+		assert.True(t, ok)
+		assert.Equal(t, cl, got)
+		// the same claim from another namespace is refused
+		_, _, err = c.Holder(conf.Pod{Namespace: "default", Name: "intruder"})
+		assert.ErrorIs(t, err, conf.ErrClaimRefused)
+	}
+}
+
+// The installer writes the binary into /opt/cni/bin and touches nothing else
+// on the host.
+func TestInstallerDaemonSet(t *testing.T) {
+	var ds *object
+	for _, o := range byKind(loadManifests(t), "DaemonSet") {
+		if o.file == "installer-daemonset.yaml" {
+			ds = &o
+		}
+	}
+	require.NotNil(t, ds)
+	spec := podSpec(*ds)
+	for _, k := range []string{"hostPID", "hostNetwork", "hostIPC"} {
+		assert.NotEqual(t, true, spec[k], "installer must not use %s", k)
+	}
+	vols, _ := spec["volumes"].([]any)
+	require.Len(t, vols, 1, "one host path")
+	assert.Equal(t, "/opt/cni/bin", str(vols[0], "hostPath", "path"))
+	for _, c := range containersOf(spec) {
+		assert.NotEqual(t, true, get(c, "securityContext", "privileged"), "container %s", str(c, "name"))
+		assert.Equal(t, false, get(c, "securityContext", "allowPrivilegeEscalation"), "container %s", str(c, "name"))
+	}
+	var script string
+	for _, c := range containersOf(spec) {
+		if str(c, "name") == "install" {
+			cmd, _ := c["command"].([]any)
+			for _, a := range cmd {
+				s, _ := a.(string)
+				script += s + "\n"
+			}
+		}
+	}
+	assert.Contains(t, script, "mv -f /host/opt/cni/bin/.netns-pin.new /host/opt/cni/bin/netns-pin", "atomic install")
+}
+
+// ceph-csi's netNamespaceFilePath is the cluster's link as netns-pin
+// computes it from the NAD.
+func TestCephCSIConfigPointsAtLink(t *testing.T) {
+	objs := loadManifests(t)
+	cms := byKind(objs, "ConfigMap")
+	require.Len(t, cms, 1)
+	var clusters []struct {
+		ClusterID string `json:"clusterID"`
+		RBD       struct {
+			NetNamespaceFilePath string `json:"netNamespaceFilePath"`
+		} `json:"rbd"`
+		CephFS struct {
+			NetNamespaceFilePath string `json:"netNamespaceFilePath"`
+		} `json:"cephFS"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(str(cms[0].raw, "data", "config.json")), &clusters), "config.json")
+	require.Len(t, clusters, 1)
+	cl, err := conf.ParseCluster("rook-ceph/my-cluster")
+	require.NoError(t, err)
+	for _, nad := range byKind(objs, "NetworkAttachmentDefinition") {
+		links, err := nadConfig(t, nad, nil).LinkPaths(cl)
+		require.NoError(t, err)
+		assert.Contains(t, links, clusters[0].RBD.NetNamespaceFilePath, "%s", nad.file)
+		assert.Contains(t, links, clusters[0].CephFS.NetNamespaceFilePath, "%s", nad.file)
+	}
+	assert.True(t, strings.HasPrefix(clusters[0].RBD.NetNamespaceFilePath, "/var/lib/kubelet/plugins/"),
+		"under the kubelet plugins folder the csi node plugins mount Bidirectional")
+}

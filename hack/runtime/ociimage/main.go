@@ -1,0 +1,188 @@
+// Command ociimage writes a one-layer OCI image archive (an image layout in
+// a tar file, as `ctr images import` reads it) whose layer holds one static
+// binary as its entrypoint. hack/runtime/setup.sh uses it to make the pause
+// image of the runtime end to end suite without a registry:
+//
+//	go run ./hack/runtime/ociimage -bin pause -ref localhost/netns-pin/pause:test -o pause.tar
+//
+// The output is deterministic: the same binary gives the same digests.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+type descriptor struct {
+	MediaType   string            `json:"mediaType"`
+	Digest      string            `json:"digest"`
+	Size        int64             `json:"size"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Platform    *platform         `json:"platform,omitempty"`
+}
+
+type platform struct {
+	Architecture string `json:"architecture"`
+	OS           string `json:"os"`
+}
+
+const (
+	mediaManifest = "application/vnd.oci.image.manifest.v1+json"
+	mediaConfig   = "application/vnd.oci.image.config.v1+json"
+	mediaLayer    = "application/vnd.oci.image.layer.v1.tar"
+	mediaIndex    = "application/vnd.oci.image.index.v1+json"
+)
+
+// epoch is the fixed timestamp of every file, so digests are reproducible.
+var epoch = time.Unix(0, 0).UTC()
+
+func main() {
+	bin := flag.String("bin", "", "static binary to put into the image")
+	name := flag.String("name", "", "path of the binary in the image (default /<basename of -bin>)")
+	ref := flag.String("ref", "localhost/netns-pin/pause:test", "image reference (io.containerd.image.name)")
+	out := flag.String("o", "image.tar", "output archive")
+	flag.Parse()
+	if err := run(*bin, *name, *ref, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "ociimage:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bin, name, ref, out string) error {
+	if bin == "" {
+		return fmt.Errorf("-bin is required")
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return err
+	}
+	if name == "" {
+		name = "/" + path.Base(bin)
+	}
+	if !strings.HasPrefix(name, "/") {
+		return fmt.Errorf("-name %q: want an absolute path", name)
+	}
+	layer, err := tarball(map[string][]byte{strings.TrimPrefix(name, "/"): data}, 0o755)
+	if err != nil {
+		return err
+	}
+	layerDesc := describe(mediaLayer, layer)
+	config, err := json.Marshal(map[string]any{
+		"created":      epoch.Format(time.RFC3339),
+		"architecture": runtime.GOARCH,
+		"os":           "linux",
+		"config":       map[string]any{"Entrypoint": []string{name}},
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layerDesc.Digest}},
+		"history":      []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "hack/runtime/ociimage"}},
+	})
+	if err != nil {
+		return err
+	}
+	configDesc := describe(mediaConfig, config)
+	manifest, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     mediaManifest,
+		"config":        configDesc,
+		"layers":        []descriptor{layerDesc},
+	})
+	if err != nil {
+		return err
+	}
+	manifestDesc := describe(mediaManifest, manifest)
+	manifestDesc.Platform = &platform{Architecture: runtime.GOARCH, OS: "linux"}
+	manifestDesc.Annotations = map[string]string{
+		"io.containerd.image.name":          ref,
+		"org.opencontainers.image.ref.name": tagOf(ref),
+	}
+	index, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     mediaIndex,
+		"manifests":     []descriptor{manifestDesc},
+	})
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"oci-layout": []byte(`{"imageLayoutVersion":"1.0.0"}`),
+		"index.json": index,
+	}
+	for _, b := range [][]byte{layer, config, manifest} {
+		files["blobs/sha256/"+hexDigest(b)] = b
+	}
+	archive, err := tarball(files, 0o644)
+	if err != nil {
+		return err
+	}
+	tmp := out + ".tmp"
+	if err := os.WriteFile(tmp, archive, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, out)
+}
+
+// tagOf returns the tag of ref ("localhost/x/pause:test" -> "test").
+func tagOf(ref string) string {
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		return ref[i+1:]
+	}
+	return "latest"
+}
+
+func hexDigest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func describe(mediaType string, b []byte) descriptor {
+	return descriptor{MediaType: mediaType, Digest: "sha256:" + hexDigest(b), Size: int64(len(b))}
+}
+
+// tarball writes files (with their parent folders) in sorted order.
+func tarball(files map[string][]byte, mode int64) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	dirs := map[string]bool{}
+	for _, n := range names {
+		for d := path.Dir(n); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	dirList := make([]string, 0, len(dirs))
+	for d := range dirs {
+		dirList = append(dirList, d)
+	}
+	slices.Sort(dirList)
+	for _, d := range dirList {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range names {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: n, Mode: mode, Size: int64(len(files[n])), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(files[n]); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,32 @@
+// Package runtime is netns-pin's runtime end to end suite: the plugin under a
+// real CRI runtime calling Multus calling the storage network's chain.
+//
+//	crictl -> containerd (CRI, Debian's 1.6) -> runc + the local pause image
+//	       -> Multus (thin plugin, v4.2.3)
+//	            eth0: default network, bridge + host-local
+//	            net1: NetworkAttachmentDefinition "ceph-public-*":
+//	                  [ macvlan (master: a veth end) + host-local, netns-pin ]
+//	Multus reads pods and NetworkAttachmentDefinitions from kubeAPIStandIn,
+//	an HTTP server on 127.0.0.1 that answers the few kube-apiserver paths
+//	Multus uses.
+//
+// The tests start pod sandboxes with `crictl runp` and stop them with
+// `crictl stopp` / `crictl rmp`, exactly as kubelet drives the runtime, and
+// check what netns-pin leaves on the host: pins, links, records, the
+// sandbox's interfaces. Ceph references are an rbd device in a fixture sysfs
+// tree (inUse.sysfs) that carries the holder's address.
+//
+// The runtime is made by hack/runtime/setup.sh on first use and removed by
+// hack/runtime/teardown.sh when the suite ends, whatever the result. It needs
+// root; nothing is skipped: without root or tools every runtime test fails
+// with a message saying what to do. Environment:
+//
+//	NETNS_PIN_CNI_PATH        folder with netns-pin and the reference plugins
+//	                          (default <repo>/.cache/cni/bin, as for test/)
+//	NETNS_PIN_RUNTIME_DIR     where setup.sh puts containerd's root, state and
+//	                          socket (default a new /tmp/netns-pin-rt.*)
+//	NETNS_PIN_RUNTIME_KEEP=1  leave the runtime running and the folder in
+//	                          place after the suite, for a look around
+//
+// The manifests in deploy/ have their own test there, which needs no runtime.
+package runtime

@@ -1,0 +1,424 @@
+package runtime
+
+// The suite's runtime: hack/runtime/setup.sh on first use, the kube API
+// stand-in, the Multus configuration, and hack/runtime/teardown.sh at the end.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+)
+
+const (
+	setupTimeout = 15 * time.Minute // from nothing: apt + two Go builds
+	cmdTimeout   = 2 * time.Minute
+	readyTimeout = 60 * time.Second
+	// defaultSubnet is the default network's (eth0); the storage networks
+	// get 10.98.N.0/24. test/ uses 10.99.X.0/24, so both suites can run at
+	// once. Nothing on the host routes to them: the bridge has no address.
+	defaultSubnet = "10.98.0.0/24"
+)
+
+// suite is the running runtime shared by every test.
+type suite struct {
+	repo         string
+	dir          string // setup.sh's folder
+	work         string // per-test folders
+	crictl       string
+	criConfig    string
+	cniBin       string
+	cniConf      string
+	cgroupParent string
+	pinBin       string // the netns-pin binary containerd runs (through cni/bin)
+	api          *kubeAPIStandIn
+	bridge       string // default network's bridge
+	master       string // veth end, macvlan master of the storage networks
+	peer         string // the veth's other end
+	setupTime    time.Duration
+}
+
+var (
+	rtOnce  sync.Once
+	rt      *suite
+	rtErr   error
+	started bool
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if started {
+		if err := rt.close(); err != nil {
+			fmt.Fprintf(os.Stderr, "runtime teardown: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+// requireRuntime returns the running runtime, setting it up on first use.
+// It fails (never skips) the test when that is impossible.
+func requireRuntime(t *testing.T) *suite {
+	t.Helper()
+	rtOnce.Do(func() { rt, rtErr = newSuite() })
+	if rtErr != nil {
+		t.Fatalf("runtime end to end suite cannot run: %v", rtErr)
+	}
+	return rt
+}
+
+func newSuite() (*suite, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("it needs root (containerd, network namespaces, mounts): run `make test` or `go test ./test/runtime/` as root")
+	}
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return nil, err
+	}
+	s := &suite{repo: repo}
+	cniPath := os.Getenv("NETNS_PIN_CNI_PATH")
+	if cniPath == "" {
+		cniPath = filepath.Join(repo, ".cache", "cni", "bin")
+	}
+	if cniPath, err = filepath.Abs(cniPath); err != nil {
+		return nil, err
+	}
+	s.pinBin = filepath.Join(cniPath, "netns-pin")
+	if _, err := os.Stat(s.pinBin); err != nil {
+		return nil, fmt.Errorf("%s is missing: run `make build` (hack/tools.sh plugin) or set NETNS_PIN_CNI_PATH", s.pinBin)
+	}
+	reapStale()
+	s.dir = os.Getenv("NETNS_PIN_RUNTIME_DIR")
+	if s.dir == "" {
+		if s.dir, err = os.MkdirTemp("/tmp", "netns-pin-rt."); err != nil {
+			return nil, err
+		}
+	}
+	started = true
+	rt = s // so that TestMain tears down whatever part was made
+	if err := os.MkdirAll(s.dir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "runtime", "setup.sh"), s.dir)
+	cmd.Env = append(os.Environ(), "NETNS_PIN_BIN="+s.pinBin)
+	out, err := cmd.CombinedOutput()
+	s.setupTime = time.Since(start)
+	fmt.Fprintf(os.Stderr, "runtime setup (%s):\n%s", s.setupTime.Round(time.Millisecond), out)
+	if err != nil {
+		return s, fmt.Errorf("hack/runtime/setup.sh %s: %v", s.dir, err)
+	}
+	env, err := readEnvFile(filepath.Join(s.dir, "env"))
+	if err != nil {
+		return s, err
+	}
+	s.crictl, s.criConfig = env["CRICTL"], env["CRI_CONFIG_FILE"]
+	s.cniBin, s.cniConf, s.cgroupParent = env["CNI_BIN_DIR"], env["CNI_CONF_DIR"], env["CGROUP_PARENT"]
+	s.work = filepath.Join(s.dir, "tests")
+	if err := os.MkdirAll(s.work, 0o755); err != nil {
+		return s, err
+	}
+	if err := s.makeLinks(); err != nil {
+		return s, err
+	}
+	if s.api, err = startKubeAPIStandIn(); err != nil {
+		return s, err
+	}
+	if err := s.writeMultusConfig(); err != nil {
+		return s, err
+	}
+	return s, s.waitNetworkReady()
+}
+
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			env[k] = v
+		}
+	}
+	for _, k := range []string{"CRICTL", "CRI_CONFIG_FILE", "CNI_BIN_DIR", "CNI_CONF_DIR", "CGROUP_PARENT"} {
+		if env[k] == "" {
+			return nil, fmt.Errorf("%s: %s is not set", path, k)
+		}
+	}
+	return env, sc.Err()
+}
+
+// reapStale tears down runtimes of earlier runs that died without their
+// teardown (go test's timeout, a kill): their owner process is gone.
+func reapStale() {
+	dirs, _ := filepath.Glob("/tmp/netns-pin-rt.*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "owner.pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		out, err := exec.Command(filepath.Join("..", "..", "hack", "runtime", "teardown.sh"), d).CombinedOutput()
+		fmt.Fprintf(os.Stderr, "stale runtime %s (owner %d gone) torn down: err=%v\n%s", d, pid, err, out)
+	}
+}
+
+// processAlive reports whether pid runs; a zombie (killed, not yet
+// reaped) does not.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) S ...": the state follows the last ')'
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// makeLinks makes the default network's bridge and the veth pair whose end
+// is the storage networks' macvlan master (this kernel has no dummy links),
+// named in <dir>/links.list for teardown.sh.
+func (s *suite) makeLinks() error {
+	s.bridge = "nprtbr" + randHex(6)
+	s.master, s.peer = "nprtm"+randHex(6), "nprtp"+randHex(6)
+	// teardown.sh deletes the links named here, also when this process
+	// dies before its own cleanup.
+	list := fmt.Sprintf("%s\n%s\n", s.bridge, s.master)
+	if err := os.WriteFile(filepath.Join(s.dir, "links.list"), []byte(list), 0o644); err != nil {
+		return err
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: s.bridge}}
+	if err := netlink.LinkAdd(br); err != nil {
+		return fmt.Errorf("add bridge %s: %w", s.bridge, err)
+	}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.master}, PeerName: s.peer}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth %s: %w", s.master, err)
+	}
+	for _, n := range []string{s.bridge, s.master, s.peer} {
+		l, err := netlink.LinkByName(n)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return fmt.Errorf("set %s up: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// multusConfig is Multus' thin-plugin configuration, the first (and only)
+// file in containerd's CNI conf dir, with the default network inline in
+// "delegates". (Multus v4.2.3 given "clusterNetwork" as the path of a
+// conflist caches the delegate without the plugins' own fields, and its DEL
+// then fails: bridge "no IP ranges specified".) retryDeleteOnError keeps
+// Multus' cache of a pod's delegates while a DEL fails, so the runtime's
+// retries DEL the same networks (docs/operating.md).
+func (s *suite) multusConfig() map[string]any {
+	defaultNet := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "default-net",
+		"plugins": []any{map[string]any{
+			"type":   "bridge",
+			"bridge": s.bridge,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"dataDir": filepath.Join(s.dir, "host-local"),
+				"ranges":  [][]map[string]any{{{"subnet": defaultSubnet}}},
+			},
+		}},
+	}
+	return map[string]any{
+		"cniVersion":         "1.0.0",
+		"name":               "multus-cni-network",
+		"type":               "multus",
+		"kubeconfig":         filepath.Join(s.dir, "multus.kubeconfig"),
+		"delegates":          []any{defaultNet},
+		"confDir":            filepath.Join(s.dir, "multus.d"),
+		"cniDir":             filepath.Join(s.dir, "multus-cache"),
+		"binDir":             s.cniBin,
+		"logFile":            filepath.Join(s.dir, "multus.log"),
+		"logLevel":           "verbose",
+		"retryDeleteOnError": true,
+		"multusNamespace":    "kube-system",
+		"systemNamespaces":   []string{"kube-system"},
+	}
+}
+
+func (s *suite) writeMultusConfig() error {
+	if err := os.MkdirAll(filepath.Join(s.dir, "multus.d"), 0o755); err != nil {
+		return err
+	}
+	kubeconfig := map[string]any{
+		"apiVersion":      "v1",
+		"kind":            "Config",
+		"clusters":        []any{map[string]any{"name": "stand-in", "cluster": map[string]any{"server": s.api.URL()}}},
+		"users":           []any{map[string]any{"name": "multus", "user": map[string]any{}}},
+		"contexts":        []any{map[string]any{"name": "stand-in", "context": map[string]any{"cluster": "stand-in", "user": "multus"}}},
+		"current-context": "stand-in",
+	}
+	if err := writeJSON(filepath.Join(s.dir, "multus.kubeconfig"), kubeconfig); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(s.cniConf, "00-multus.conf"), s.multusConfig())
+}
+
+// waitNetworkReady polls the CRI status until containerd has loaded the
+// CNI configuration: a sandbox started before that fails.
+func (s *suite) waitNetworkReady() error {
+	deadline := time.Now().Add(readyTimeout)
+	var last string
+	for time.Now().Before(deadline) {
+		r := s.crictlRun("info")
+		if r.err == nil {
+			var info struct {
+				Status struct {
+					Conditions []struct {
+						Type    string `json:"type"`
+						Status  bool   `json:"status"`
+						Message string `json:"message"`
+					} `json:"conditions"`
+				} `json:"status"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &info); err == nil {
+				for _, c := range info.Status.Conditions {
+					if c.Type == "NetworkReady" {
+						if c.Status {
+							return nil
+						}
+						last = c.Message
+					}
+				}
+			}
+		} else {
+			last = r.String()
+		}
+		time.Sleep(100 * time.Millisecond) // poll interval
+	}
+	return fmt.Errorf("containerd's CRI network not ready after %s: %s", readyTimeout, last)
+}
+
+func (s *suite) close() error {
+	var errs []error
+	if s.api != nil {
+		s.api.Close()
+	}
+	if os.Getenv("NETNS_PIN_RUNTIME_KEEP") == "1" {
+		fmt.Fprintf(os.Stderr, "NETNS_PIN_RUNTIME_KEEP=1: runtime left running in %s (hack/runtime/teardown.sh %s removes it)\n", s.dir, s.dir)
+		return nil
+	}
+	if s.dir != "" {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, filepath.Join(s.repo, "hack", "runtime", "teardown.sh"), s.dir).CombinedOutput()
+		fmt.Fprintf(os.Stderr, "runtime teardown (%s):\n%s", time.Since(start).Round(time.Millisecond), out)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("hack/runtime/teardown.sh: %v", err))
+		}
+	}
+	for _, n := range []string{s.bridge, s.master} {
+		if n == "" {
+			continue
+		}
+		if l, err := netlink.LinkByName(n); err == nil {
+			if err := netlink.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("delete link %s: %w", n, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cmdResult is what a finished command printed.
+type cmdResult struct {
+	stdout, stderr string
+	err            error
+}
+
+func (r cmdResult) String() string {
+	return fmt.Sprintf("err=%v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
+}
+
+func runCmd(env []string, stdin []byte, name string, args ...string) cmdResult {
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return cmdResult{stdout: out.String(), stderr: errb.String(), err: err}
+}
+
+func (s *suite) crictlRun(args ...string) cmdResult {
+	return runCmd(nil, nil, s.crictl, append([]string{"--config", s.criConfig}, args...)...)
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func randHex(n int) string {
+	b := make([]byte, (n+1)/2)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)[:n]
+}
+
+func newUID() string {
+	return fmt.Sprintf("%s-%s-%s-%s-%s", randHex(8), randHex(4), randHex(4), randHex(4), randHex(12))
+}
+
+// testDir is a folder for one test's pins, state and fixtures.
+func (s *suite) testDir(t *testing.T) string {
+	t.Helper()
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	d := filepath.Join(s.work, name+"-"+randHex(4))
+	require.NoError(t, os.MkdirAll(d, 0o755))
+	return d
+}
