@@ -298,8 +298,8 @@ func TestCheckSockets(t *testing.T) {
 
 	refs := check(t, tg, f.options(PolicyBlock))
 	assert.Equal(t, []string{
-		"process 300 (rbd), outside the netns, holds socket 192.168.20.5:41236 -> 10.0.0.3:6801 and 1 more",
-		"process 301 (ceph-fuse) holds socket 192.168.20.5:41240 -> 10.0.0.1:3300",
+		"process 300 (rbd, outside the netns, 2 Ceph connections, e.g. 192.168.20.5:41236 -> 10.0.0.3:6801)",
+		"process 301 (ceph-fuse, Ceph connection 192.168.20.5:41240 -> 10.0.0.1:3300)",
 		"kernel socket 192.168.20.5:41234 -> 10.0.0.1:6789",
 		"kernel socket [::ffff:192.168.20.5]:50002 -> [::ffff:10.0.0.2]:7300",
 		"kernel socket [fd00::17]:50000 -> [fd00::1]:3300",

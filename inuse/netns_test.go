@@ -299,7 +299,7 @@ func TestNetnsSocketsHeldByProcesses(t *testing.T) {
 	require.Len(t, refs, 2, "%v", refs)
 	me := refs[slices.IndexFunc(refs, func(r Reference) bool { return r.PID == os.Getpid() })]
 	assert.Equal(t, Reference{Kind: KindProcess, PID: os.Getpid(), Comm: helperComm(t), Sockets: 1, Local: local, Remote: mon}, me)
-	assert.Contains(t, me.String(), ", outside the netns, holds socket 127.0.0.1:")
+	assert.Contains(t, me.String(), ", outside the netns, Ceph connection 127.0.0.1:")
 
 	// Closed: the socket is orphaned (inode 0) and nobody's reference.
 	require.NoError(t, c.Close())

@@ -135,25 +135,29 @@ func (r Reference) String() string {
 			b.WriteString(r.Reason)
 		}
 	case KindProcess:
+		// "process 42 (ceph-fuse, 3 Ceph connections, e.g. a -> b)": one
+		// parenthesis, so a list of references stays readable.
 		b.WriteString("process ")
 		b.WriteString(strconv.Itoa(r.PID))
 		b.WriteString(" (")
 		b.WriteString(r.Comm)
-		b.WriteString(")")
+		if r.Sockets > 0 && !r.InNetns {
+			b.WriteString(", outside the netns")
+		}
+		switch {
+		case r.Sockets == 1:
+			b.WriteString(", Ceph connection ")
+		case r.Sockets > 1:
+			b.WriteString(", ")
+			b.WriteString(strconv.Itoa(r.Sockets))
+			b.WriteString(" Ceph connections, e.g. ")
+		}
 		if r.Sockets > 0 {
-			if !r.InNetns {
-				b.WriteString(", outside the netns,")
-			}
-			b.WriteString(" holds socket ")
 			b.WriteString(r.Local.String())
 			b.WriteString(" -> ")
 			b.WriteString(r.Remote.String())
-			if r.Sockets > 1 {
-				b.WriteString(" and ")
-				b.WriteString(strconv.Itoa(r.Sockets - 1))
-				b.WriteString(" more")
-			}
 		}
+		b.WriteString(")")
 	case KindSocket:
 		b.WriteString("kernel socket ")
 		b.WriteString(r.Local.String())
