@@ -84,7 +84,8 @@ e2e: tools build e2e-run
 # -p 1: the e2e suites share the host (mount table, /var/lib/cni, containerd),
 # so they run one package at a time.
 e2e-run:
-	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/...)
+	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v '/test/ceph$$'))
+	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
 
 test: tools build
 	@start=$$(date +%s); \

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# hack/bench.sh - what netns-pin adds to pod start and teardown, measured
+# against baselines (run by `make bench`, as root).
+#
+# Builds the baseline plugin (test/baseline), stripped copies of the binaries
+# (sizes), the test binaries of every package with Go benchmarks and the
+# runner (hack/bench), then runs the runner, which measures, interleaving
+# the commands it compares, and prints one markdown table and a PASS/MISS
+# line per target. The report is also kept in .cache/bench/last.md.
+#
+#   1. passthrough ADD (non-holder pod): netns-pin vs baseline vs tuning
+#   2. holder ADD and DEL (unused) vs baseline, real netns from `ip netns add`
+#   3. cnitool bridge + host-local chain, with and without netns-pin,
+#      holder and non-holder pods, ADD+DEL
+#   4. in-use check: Go benchmark (n = 1, 100, 1000, 4096 fixture devices,
+#      clients, mounts) and whole-process DEL with 1000 more processes and
+#      fixture trees of 1000 / 4096 devices + clients
+#   5. 64 holders in 8 clusters, ADD+DEL all at once vs serialised
+#   6. peak RSS (ru_maxrss of each child) and binary sizes
+#
+# Environment: BENCHTIME (Go -benchtime, 200ms), BENCHCOUNT (Go -count, 10),
+# BENCH_SCALE (multiplies the rounds; 0.2 for a smoke run), BENCH_FLAGS
+# (more runner flags, e.g. -sections passthrough,holder).
+#
+# Everything made on the host carries the prefix printed at the start and is
+# removed at the end, also when the runner fails or is interrupted.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+export PATH="/usr/local/go/bin:${PATH}"
+
+BENCHTIME="${BENCHTIME:-200ms}"
+BENCHCOUNT="${BENCHCOUNT:-10}"
+BENCH_SCALE="${BENCH_SCALE:-1}"
+BENCH_FLAGS="${BENCH_FLAGS:-}"
+CNI_BIN="${NETNS_PIN_CNI_PATH:-${ROOT}/.cache/cni/bin}"
+CNITOOL="${NETNS_PIN_CNITOOL:-${ROOT}/.cache/bin/cnitool}"
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+
+if [[ "$(id -u)" != 0 ]]; then
+	log "run as root: the benchmarks make network namespaces, bridges and mounts"
+	exit 1
+fi
+
+# The binaries `make bench` depends on; build them when run on its own.
+if [[ ! -x "${CNITOOL}" || ! -x "${CNI_BIN}/bridge" || ! -x "${CNI_BIN}/host-local" || ! -x "${CNI_BIN}/tuning" ]]; then
+	hack/tools.sh packages
+	hack/tools.sh tools
+fi
+if [[ ! -x bin/netns-pin ]]; then
+	hack/tools.sh plugin
+fi
+
+PREFIX="npb$(od -An -N2 -tx1 /dev/urandom | tr -d ' \n')"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/netns-pin-bench.XXXXXX")"
+# Fixture trees on tmpfs when there is one: sysfs and debugfs live in memory.
+if FIXT="$(mktemp -d /dev/shm/netns-pin-bench.XXXXXX 2>/dev/null)"; then
+	:
+else
+	FIXT="${WORK}/fixtures"
+	mkdir -p "${FIXT}"
+fi
+BUILD="$(mktemp -d "${TMPDIR:-/tmp}/netns-pin-bench-bin.XXXXXX")"
+RUNNER_PID=
+
+# sweep removes whatever a runner killed without its own cleanup left:
+# mounts below the work folders, network namespaces and links named with
+# the prefix, cnitool cache entries; then the folders.
+sweep() {
+	local rc=$?
+	if [[ -n "${RUNNER_PID}" ]] && kill -0 "${RUNNER_PID}" 2>/dev/null; then
+		kill -TERM "${RUNNER_PID}" 2>/dev/null || true
+		wait "${RUNNER_PID}" 2>/dev/null || true
+	fi
+	local dir mp ns link
+	for dir in "${WORK}" "${FIXT}"; do
+		# deepest first; mountinfo escapes spaces as \040 (our paths have none)
+		awk -v d="${dir}" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo |
+			awk '{ print gsub("/", "/"), $0 }' | sort -rn | cut -d' ' -f2- |
+			while read -r mp; do umount -l "${mp}" 2>/dev/null || true; done
+	done
+	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${PREFIX}-" || true); do
+		log "sweep: ip netns del ${ns}"
+		ip netns del "${ns}" 2>/dev/null || true
+	done
+	for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^${PREFIX}-" || true); do
+		log "sweep: ip link del ${link}"
+		ip link del "${link}" 2>/dev/null || true
+	done
+	rm -f /var/lib/cni/results/"${PREFIX}"-* 2>/dev/null || true
+	rm -rf "${WORK}" "${FIXT}" "${BUILD}"
+	exit "${rc}"
+}
+trap sweep EXIT
+trap 'exit 130' INT TERM HUP
+
+log "building into ${BUILD} (prefix ${PREFIX})"
+export CGO_ENABLED=0
+go build -trimpath -o "${BUILD}/baseline" ./test/baseline
+go build -o "${BUILD}/bench" ./hack/bench
+# Sizes: the binaries as built (go build -trimpath) and stripped the same way
+# for all three (symbol table and DWARF removed, like -ldflags=-s -w).
+strip_to() {
+	if command -v strip >/dev/null 2>&1; then
+		strip -o "$2" "$1"
+	else
+		: >"$2" # empty: the runner reports no stripped size
+	fi
+}
+strip_to bin/netns-pin "${BUILD}/netns-pin.stripped"
+strip_to "${BUILD}/baseline" "${BUILD}/baseline.stripped"
+strip_to "${CNI_BIN}/tuning" "${BUILD}/tuning.stripped"
+
+# Test binaries of every package with Go benchmarks (the e2e suite has none).
+GOBENCH=()
+for dir in $(grep -rl --include='*_test.go' '^func Benchmark' . 2>/dev/null |
+	grep -v -e '^\./\.cache/' -e '^\./test/' | xargs -r -n1 dirname | sort -u); do
+	name="$(echo "${dir#./}" | tr '/' '_')"
+	go test -c -o "${BUILD}/${name}.test" "${dir}"
+	GOBENCH+=(-gobench "${ROOT}/${dir#./}=${BUILD}/${name}.test")
+done
+
+mkdir -p .cache/bench
+rev="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+log "running (BENCH_SCALE=${BENCH_SCALE}, BENCHTIME=${BENCHTIME}, BENCHCOUNT=${BENCHCOUNT})"
+# shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
+"${BUILD}/bench" \
+	-plugin bin/netns-pin -baseline "${BUILD}/baseline" \
+	-cni-path "${CNI_BIN}" -cnitool "${CNITOOL}" \
+	-plugin-stripped "${BUILD}/netns-pin.stripped" \
+	-baseline-stripped "${BUILD}/baseline.stripped" \
+	-tuning-stripped "${BUILD}/tuning.stripped" \
+	"${GOBENCH[@]}" -benchtime "${BENCHTIME}" -gocount "${BENCHCOUNT}" \
+	-work "${WORK}" -fixtures "${FIXT}" -prefix "${PREFIX}" -scale "${BENCH_SCALE}" \
+	-out .cache/bench/last.md \
+	-header "### netns-pin benchmarks (commit ${rev}, $(date -u +%Y-%m-%dT%H:%MZ))" \
+	${BENCH_FLAGS} &
+RUNNER_PID=$!
+wait "${RUNNER_PID}"

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// sample is one measured invocation: wall time from fork to reap, and the
+// child's peak resident set (getrusage ru_maxrss, KiB).
+type sample struct {
+	d      time.Duration
+	cpu    time.Duration // user + system time of the child (and its children)
+	rssKiB int64
+}
+
+// series is what one command of a comparison measured.
+type series struct {
+	samples []sample
+}
+
+func (s *series) add(x sample) { s.samples = append(s.samples, x) }
+
+func (s *series) durations() []float64 {
+	out := make([]float64, len(s.samples))
+	for i, x := range s.samples {
+		out[i] = float64(x.d)
+	}
+	return out
+}
+
+func (s *series) cpu() []float64 {
+	out := make([]float64, len(s.samples))
+	for i, x := range s.samples {
+		out[i] = float64(x.cpu)
+	}
+	return out
+}
+
+func (s *series) rss() []float64 {
+	var out []float64
+	for _, x := range s.samples {
+		if x.rssKiB > 0 {
+			out = append(out, float64(x.rssKiB))
+		}
+	}
+	return out
+}
+
+// median of a slice (not modified); NaN when empty.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func minOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return slices.Min(v)
+}
+
+func maxOf(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return slices.Max(v)
+}
+
+// pairedRatio is the median of the per-round ratios a[i]/b[i]: rounds are
+// interleaved, so a burst of load from elsewhere hits both commands of a
+// round and cancels out of this figure better than out of a ratio of
+// medians.
+func pairedRatio(a, b []float64) float64 {
+	n := min(len(a), len(b))
+	r := make([]float64, 0, n)
+	for i := range n {
+		if b[i] > 0 {
+			r = append(r, a[i]/b[i])
+		}
+	}
+	return median(r)
+}
+
+// fmtDur formats nanoseconds for people.
+func fmtDur(ns float64) string {
+	switch {
+	case math.IsNaN(ns):
+		return "—"
+	case ns < 0:
+		return "−" + fmtDur(-ns)
+	case ns >= 10e9:
+		return fmt.Sprintf("%.1f s", ns/1e9)
+	case ns >= 1e9:
+		return fmt.Sprintf("%.2f s", ns/1e9)
+	case ns >= 100e6:
+		return fmt.Sprintf("%.0f ms", ns/1e6)
+	case ns >= 10e6:
+		return fmt.Sprintf("%.1f ms", ns/1e6)
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2f ms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.0f µs", ns/1e3)
+	}
+	return fmt.Sprintf("%.0f ns", ns)
+}
+
+func fmtKiB(kib float64) string {
+	if math.IsNaN(kib) {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f MiB", kib/1024)
+}
+
+func fmtBytes(b int64) string {
+	return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20))
+}
+
+func fmtRatio(r float64) string {
+	if math.IsNaN(r) || math.IsInf(r, 0) {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", r)
+}
