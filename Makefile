@@ -56,8 +56,16 @@ tools:
 build:
 	@hack/tools.sh plugin
 
+# make demo: the plugin with cnitool and throwaway netns (seconds).
+# make demo DEMO=ceph: the same story on a real one-node Ceph cluster with a
+# ceph-fuse client under live I/O, side by side with a Rook-style holder.
 demo:
+ifeq ($(DEMO),ceph)
+	@$(MAKE) --no-print-directory tools build
+	@$(E2E_ENV) hack/ceph/demo.sh
+else
 	@hack/demo.sh
+endif
 
 fmt-check:
 	$(call step,gofmt -l,files=$$(git ls-files -co --exclude-standard -- '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'); \
