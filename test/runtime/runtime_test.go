@@ -6,6 +6,7 @@ package runtime
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -123,7 +124,8 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 	t.Logf("crictl stopp error: %s", runtimeError(res))
 	assert.Contains(t, runtimeError(res), "netns-pin: cluster "+cluster+": holder pod rook-ceph/"+holder.name+" is still in use by", "crictl stopp error")
 	assert.Contains(t, runtimeError(res), "csi-vol-0000", "the error names the rbd image")
-	assert.Contains(t, runtimeError(res), "netns-pin --state-dir "+sn.stateDir+" inuse "+holder.id+"."+storageIfName, "the error says how to see every reference")
+	assert.Regexp(t, `\(see: netns-pin .*--state-dir `+regexp.QuoteMeta(sn.stateDir)+` .*inuse `+regexp.QuoteMeta(holder.id+"."+storageIfName)+`\)`,
+		runtimeError(res), "the error says how to see every reference")
 
 	// The sandbox is stopped but its network stays: containerd keeps the
 	// netns, and the storage interface keeps its address and host-local
