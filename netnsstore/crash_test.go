@@ -42,6 +42,8 @@ func crashChild(op string) int {
 			_, err = s.Pin(pinReq(s, os.Getenv("ID"), "ns/cl", os.Getenv("NETNS")))
 		case "release":
 			_, err = s.Release(os.Getenv("ID")+".net1", nil)
+		case "gc":
+			_, _, err = s.GC("ceph-public", map[string]bool{}, nil)
 		}
 	}
 	// Reaching this point means the failpoint did not fire.
@@ -105,6 +107,28 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 			_, err = s.Release("prev.net1", nil)
 			require.NoError(t, err)
 			assertConsistent(t, s)
+		})
+	}
+}
+
+// GC releases through the same steps as DEL: a crash at each of them is
+// finished by the next operation too.
+func TestCrashDuringGC(t *testing.T) {
+	for _, fp := range []string{"del-releasing-written", "del-links-moved", "del-unpinned"} {
+		t.Run(fp, func(t *testing.T) {
+			s := testStore(t)
+			n := testNetns(t, "10.98.12.5/24")
+			r, err := s.Pin(pinReq(s, "stale", "ns/cl", n.Path()))
+			require.NoError(t, err)
+			runCrashChild(t, s, "gc", "", "", fp)
+
+			rs, err := s.List()
+			require.NoError(t, err)
+			assertConsistent(t, s)
+			assert.Empty(t, rs, "the interrupted GC's release was finished")
+			assert.Zero(t, nsfsMounts(t, r.NetnsIno)-1, "only the original netns mount remains")
+			_, err = os.Lstat(r.Links[0])
+			assert.True(t, os.IsNotExist(err), "no link to the released netns")
 		})
 	}
 }
