@@ -146,3 +146,22 @@ func TestCLIUsageErrors(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestCLIConfReadsTheConflist(t *testing.T) {
+	s, _ := cliStore(t)
+	conflist := filepath.Join(t.TempDir(), "ceph-public.conflist")
+	data := `{"cniVersion":"1.0.0","name":"ceph-public","plugins":[{"type":"macvlan","master":"eth1"},` +
+		`{"type":"netns-pin","pinDir":"` + s.PinDir + `","stateDir":"` + s.StateDir + `"}]}`
+	require.NoError(t, os.WriteFile(conflist, []byte(data), 0o600))
+	out, errOut, code := runCLIT(t, "--conf", conflist, "--json", "list")
+	require.Equal(t, 0, code, errOut)
+	var recs []netnsstore.Record
+	require.NoError(t, json.Unmarshal([]byte(out), &recs))
+	require.Len(t, recs, 1)
+	assert.Equal(t, "c1.net1", recs[0].Attachment)
+	assert.Equal(t, "rook-ceph/my-cluster", recs[0].Cluster)
+
+	_, errOut, code = runCLIT(t, "--state-dir", filepath.Join(t.TempDir(), "nothing-here"), "list")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "nothing pinned here")
+}
