@@ -27,6 +27,8 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 const (
@@ -46,12 +48,12 @@ func podArgs(namespace, name string) [][2]string {
 		{"IgnoreUnknown", "1"},
 		{"K8S_POD_NAMESPACE", namespace},
 		{"K8S_POD_NAME", name},
-		{"K8S_POD_INFRA_CONTAINER_ID", randHex(64)},
-		{"K8S_POD_UID", fmt.Sprintf("%s-%s-%s-%s-%s", randHex(8), randHex(4), randHex(4), randHex(4), randHex(12))},
+		{"K8S_POD_INFRA_CONTAINER_ID", hosttest.RandHex(64)},
+		{"K8S_POD_UID", fmt.Sprintf("%s-%s-%s-%s-%s", hosttest.RandHex(8), hosttest.RandHex(4), hosttest.RandHex(4), hosttest.RandHex(4), hosttest.RandHex(12))},
 	}
 }
 
-func holderArgs() [][2]string { return podArgs(clusterNS, "csi-holder-"+randHex(5)) }
+func holderArgs() [][2]string { return podArgs(clusterNS, "csi-holder-"+hosttest.RandHex(5)) }
 
 func cniArgsString(args [][2]string) string {
 	parts := make([]string, len(args))
@@ -109,7 +111,7 @@ func newChain(t *testing.T, spec chainSpec) *chain {
 	if spec.cniPath != "" {
 		e.cniPath = spec.cniPath
 	}
-	c := &chain{env: e, spec: spec, name: "npe2e-" + randHex(8), work: newWorkDir(t), subnet: nextSubnet()}
+	c := &chain{env: e, spec: spec, name: "npe2e-" + hosttest.RandHex(8), work: hosttest.NewWorkDir(t, "netns-pin-e2e-"), subnet: nextSubnet()}
 	c.pinDir = filepath.Join(c.work, "pin")
 	c.stateDir = filepath.Join(c.work, "state")
 	c.cacheDir = filepath.Join(c.work, "cni-cache")
@@ -257,7 +259,7 @@ func (r *recExec) last(t *testing.T, plugin, command string) pluginCall {
 // attachment is one (container, interface) on a chain, in a netns.
 type attachment struct {
 	c           *chain
-	netns       *netnsHandle
+	netns       *hosttest.NetnsHandle
 	containerID string
 	args        [][2]string
 	cnitool     bool // run through the cnitool binary, else libcni
@@ -265,18 +267,18 @@ type attachment struct {
 }
 
 // newAttachment prepares an attachment; its cleanup runs a best-effort DEL.
-func (c *chain) newAttachment(t *testing.T, ns *netnsHandle, args [][2]string, viaCnitool bool) *attachment {
+func (c *chain) newAttachment(t *testing.T, ns *hosttest.NetnsHandle, args [][2]string, viaCnitool bool) *attachment {
 	t.Helper()
 	a := &attachment{c: c, netns: ns, args: args, cnitool: viaCnitool}
 	if viaCnitool {
 		// cnitool derives the container ID from the netns path.
-		sum := sha512.Sum512([]byte(ns.path))
+		sum := sha512.Sum512([]byte(ns.Path))
 		a.containerID = fmt.Sprintf("cnitool-%x", sum[:10])
 		t.Cleanup(func() {
 			_ = os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", c.name, a.containerID, ifName)))
 		})
 	} else {
-		a.containerID = "e2e-" + randHex(16)
+		a.containerID = "e2e-" + hosttest.RandHex(16)
 	}
 	t.Cleanup(func() {
 		if a.noCleanDel {
@@ -300,10 +302,10 @@ func (a *attachment) recordPath() string {
 }
 
 func (a *attachment) rt() *libcni.RuntimeConf {
-	return &libcni.RuntimeConf{ContainerID: a.containerID, NetNS: a.netns.path, IfName: ifName, Args: a.args}
+	return &libcni.RuntimeConf{ContainerID: a.containerID, NetNS: a.netns.Path, IfName: ifName, Args: a.args}
 }
 
-func (a *attachment) cnitoolRun(verb string) cmdResult {
+func (a *attachment) cnitoolRun(verb string) hosttest.CmdResult {
 	e := a.c.env
 	extra := []string{
 		"CNI_PATH=" + e.cniPath,
@@ -311,7 +313,7 @@ func (a *attachment) cnitoolRun(verb string) cmdResult {
 		"CNI_IFNAME=" + ifName,
 		"CNI_ARGS=" + cniArgsString(a.args),
 	}
-	return runCmd(extra, e.cnitool, verb, a.c.name, a.netns.path)
+	return hosttest.RunCmd(hosttest.CmdTimeout, extra, nil, e.cnitool, verb, a.c.name, a.netns.Path)
 }
 
 // add runs ADD for the whole chain and returns its result as 1.0.0.
@@ -330,10 +332,10 @@ func (a *attachment) add(t *testing.T) (*types100.Result, error) {
 func (a *attachment) addRaw() (types.Result, error) {
 	if a.cnitool {
 		r := a.cnitoolRun("add")
-		if r.err != nil {
-			return nil, fmt.Errorf("cnitool add: %w; stderr: %s", r.err, strings.TrimSpace(r.stderr))
+		if r.Err != nil {
+			return nil, fmt.Errorf("cnitool add: %w; stderr: %s", r.Err, strings.TrimSpace(r.Stderr))
 		}
-		res, err := create.CreateFromBytes([]byte(r.stdout))
+		res, err := create.CreateFromBytes([]byte(r.Stdout))
 		if err != nil {
 			return nil, fmt.Errorf("cnitool add printed no CNI result: %w\n%s", err, r)
 		}
@@ -354,8 +356,8 @@ func (a *attachment) mustAdd(t *testing.T) *types100.Result {
 
 func (a *attachment) check() error {
 	if a.cnitool {
-		if r := a.cnitoolRun("check"); r.err != nil {
-			return fmt.Errorf("cnitool check: %w; stderr: %s", r.err, strings.TrimSpace(r.stderr))
+		if r := a.cnitoolRun("check"); r.Err != nil {
+			return fmt.Errorf("cnitool check: %w; stderr: %s", r.Err, strings.TrimSpace(r.Stderr))
 		}
 		return nil
 	}
@@ -366,8 +368,8 @@ func (a *attachment) check() error {
 
 func (a *attachment) del() error {
 	if a.cnitool {
-		if r := a.cnitoolRun("del"); r.err != nil {
-			return fmt.Errorf("cnitool del: %w; stderr: %s", r.err, strings.TrimSpace(r.stderr))
+		if r := a.cnitoolRun("del"); r.Err != nil {
+			return fmt.Errorf("cnitool del: %w; stderr: %s", r.Err, strings.TrimSpace(r.Stderr))
 		}
 		return nil
 	}
@@ -393,7 +395,7 @@ func (a *attachment) execPin(t *testing.T, verb string, prevResult types.Result)
 	stdin, err := json.Marshal(conf)
 	require.NoError(t, err)
 	args := &invoke.Args{
-		Command: verb, ContainerID: a.containerID, NetNS: a.netns.path,
+		Command: verb, ContainerID: a.containerID, NetNS: a.netns.Path,
 		PluginArgs: a.args, IfName: ifName, Path: a.c.env.cniPath,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -477,7 +479,7 @@ func (r record) hasIP(ip net.IP) bool {
 
 // pinExpect is what a pinned attachment looks like on the host.
 type pinExpect struct {
-	netns   nsID
+	netns   hosttest.NSID
 	cluster string // "namespace/name"
 	link    string // the well-known path expected to lead to this pin ("" = not checked)
 	ip      net.IP // an address the record must list (nil = not checked)
@@ -490,12 +492,12 @@ func assertPinned(t *testing.T, a *attachment, want pinExpect) {
 	// the pin: an nsfs file of exactly this netns, mounted once
 	_, err := os.Lstat(pin)
 	require.NoError(t, err, "no pin at %s (pinDir tree: %v)", pin, treeEntries(t, a.c.pinDir))
-	got := statNS(t, pin)
+	got := hosttest.StatNS(t, pin)
 	require.Equal(t, want.netns, got, "pin %s is not the attachment's netns", pin)
 	ms := mountsAt(t, pin)
 	require.Len(t, ms, 1, "want exactly one mount at %s, mountinfo has %+v", pin, ms)
-	assert.Equal(t, "nsfs", ms[0].fstype, "mount at %s", pin)
-	assert.Equal(t, fmt.Sprintf("net:[%d]", want.netns.ino), ms[0].root, "mount at %s", pin)
+	assert.Equal(t, "nsfs", ms[0].FSType, "mount at %s", pin)
+	assert.Equal(t, fmt.Sprintf("net:[%d]", want.netns.Ino), ms[0].Root, "mount at %s", pin)
 
 	// pinDir is a shared mount, so that pins reach other mount namespaces
 	assertSharedMount(t, a.c.pinDir)
@@ -509,7 +511,7 @@ func assertPinned(t *testing.T, a *attachment, want pinExpect) {
 	rec := readRecord(t, a.recordPath())
 	assert.Equal(t, want.cluster, rec.str("cluster"), "record cluster (%s)", a.recordPath())
 	assert.Equal(t, "active", rec.str("state"), "record state (%s)", a.recordPath())
-	assert.Equal(t, fmt.Sprint(want.netns.ino), rec.str("netnsIno"), "record netnsIno (%s)", a.recordPath())
+	assert.Equal(t, fmt.Sprint(want.netns.Ino), rec.str("netnsIno"), "record netnsIno (%s)", a.recordPath())
 	if want.ip != nil {
 		assert.True(t, rec.hasIP(want.ip), "record ips %v lack %s (%s)", rec["ips"], want.ip, a.recordPath())
 	}
@@ -521,8 +523,8 @@ func assertSharedMount(t *testing.T, dir string) {
 	ms := mountsAt(t, dir)
 	require.NotEmpty(t, ms, "pinDir %s is not a mount point", dir)
 	top := ms[len(ms)-1]
-	shared := slices.ContainsFunc(top.optional, func(o string) bool { return strings.HasPrefix(o, "shared:") })
-	assert.True(t, shared, "pinDir %s is not a shared mount (optional fields %v)", dir, top.optional)
+	shared := slices.ContainsFunc(top.Optional, func(o string) bool { return strings.HasPrefix(o, "shared:") })
+	assert.True(t, shared, "pinDir %s is not a shared mount (optional fields %v)", dir, top.Optional)
 }
 
 // assertLinkTo checks that link is a relative symlink to a's pin and leads
@@ -545,7 +547,7 @@ func assertLinkTo(t *testing.T, link string, a *attachment) {
 		require.NoError(t, err)
 		assert.Equal(t, want, target, "link %s target", link)
 	}
-	require.Equal(t, a.netns.id, statNS(t, link), "link %s does not lead to the attachment's netns", link)
+	require.Equal(t, a.netns.ID, hosttest.StatNS(t, link), "link %s does not lead to the attachment's netns", link)
 }
 
 // assertReleased checks that nothing of a's pin remains: no pin file, no
@@ -559,12 +561,12 @@ func assertReleased(t *testing.T, a *attachment, keep ...string) {
 	_, err = os.Lstat(a.recordPath())
 	assert.True(t, os.IsNotExist(err), "record %s still exists (lstat err %v)", a.recordPath(), err)
 	var extra []string
-	for _, mp := range nsfsMountsOf(t, a.netns.id.ino) {
+	for _, mp := range hosttest.NsfsMountsOf(t, a.netns.ID.Ino) {
 		if !slices.Contains(keep, mp) {
 			extra = append(extra, mp)
 		}
 	}
-	assert.Empty(t, extra, "nsfs mounts of net:[%d] remain after release", a.netns.id.ino)
+	assert.Empty(t, extra, "nsfs mounts of net:[%d] remain after release", a.netns.ID.Ino)
 }
 
 // assertNoLink checks that a well-known path does not exist.
@@ -585,14 +587,14 @@ func assertUntouched(t *testing.T, c *chain) {
 	t.Helper()
 	assert.Empty(t, treeEntries(t, c.pinDir), "netns-pin created files under pinDir %s", c.pinDir)
 	assert.Empty(t, treeEntries(t, c.stateDir), "netns-pin created files under stateDir %s", c.stateDir)
-	assert.Empty(t, mountsUnder(t, c.work), "netns-pin mounted something under %s", c.work)
+	assert.Empty(t, hosttest.MountsUnder(t, c.work), "netns-pin mounted something under %s", c.work)
 }
 
 // nsenterAddrs runs `nsenter --net=<path> ip -j addr` and returns the
 // addresses of every interface.
 func nsenterAddrs(t *testing.T, path string) []net.IP {
 	t.Helper()
-	out := mustRun(t, "nsenter", "--net="+path, "ip", "-j", "addr", "show")
+	out := hosttest.MustRun(t, "nsenter", "--net="+path, "ip", "-j", "addr", "show")
 	var links []struct {
 		Ifname   string `json:"ifname"`
 		AddrInfo []struct {

@@ -9,24 +9,26 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 // A holder pod matched by a `holders` rule: ADD pins, CHECK passes, DEL
 // releases, CHECK after DEL fails, DEL again succeeds.
 func TestCnitoolBridgeHolderLifecycle(t *testing.T) {
 	c := newChain(t, chainSpec{})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), true)
 
 	res := a.mustAdd(t)
 	ip := sandboxIP(t, res)
-	assertPinned(t, a, pinExpect{netns: ns.id, cluster: cluster, link: c.defaultLink(), ip: ip})
+	assertPinned(t, a, pinExpect{netns: ns.ID, cluster: cluster, link: c.defaultLink(), ip: ip})
 	assert.True(t, containsIP(nsenterAddrs(t, c.defaultLink()), ip), "nsenter --net=%s does not see %s", c.defaultLink(), ip)
 
 	require.NoError(t, a.check(), "CHECK of a pinned holder")
 
 	require.NoError(t, a.del(), "DEL of a holder nothing uses")
-	assertReleased(t, a, ns.path)
+	assertReleased(t, a, ns.Path)
 	assertNoLink(t, c.defaultLink())
 
 	// After DEL libcni has no cached result: the chain's CHECK fails (host-local
@@ -36,10 +38,10 @@ func TestCnitoolBridgeHolderLifecycle(t *testing.T) {
 	require.Error(t, err, "CHECK after DEL")
 	assert.Contains(t, err.Error(), "host-local", "CHECK after DEL should fail in the bridge's IPAM")
 	t.Logf("CHECK after DEL: %v", err)
-	assertReleased(t, a, ns.path)
+	assertReleased(t, a, ns.Path)
 
 	require.NoError(t, a.del(), "second DEL")
-	assertReleased(t, a, ns.path)
+	assertReleased(t, a, ns.Path)
 	assertNoLink(t, c.defaultLink())
 }
 
@@ -47,23 +49,23 @@ func TestCnitoolBridgeHolderLifecycle(t *testing.T) {
 // DEL (with CNI_NETNS gone) releases it and the netns really goes away.
 func TestCnitoolPinOutlivesNetnsName(t *testing.T) {
 	c := newChain(t, chainSpec{})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), true)
 
 	res := a.mustAdd(t)
 	ip := sandboxIP(t, res)
 	veth := hostVeth(t, res, c.spec.bridge)
-	require.True(t, linkExists(veth), "host veth %s", veth)
+	require.True(t, hosttest.LinkExists(veth), "host veth %s", veth)
 
-	ns.delete(t)
+	ns.Delete(t)
 
 	link := c.defaultLink()
-	require.Equal(t, ns.id, statNS(t, link), "after ip netns del, %s is not the pod's netns", link)
-	require.Equal(t, ns.id, statNS(t, a.pinPath()), "after ip netns del, the pin is not the pod's netns")
+	require.Equal(t, ns.ID, hosttest.StatNS(t, link), "after ip netns del, %s is not the pod's netns", link)
+	require.Equal(t, ns.ID, hosttest.StatNS(t, a.pinPath()), "after ip netns del, the pin is not the pod's netns")
 	ips := nsenterAddrs(t, link)
 	require.True(t, containsIP(ips, ip), "nsenter --net=%s ip -j addr: %v, want %s", link, ips, ip)
-	require.True(t, linkExists(veth), "host veth %s vanished although the netns is pinned", veth)
-	assertPinned(t, a, pinExpect{netns: ns.id, cluster: cluster, link: link, ip: ip})
+	require.True(t, hosttest.LinkExists(veth), "host veth %s vanished although the netns is pinned", veth)
+	assertPinned(t, a, pinExpect{netns: ns.ID, cluster: cluster, link: link, ip: ip})
 
 	gone := watchLinkGone(t, veth)
 	require.NoError(t, a.del(), "DEL with CNI_NETNS already gone")
@@ -82,14 +84,14 @@ func TestCnitoolPinOutlivesNetnsName(t *testing.T) {
 // DEL for a holder that was never added, on a netns that no longer exists.
 func TestCnitoolDelUnknownNetnsGone(t *testing.T) {
 	c := newChain(t, chainSpec{})
-	ns := &netnsHandle{name: "npe2e-gone-" + randHex(6)}
-	ns.path = filepath.Join("/run/netns", ns.name)
+	ns := &hosttest.NetnsHandle{Name: "npe2e-gone-" + hosttest.RandHex(6)}
+	ns.Path = filepath.Join("/run/netns", ns.Name)
 	a := c.newAttachment(t, ns, holderArgs(), true)
 	require.NoError(t, a.del())
 	require.NoError(t, a.del())
 	assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")))
 	assert.Empty(t, treeEntries(t, filepath.Join(c.stateDir, "records")))
-	assert.Empty(t, mountsUnder(t, c.work))
+	assert.Empty(t, hosttest.MountsUnder(t, c.work))
 }
 
 // Pods that are not holders pass through: nothing under pinDir or stateDir.
@@ -102,11 +104,11 @@ func TestCnitoolNonHolderUntouched(t *testing.T) {
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
-			ns := newNetns(t)
+			ns := hosttest.NewNetns(t, "npe2e")
 			a := c.newAttachment(t, ns, args, true)
 			res := a.mustAdd(t)
 			ip := sandboxIP(t, res)
-			assert.True(t, containsIP(nsenterAddrs(t, ns.path), ip), "the chain did not configure %s", ip)
+			assert.True(t, containsIP(nsenterAddrs(t, ns.Path), ip), "the chain did not configure %s", ip)
 			assertUntouched(t, c)
 			require.NoError(t, a.check())
 			require.NoError(t, a.del())

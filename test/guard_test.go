@@ -16,6 +16,8 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 // fakePrevResult is a plausible result of the plugin before netns-pin.
@@ -45,34 +47,34 @@ func TestPinRefusesBadNetns(t *testing.T) {
 	}
 	for name, path := range cases {
 		t.Run(name, func(t *testing.T) {
-			a := c.newAttachment(t, &netnsHandle{name: name, path: path}, holderArgs(), false)
+			a := c.newAttachment(t, &hosttest.NetnsHandle{Name: name, Path: path}, holderArgs(), false)
 			a.noCleanDel = true // only netns-pin ran, and it refused
 			out, err := a.execPin(t, "ADD", fakePrevResult(t, path))
 			require.Error(t, err, "ADD with CNI_NETNS=%s printed %s", path, out)
 			t.Logf("refused: %v", err)
 			assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins")
 			assert.Empty(t, treeEntries(t, filepath.Join(c.stateDir, "records")), "records")
-			assert.Empty(t, mountsUnder(t, filepath.Join(c.pinDir, "pins")), "mounts")
+			assert.Empty(t, hosttest.MountsUnder(t, filepath.Join(c.pinDir, "pins")), "mounts")
 		})
 	}
 }
 
 func TestPinRequiresPrevResult(t *testing.T) {
 	c := newChain(t, chainSpec{})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), false)
 	out, err := a.execPin(t, "ADD", nil)
 	require.Error(t, err, "holder ADD without prevResult printed %s", out)
 	t.Logf("refused: %v", err)
 	assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins")
-	assert.Empty(t, mountsUnder(t, c.work), "mounts")
+	assert.Empty(t, hosttest.MountsUnder(t, c.work), "mounts")
 }
 
 // The plugin run in a mount namespace of its own (as Multus thick mode runs
 // delegates): ADD fails and says so, STATUS reports error 50.
 func TestPinRefusesForeignMountNamespace(t *testing.T) {
 	e := requireEnv(t)
-	dir := newWorkDir(t)
+	dir := hosttest.NewWorkDir(t, "netns-pin-e2e-")
 	cniPath := filepath.Join(dir, "bin")
 	require.NoError(t, os.MkdirAll(cniPath, 0o755))
 	for _, p := range []string{"bridge", "host-local"} {
@@ -82,14 +84,14 @@ func TestPinRefusesForeignMountNamespace(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(cniPath, "netns-pin"), []byte(wrapper), 0o755))
 
 	c := newChain(t, chainSpec{version: "1.1.0", cniPath: cniPath})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), false)
 	_, err := a.add(t)
 	require.Error(t, err, "ADD outside the host mount namespace")
 	assert.Contains(t, err.Error(), "mount namespace", "the error must say what is wrong")
 	t.Logf("ADD: %v", err)
 	assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins")
-	assert.Empty(t, mountsUnder(t, c.work), "mounts")
+	assert.Empty(t, hosttest.MountsUnder(t, c.work), "mounts")
 
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()

@@ -18,6 +18,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 type hostileCase struct {
@@ -35,7 +37,7 @@ type hostileCase struct {
 func snapshot(t *testing.T, dir string) []string {
 	t.Helper()
 	out := treeEntries(t, dir)
-	for _, mp := range mountsUnder(t, dir) {
+	for _, mp := range hosttest.MountsUnder(t, dir) {
 		out = append(out, "mount "+mp)
 	}
 	slices.Sort(out)
@@ -59,11 +61,11 @@ func runPlugin(t *testing.T, bin string, env []string, stdin []byte) (stdout []b
 
 func TestHostileInputsAreRefusedAndChangeNothing(t *testing.T) {
 	c := newChain(t, chainSpec{cniArgsNamespaces: []string{"storage"}})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	// A holder already pinned: the refused calls must not disturb it.
 	existing := c.newAttachment(t, ns, holderArgs(), false)
 	existing.mustAdd(t)
-	other := newNetns(t)
+	other := hosttest.NewNetns(t, "npe2e")
 
 	regular := filepath.Join(c.work, "regular")
 	require.NoError(t, os.WriteFile(regular, []byte("x"), 0o600))
@@ -140,7 +142,7 @@ func TestHostileInputsAreRefusedAndChangeNothing(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{
-				"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "hostile-" + randHex(6), "CNI_NETNS": other.path,
+				"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "hostile-" + hosttest.RandHex(6), "CNI_NETNS": other.Path,
 				"CNI_IFNAME": ifName, "CNI_PATH": c.env.cniPath, "CNI_ARGS": cniArgsString(holderArgs()),
 			}
 			for k, v := range tc.env {
@@ -198,7 +200,7 @@ func TestPlantedSymlinksAreNotFollowed(t *testing.T) {
 		{"record", func(a *attachment) string { return a.recordPath() }},
 	} {
 		t.Run(plant.name, func(t *testing.T) {
-			ns := newNetns(t)
+			ns := hosttest.NewNetns(t, "npe2e")
 			a := c.newAttachment(t, ns, holderArgs(), false)
 			// Make the folders exist as the plugin would, then plant.
 			require.NoError(t, os.MkdirAll(filepath.Join(c.pinDir, "pins"), 0o755))
@@ -216,18 +218,18 @@ func TestPlantedSymlinksAreNotFollowed(t *testing.T) {
 			assert.Equal(t, "precious", string(data))
 			entries, _ := os.ReadDir(victimDir)
 			assert.Len(t, entries, 1, "nothing written into the victim folder")
-			assert.Empty(t, mountsUnder(t, victimDir), "nothing mounted on the victim")
+			assert.Empty(t, hosttest.MountsUnder(t, victimDir), "nothing mounted on the victim")
 			if plant.name == "pin" {
 				// A file in pins/ without a record is an orphan: repair
 				// removes it (without following it) and ADD goes on.
 				require.NoError(t, err)
-				assertPinned(t, a, pinExpect{netns: ns.id, cluster: cluster, link: c.defaultLink()})
+				assertPinned(t, a, pinExpect{netns: ns.ID, cluster: cluster, link: c.defaultLink()})
 				require.NoError(t, a.del())
 				return
 			}
 			require.Error(t, err, "ADD through a planted symlink at the %s", plant.name)
 			t.Logf("refused: %v", err)
-			assert.NotContains(t, strings.Join(mountsUnder(t, c.work), " "), a.containerID, "no pin left mounted")
+			assert.NotContains(t, strings.Join(hosttest.MountsUnder(t, c.work), " "), a.containerID, "no pin left mounted")
 			_ = os.Remove(p)
 		})
 	}

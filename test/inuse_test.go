@@ -10,6 +10,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 // rbdFixture is a sysfs tree laid out like the kernel's
@@ -74,7 +76,7 @@ func (c *chain) leasePath(ip net.IP) string {
 func TestCnitoolDelRefusedWhileRBDMapped(t *testing.T) {
 	fx := newRBDFixture(t)
 	c := newChain(t, chainSpec{inUse: fx.inUse()})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), true)
 	ip := sandboxIP(t, a.mustAdd(t))
 	require.FileExists(t, c.leasePath(ip))
@@ -91,8 +93,8 @@ func TestCnitoolDelRefusedWhileRBDMapped(t *testing.T) {
 	assert.Contains(t, msg, ip.String())
 	assert.NotContains(t, msg, "csi-vol-other-netns")
 
-	assert.True(t, ns.exists(), "the netns stays")
-	assert.True(t, containsIP(nsenterAddrs(t, ns.path), ip), "the interface keeps %s", ip)
+	assert.True(t, ns.Exists(), "the netns stays")
+	assert.True(t, containsIP(nsenterAddrs(t, ns.Path), ip), "the interface keeps %s", ip)
 	assert.FileExists(t, c.leasePath(ip), "host-local keeps the lease: the chain stopped at netns-pin")
 	assert.True(t, containsIP(nsenterAddrs(t, c.defaultLink()), ip), "the link still leads to the holder's netns")
 	rec := readRecord(t, a.recordPath())
@@ -100,7 +102,7 @@ func TestCnitoolDelRefusedWhileRBDMapped(t *testing.T) {
 
 	fx.unmapDevice(t, "0")
 	require.NoError(t, a.del(), "DEL once nothing uses the netns")
-	assertReleased(t, a, ns.path)
+	assertReleased(t, a, ns.Path)
 	assertNoLink(t, c.defaultLink())
 	assert.NoFileExists(t, c.leasePath(ip), "the lease is released")
 }
@@ -110,7 +112,7 @@ func TestCnitoolDelRefusedWhileRBDMapped(t *testing.T) {
 func TestLibcniDelRefusalIsCode11(t *testing.T) {
 	fx := newRBDFixture(t)
 	c := newChain(t, chainSpec{version: "1.1.0", inUse: fx.inUse()})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), false)
 	ip := sandboxIP(t, a.mustAdd(t))
 	for _, id := range []string{"0", "1", "2"} {
@@ -126,7 +128,7 @@ func TestLibcniDelRefusalIsCode11(t *testing.T) {
 	cmd := "netns-pin --pin-dir " + c.pinDir + " --state-dir " + c.stateDir + " --sysfs " + fx.sysfs + " --debugfs " + fx.debugfs + " inuse " + a.attachmentName()
 	assert.Contains(t, te.Msg, cmd)
 	// The command in the message shows the same references.
-	out := mustRun(t, filepath.Join(c.env.cniPath, "netns-pin"), strings.Fields(cmd)[1:]...)
+	out := hosttest.MustRun(t, filepath.Join(c.env.cniPath, "netns-pin"), strings.Fields(cmd)[1:]...)
 	assert.Contains(t, out, "in use by 3:")
 	assert.Contains(t, out, "rbd2 replicapool/csi-vol-2")
 	for _, id := range []string{"rbd0", "rbd1", "rbd2"} {
@@ -138,6 +140,6 @@ func TestLibcniDelRefusalIsCode11(t *testing.T) {
 		fx.unmapDevice(t, id)
 	}
 	require.NoError(t, a.del())
-	assertReleased(t, a, ns.path)
+	assertReleased(t, a, ns.Path)
 	assert.NoFileExists(t, c.leasePath(ip))
 }

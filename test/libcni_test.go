@@ -17,6 +17,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 // assertPassthrough checks that netns-pin's last ADD printed exactly what
@@ -39,7 +41,7 @@ func assertPassthrough(t *testing.T, c *chain, prev string) {
 func TestLibcniResultPassthrough(t *testing.T) {
 	c := newChain(t, chainSpec{})
 
-	nsOther := newNetns(t)
+	nsOther := hosttest.NewNetns(t, "npe2e")
 	other := c.newAttachment(t, nsOther, podArgs("default", "web-0"), false)
 	other.mustAdd(t)
 	assertPassthrough(t, c, "bridge")
@@ -48,13 +50,13 @@ func TestLibcniResultPassthrough(t *testing.T) {
 	require.NoError(t, other.del())
 	assertUntouchedAfterDel(t, c)
 
-	nsHolder := newNetns(t)
+	nsHolder := hosttest.NewNetns(t, "npe2e")
 	holder := c.newAttachment(t, nsHolder, holderArgs(), false)
 	res := holder.mustAdd(t)
 	assertPassthrough(t, c, "bridge")
-	assertPinned(t, holder, pinExpect{netns: nsHolder.id, cluster: cluster, link: c.defaultLink(), ip: sandboxIP(t, res)})
+	assertPinned(t, holder, pinExpect{netns: nsHolder.ID, cluster: cluster, link: c.defaultLink(), ip: sandboxIP(t, res)})
 	require.NoError(t, holder.del())
-	assertReleased(t, holder, nsHolder.path)
+	assertReleased(t, holder, nsHolder.Path)
 	assertNoLink(t, c.defaultLink())
 }
 
@@ -64,11 +66,11 @@ func TestLibcniVersions(t *testing.T) {
 	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
 			c := newChain(t, chainSpec{version: v})
-			ns := newNetns(t)
+			ns := hosttest.NewNetns(t, "npe2e")
 			a := c.newAttachment(t, ns, holderArgs(), false)
 			res := a.mustAdd(t)
 			assertPassthrough(t, c, "bridge")
-			assertPinned(t, a, pinExpect{netns: ns.id, cluster: cluster, link: c.defaultLink(), ip: sandboxIP(t, res)})
+			assertPinned(t, a, pinExpect{netns: ns.ID, cluster: cluster, link: c.defaultLink(), ip: sandboxIP(t, res)})
 
 			if v == "0.3.1" {
 				// libcni refuses CHECK before 0.4.0
@@ -80,7 +82,7 @@ func TestLibcniVersions(t *testing.T) {
 			}
 
 			require.NoError(t, a.del(), "DEL")
-			assertReleased(t, a, ns.path)
+			assertReleased(t, a, ns.Path)
 			assertNoLink(t, c.defaultLink())
 
 			if v != "0.3.1" {
@@ -94,7 +96,7 @@ func TestLibcniVersions(t *testing.T) {
 				}
 			}
 			require.NoError(t, a.del(), "DEL again")
-			assertReleased(t, a, ns.path)
+			assertReleased(t, a, ns.Path)
 		})
 	}
 }
@@ -107,7 +109,7 @@ func TestCnitoolMacvlanHolder(t *testing.T) { macvlanHolder(t, true) }
 
 func macvlanHolder(t *testing.T, viaCnitool bool) {
 	c := newChain(t, chainSpec{kind: "macvlan"})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), viaCnitool)
 
 	res := a.mustAdd(t)
@@ -115,13 +117,13 @@ func macvlanHolder(t *testing.T, viaCnitool bool) {
 		assertPassthrough(t, c, "macvlan")
 	}
 	ip := sandboxIP(t, res)
-	assertPinned(t, a, pinExpect{netns: ns.id, cluster: cluster, link: c.defaultLink(), ip: ip})
+	assertPinned(t, a, pinExpect{netns: ns.ID, cluster: cluster, link: c.defaultLink(), ip: ip})
 	require.NoError(t, a.check())
 
-	ns.delete(t)
+	ns.Delete(t)
 	ips := nsenterAddrs(t, c.defaultLink())
 	require.True(t, containsIP(ips, ip), "after ip netns del, nsenter --net=%s sees %v, want %s", c.defaultLink(), ips, ip)
-	require.Equal(t, ns.id, statNS(t, c.defaultLink()))
+	require.Equal(t, ns.ID, hosttest.StatNS(t, c.defaultLink()))
 
 	require.NoError(t, a.del(), "DEL with CNI_NETNS gone")
 	assertReleased(t, a)
@@ -134,16 +136,16 @@ func macvlanHolder(t *testing.T, viaCnitool bool) {
 func TestLibcniPinClusterArgs(t *testing.T) {
 	t.Run("allowed namespace", func(t *testing.T) {
 		c := newChain(t, chainSpec{holders: []map[string]any{}, cniArgsNamespaces: []string{"rook-ceph"}, pinCluster: "rook-ceph/other-cluster"})
-		ns := newNetns(t)
+		ns := hosttest.NewNetns(t, "npe2e")
 		a := c.newAttachment(t, ns, podArgs("rook-ceph", "plain-pod-abc"), false)
 		res := a.mustAdd(t)
 		assertPassthrough(t, c, "bridge")
 		link := c.linkPath("rook-ceph", "other-cluster")
-		assertPinned(t, a, pinExpect{netns: ns.id, cluster: "rook-ceph/other-cluster", link: link, ip: sandboxIP(t, res)})
+		assertPinned(t, a, pinExpect{netns: ns.ID, cluster: "rook-ceph/other-cluster", link: link, ip: sandboxIP(t, res)})
 		assertNoLink(t, c.defaultLink())
 		require.NoError(t, a.check())
 		require.NoError(t, a.del())
-		assertReleased(t, a, ns.path)
+		assertReleased(t, a, ns.Path)
 		assertNoLink(t, link)
 	})
 
@@ -171,7 +173,7 @@ func TestLibcniPinClusterArgs(t *testing.T) {
 	for name, tc := range refused {
 		t.Run(name, func(t *testing.T) {
 			c := newChain(t, tc.spec)
-			ns := newNetns(t)
+			ns := hosttest.NewNetns(t, "npe2e")
 			a := c.newAttachment(t, ns, tc.args, false)
 			_, err := a.add(t)
 			require.Error(t, err, "ADD must refuse the claim")
@@ -179,7 +181,7 @@ func TestLibcniPinClusterArgs(t *testing.T) {
 			t.Logf("refused: %v", err)
 			assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins after a refused claim")
 			assert.Empty(t, treeEntries(t, filepath.Join(c.stateDir, "records")), "records after a refused claim")
-			assert.Empty(t, mountsUnder(t, c.work), "mounts after a refused claim")
+			assert.Empty(t, hosttest.MountsUnder(t, c.work), "mounts after a refused claim")
 		})
 	}
 }
@@ -188,10 +190,10 @@ func TestLibcniPinClusterArgs(t *testing.T) {
 // same record.
 func TestLibcniRepeatedAdd(t *testing.T) {
 	c := newChain(t, chainSpec{})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), false)
 	res := a.mustAdd(t)
-	want := pinExpect{netns: ns.id, cluster: cluster, link: c.defaultLink(), ip: sandboxIP(t, res)}
+	want := pinExpect{netns: ns.ID, cluster: cluster, link: c.defaultLink(), ip: sandboxIP(t, res)}
 	assertPinned(t, a, want)
 	recBefore, err := os.ReadFile(a.recordPath())
 	require.NoError(t, err)
@@ -210,7 +212,7 @@ func TestLibcniRepeatedAdd(t *testing.T) {
 	}
 
 	require.NoError(t, a.del())
-	assertReleased(t, a, ns.path)
+	assertReleased(t, a, ns.Path)
 	assertNoLink(t, c.defaultLink())
 }
 
@@ -222,15 +224,15 @@ func TestLibcniNewHolderTakesLink(t *testing.T) {
 		t.Run(order, func(t *testing.T) {
 			c := newChain(t, chainSpec{})
 			link := c.defaultLink()
-			ns1, ns2 := newNetns(t), newNetns(t)
+			ns1, ns2 := hosttest.NewNetns(t, "npe2e"), hosttest.NewNetns(t, "npe2e")
 			a1 := c.newAttachment(t, ns1, podArgs(clusterNS, "csi-holder-old11"), false)
 			a2 := c.newAttachment(t, ns2, podArgs(clusterNS, "csi-holder-new22"), false)
 
 			a1.mustAdd(t)
-			assertPinned(t, a1, pinExpect{netns: ns1.id, cluster: cluster, link: link})
+			assertPinned(t, a1, pinExpect{netns: ns1.ID, cluster: cluster, link: link})
 			a2.mustAdd(t)
-			assertPinned(t, a2, pinExpect{netns: ns2.id, cluster: cluster, link: link})
-			assertPinned(t, a1, pinExpect{netns: ns1.id, cluster: cluster})
+			assertPinned(t, a2, pinExpect{netns: ns2.ID, cluster: cluster, link: link})
+			assertPinned(t, a1, pinExpect{netns: ns1.ID, cluster: cluster})
 			require.NoError(t, a1.check(), "CHECK of the older holder")
 			require.NoError(t, a2.check(), "CHECK of the newer holder")
 
@@ -239,11 +241,11 @@ func TestLibcniNewHolderTakesLink(t *testing.T) {
 				first, second = a2, a1
 			}
 			require.NoError(t, first.del())
-			assertReleased(t, first, first.netns.path)
-			assertPinned(t, second, pinExpect{netns: second.netns.id, cluster: cluster, link: link})
+			assertReleased(t, first, first.netns.Path)
+			assertPinned(t, second, pinExpect{netns: second.netns.ID, cluster: cluster, link: link})
 
 			require.NoError(t, second.del())
-			assertReleased(t, second, second.netns.path)
+			assertReleased(t, second, second.netns.Path)
 			assertNoLink(t, link)
 		})
 	}
@@ -254,22 +256,22 @@ func TestLibcniNewHolderTakesLink(t *testing.T) {
 func TestLibcniCheckDetectsDamage(t *testing.T) {
 	t.Run("pin unmounted", func(t *testing.T) {
 		c := newChain(t, chainSpec{})
-		ns := newNetns(t)
+		ns := hosttest.NewNetns(t, "npe2e")
 		a := c.newAttachment(t, ns, holderArgs(), false)
 		a.mustAdd(t)
 		require.NoError(t, a.check())
-		mustRun(t, "umount", "-l", a.pinPath())
+		hosttest.MustRun(t, "umount", "-l", a.pinPath())
 		err := a.check()
 		require.Error(t, err, "CHECK with the pin unmounted")
 		require.Error(t, c.exec.last(t, "netns-pin", "CHECK").err, "the failing CHECK must be netns-pin's")
 		t.Logf("CHECK: %v", err)
 		require.NoError(t, a.del())
-		assertReleased(t, a, ns.path)
+		assertReleased(t, a, ns.Path)
 		assertNoLink(t, c.defaultLink())
 	})
 	t.Run("link removed", func(t *testing.T) {
 		c := newChain(t, chainSpec{})
-		ns := newNetns(t)
+		ns := hosttest.NewNetns(t, "npe2e")
 		a := c.newAttachment(t, ns, holderArgs(), false)
 		a.mustAdd(t)
 		require.NoError(t, os.Remove(c.defaultLink()))
@@ -278,7 +280,7 @@ func TestLibcniCheckDetectsDamage(t *testing.T) {
 		require.Error(t, c.exec.last(t, "netns-pin", "CHECK").err, "the failing CHECK must be netns-pin's")
 		t.Logf("CHECK: %v", err)
 		require.NoError(t, a.del())
-		assertReleased(t, a, ns.path)
+		assertReleased(t, a, ns.Path)
 	})
 }
 
@@ -310,7 +312,7 @@ func TestLibcniStatusAndGC(t *testing.T) {
 
 	t.Run("gc releases attachments not listed", func(t *testing.T) {
 		c := newChain(t, chainSpec{version: "1.1.0"})
-		ns1, ns2 := newNetns(t), newNetns(t)
+		ns1, ns2 := hosttest.NewNetns(t, "npe2e"), hosttest.NewNetns(t, "npe2e")
 		stale := c.newAttachment(t, ns1, podArgs(clusterNS, "csi-holder-stale"), false)
 		live := c.newAttachment(t, ns2, podArgs(clusterNS, "csi-holder-live1"), false)
 		stale.mustAdd(t)
@@ -327,11 +329,11 @@ func TestLibcniStatusAndGC(t *testing.T) {
 		require.NoError(t, gc.err)
 		assert.True(t, strings.Contains(string(gc.stdin), live.containerID), "GC input lists the live attachment")
 
-		assertReleased(t, stale, ns1.path)
-		assertPinned(t, live, pinExpect{netns: ns2.id, cluster: cluster, link: c.defaultLink()})
+		assertReleased(t, stale, ns1.Path)
+		assertPinned(t, live, pinExpect{netns: ns2.ID, cluster: cluster, link: c.defaultLink()})
 
 		require.NoError(t, live.del())
-		assertReleased(t, live, ns2.path)
+		assertReleased(t, live, ns2.Path)
 		assertNoLink(t, c.defaultLink())
 	})
 }
@@ -344,7 +346,7 @@ func TestLibcniConcurrentHolders(t *testing.T) {
 	link := c.defaultLink()
 	atts := make([]*attachment, n)
 	for i := range atts {
-		atts[i] = c.newAttachment(t, newNetns(t), holderArgs(), false)
+		atts[i] = c.newAttachment(t, hosttest.NewNetns(t, "npe2e"), holderArgs(), false)
 	}
 
 	errs := make([]error, n)
@@ -356,7 +358,7 @@ func TestLibcniConcurrentHolders(t *testing.T) {
 	pins := map[string]*attachment{}
 	for i, a := range atts {
 		require.NoError(t, errs[i], "concurrent ADD #%d", i)
-		assertPinned(t, a, pinExpect{netns: a.netns.id, cluster: cluster})
+		assertPinned(t, a, pinExpect{netns: a.netns.ID, cluster: cluster})
 		pins[a.pinPath()] = a
 	}
 	target, err := os.Readlink(link)
@@ -373,7 +375,7 @@ func TestLibcniConcurrentHolders(t *testing.T) {
 	wg.Wait()
 	for i, a := range atts {
 		require.NoError(t, errs[i], "concurrent DEL #%d", i)
-		assertReleased(t, a, a.netns.path)
+		assertReleased(t, a, a.netns.Path)
 	}
 	assertNoLink(t, link)
 	assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins after concurrent DELs")
@@ -383,24 +385,24 @@ func TestLibcniConcurrentHolders(t *testing.T) {
 // A holders rule whose cluster uses {{.PodNamespace}}, and extra links, one
 // of them absolute (Rook's old holder path).
 func TestLibcniRuleTemplateAndLinks(t *testing.T) {
-	work := newWorkDir(t)
+	work := hosttest.NewWorkDir(t, "netns-pin-e2e-")
 	rookDir := filepath.Join(work, "kubelet", "plugins", "rook-ceph.rbd.csi.ceph.com")
 	require.NoError(t, os.MkdirAll(rookDir, 0o755))
 	c := newChain(t, chainSpec{
 		holders: []map[string]any{{"podNamespace": "storage-east", "podName": "csi-holder-*", "cluster": "{{.PodNamespace}}/ceph"}},
 		links:   []string{"{{.Namespace}}/{{.Name}}.net", filepath.Join(rookDir, "{{.Namespace}}.net.ns")},
 	})
-	ns := newNetns(t)
+	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, podArgs("storage-east", "csi-holder-q8z"), false)
 	res := a.mustAdd(t)
 	rel := c.linkPath("storage-east", "ceph")
 	abs := filepath.Join(rookDir, "storage-east.net.ns")
-	assertPinned(t, a, pinExpect{netns: ns.id, cluster: "storage-east/ceph", link: rel, ip: sandboxIP(t, res)})
+	assertPinned(t, a, pinExpect{netns: ns.ID, cluster: "storage-east/ceph", link: rel, ip: sandboxIP(t, res)})
 	assertLinkTo(t, abs, a)
 	require.NoError(t, a.check())
 
 	require.NoError(t, a.del())
-	assertReleased(t, a, ns.path)
+	assertReleased(t, a, ns.Path)
 	assertNoLink(t, rel)
 	assertNoLink(t, abs)
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 // 64 plugin processes at once doing ADD, CHECK and DEL across 8 clusters and
@@ -32,27 +34,27 @@ func TestStress64ProcessesAcross8Clusters(t *testing.T) {
 	c := newChain(t, chainSpec{holders: holders})
 	bin := filepath.Join(c.env.cniPath, "netns-pin")
 
-	nets := make([]*netnsHandle, procs)
+	nets := make([]*hosttest.NetnsHandle, procs)
 	for i := range nets {
-		nets[i] = newNetns(t)
+		nets[i] = hosttest.NewNetns(t, "npe2e")
 	}
 	// Every 8th holder has a client process in its netns: its DEL is refused.
 	busy := map[int]*exec.Cmd{}
 	for i := 0; i < procs; i += 8 {
-		cmd := exec.Command("nsenter", "--net="+nets[i].path, "--", "sleep", "600")
+		cmd := exec.Command("nsenter", "--net="+nets[i].Path, "--", "sleep", "600")
 		require.NoError(t, cmd.Start())
 		busy[i] = cmd
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	}
 
 	run := func(i int, verb string) (types.Error, error) {
-		entry := map[string]any{"name": c.name, "cniVersion": "1.0.0", "prevResult": fakePrevResult(t, nets[i].path)}
+		entry := map[string]any{"name": c.name, "cniVersion": "1.0.0", "prevResult": fakePrevResult(t, nets[i].Path)}
 		for k, v := range c.pinEntry {
 			entry[k] = v
 		}
 		stdin, _ := json.Marshal(entry)
 		cmd := exec.Command(bin)
-		cmd.Env = []string{"CNI_COMMAND=" + verb, fmt.Sprintf("CNI_CONTAINERID=stress-%02d", i), "CNI_NETNS=" + nets[i].path,
+		cmd.Env = []string{"CNI_COMMAND=" + verb, fmt.Sprintf("CNI_CONTAINERID=stress-%02d", i), "CNI_NETNS=" + nets[i].Path,
 			"CNI_IFNAME=" + ifName, "CNI_PATH=" + c.env.cniPath,
 			fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=ceph-%d;K8S_POD_NAME=holder-%02d", i%clusters, i)}
 		cmd.Stdin = bytes.NewReader(stdin)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 // fuseMount is a ceph-fuse process (in the foreground, so its PID is known)
@@ -63,7 +65,7 @@ func mountCephFuse(t *testing.T, c *cluster, netnsPath, dir, root string) *fuseM
 	}
 	require.True(t, ok, "ceph-fuse did not mount %s within 60s:\n%s", dir, m.readLog())
 	require.Equal(t, "ceph-fuse", procComm(m.pid), "pid %d is not ceph-fuse (nsenter did not exec it?)", m.pid)
-	dev := mountAt(t, dir).dev
+	dev := mountAt(t, dir).Dev
 	major, minor, ok := strings.Cut(dev, ":")
 	require.True(t, ok && major == "0", "FUSE mount %s on device %q, want an anonymous device 0:N", dir, dev)
 	m.conn = minor
@@ -85,9 +87,9 @@ func (m *fuseMount) readLog() string {
 }
 
 // netnsID is the network namespace the client process runs in.
-func (m *fuseMount) netnsID(t *testing.T) nsID {
+func (m *fuseMount) netnsID(t *testing.T) hosttest.NSID {
 	t.Helper()
-	return statNS(t, fmt.Sprintf("/proc/%d/ns/net", m.pid))
+	return hosttest.StatNS(t, fmt.Sprintf("/proc/%d/ns/net", m.pid))
 }
 
 // unmount unmounts (what kubelet/ceph-csi do on NodeUnstage) and waits for
@@ -198,15 +200,15 @@ func (m *fuseMount) cleanup(t *testing.T) {
 func subvolume(t *testing.T, c *cluster, name string) string {
 	t.Helper()
 	r := c.admin(60*time.Second, "fs", "subvolume", "create", c.fs, name)
-	require.NoError(t, r.err, "%s", r)
+	require.NoError(t, r.Err, "%s", r)
 	t.Cleanup(func() {
-		if r := c.admin(60*time.Second, "fs", "subvolume", "rm", c.fs, name, "--force"); r.err != nil {
+		if r := c.admin(60*time.Second, "fs", "subvolume", "rm", c.fs, name, "--force"); r.Err != nil {
 			t.Logf("cleanup: %s", r)
 		}
 	})
 	r = c.admin(60*time.Second, "fs", "subvolume", "getpath", c.fs, name)
-	require.NoError(t, r.err, "%s", r)
-	p := strings.TrimSpace(r.stdout)
+	require.NoError(t, r.Err, "%s", r)
+	p := strings.TrimSpace(r.Stdout)
 	require.True(t, strings.HasPrefix(p, "/volumes/"), "subvolume getpath: %q", p)
 	return p
 }
@@ -217,7 +219,7 @@ func subvolume(t *testing.T, c *cluster, name string) string {
 func evictClient(t *testing.T, c *cluster, dir string) {
 	t.Helper()
 	r := c.admin(30*time.Second, "tell", "mds.*", "client", "ls", "--format", "json")
-	if r.err != nil {
+	if r.Err != nil {
 		t.Logf("client ls: %s", r)
 		return
 	}
@@ -225,18 +227,18 @@ func evictClient(t *testing.T, c *cluster, dir string) {
 		ID       int64          `json:"id"`
 		Metadata map[string]any `json:"client_metadata"`
 	}
-	out := r.stdout
+	out := r.Stdout
 	// `tell mds.*` prefixes the answer with "mds.a: "
 	if i := strings.Index(out, "["); i >= 0 {
 		out = out[i:]
 	}
 	if err := json.Unmarshal([]byte(out), &sessions); err != nil {
-		t.Logf("client ls: %v\n%s", err, r.stdout)
+		t.Logf("client ls: %v\n%s", err, r.Stdout)
 		return
 	}
 	for _, s := range sessions {
 		if mp, _ := s.Metadata["mount_point"].(string); mp != "" && filepath.Clean(mp) == filepath.Clean(dir) {
-			if r := c.admin(30*time.Second, "tell", "mds.*", "client", "evict", fmt.Sprintf("id=%d", s.ID)); r.err != nil {
+			if r := c.admin(30*time.Second, "tell", "mds.*", "client", "evict", fmt.Sprintf("id=%d", s.ID)); r.Err != nil {
 				t.Logf("evict client.%d: %s", s.ID, r)
 			} else {
 				t.Logf("evicted the dead client.%d (%s) from the MDS", s.ID, dir)

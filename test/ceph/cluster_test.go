@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 // env is where the binaries under test are.
@@ -120,42 +122,11 @@ func setup() (env, *cluster, error) {
 }
 
 func discoverEnv() (env, error) {
-	cniPath := os.Getenv("NETNS_PIN_CNI_PATH")
-	if cniPath == "" {
-		cniPath = filepath.Join(repoRoot(), ".cache", "cni", "bin")
-	}
-	cnitool := os.Getenv("NETNS_PIN_CNITOOL")
-	if cnitool == "" {
-		cnitool = filepath.Join(repoRoot(), ".cache", "bin", "cnitool")
-	}
-	var err error
-	if cniPath, err = filepath.Abs(cniPath); err != nil {
+	cniPath, cnitool, err := hosttest.DiscoverCNI(repoRoot(), "netns-pin", "bridge", "host-local")
+	if err != nil {
 		return env{}, err
-	}
-	if cnitool, err = filepath.Abs(cnitool); err != nil {
-		return env{}, err
-	}
-	hint := "run `make tools build` (or `hack/tools.sh`), or set NETNS_PIN_CNI_PATH / NETNS_PIN_CNITOOL"
-	for _, p := range []string{"netns-pin", "bridge", "host-local"} {
-		if err := checkExecutable(filepath.Join(cniPath, p)); err != nil {
-			return env{}, fmt.Errorf("NETNS_PIN_CNI_PATH=%s: %w; %s", cniPath, err, hint)
-		}
-	}
-	if err := checkExecutable(cnitool); err != nil {
-		return env{}, fmt.Errorf("NETNS_PIN_CNITOOL: %w; %s", err, hint)
 	}
 	return env{cniPath: cniPath, cnitool: cnitool}, nil
-}
-
-func checkExecutable(p string) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		return fmt.Errorf("%s is missing", p)
-	}
-	if st.IsDir() || st.Mode()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", p)
-	}
-	return nil
 }
 
 // discoverCluster reads NETNS_PIN_CEPH_DIR's env file, or brings a cluster up.
@@ -230,7 +201,7 @@ func loadCluster(dir string) (*cluster, error) {
 		return nil, fmt.Errorf("the daemons' netns %s is gone: is the cluster still up?", c.netns)
 	}
 	// one round trip: the cluster answers
-	if r := c.admin(30*time.Second, "health"); r.err != nil {
+	if r := c.admin(30*time.Second, "health"); r.Err != nil {
 		return nil, fmt.Errorf("ceph health: %s", r)
 	}
 	return c, nil
@@ -251,9 +222,9 @@ func runScript(timeout time.Duration, script string, args ...string) (string, er
 
 // admin runs the ceph CLI as client.admin from the daemons' netns (the host
 // has no address on the cluster's bridge).
-func (c *cluster) admin(timeout time.Duration, args ...string) cmdResult {
+func (c *cluster) admin(timeout time.Duration, args ...string) hosttest.CmdResult {
 	full := append([]string{"--net=" + filepath.Join("/run/netns", c.netns), "--", "ceph", "-c", c.conf, "--connect-timeout", "10"}, args...)
-	return runCmd(timeout, nil, "nsenter", full...)
+	return hosttest.RunCmd(timeout, nil, nil, "nsenter", full...)
 }
 
 // clientArgs are the arguments every Ceph client of the tests gets.

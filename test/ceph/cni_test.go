@@ -20,6 +20,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 const (
@@ -54,7 +56,7 @@ func newChain(t *testing.T, e env, c *cluster, work string, pin bool, rangeStart
 	if pin {
 		kind = "pin"
 	}
-	ch.name = "ceph-public-" + kind + "-" + randHex(6)
+	ch.name = "ceph-public-" + kind + "-" + hosttest.RandHex(6)
 	ch.netconfDir = filepath.Join(work, "net.d-"+kind)
 	ch.pinDir = filepath.Join(work, "pin")
 	ch.stateDir = filepath.Join(work, "state")
@@ -104,7 +106,7 @@ func (ch *chain) link() string { return filepath.Join(ch.pinDir, clusterNS, clus
 // attachment is one pod sandbox on a chain.
 type attachment struct {
 	ch          *chain
-	ns          *netnsHandle
+	ns          *hosttest.NetnsHandle
 	args        string // CNI_ARGS
 	podName     string
 	containerID string
@@ -113,39 +115,39 @@ type attachment struct {
 
 // newAttachment prepares a pod of rook-ceph named podName in ns; its cleanup
 // runs a best-effort DEL (reported, never fatal).
-func (ch *chain) newAttachment(t *testing.T, ns *netnsHandle, podName string) *attachment {
+func (ch *chain) newAttachment(t *testing.T, ns *hosttest.NetnsHandle, podName string) *attachment {
 	t.Helper()
-	sum := sha512.Sum512([]byte(ns.path)) // cnitool's container ID
+	sum := sha512.Sum512([]byte(ns.Path)) // cnitool's container ID
 	a := &attachment{
 		ch: ch, ns: ns, podName: podName, containerID: fmt.Sprintf("cnitool-%x", sum[:10]),
 		args: fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=%s", clusterNS, podName, newUUID()),
 	}
 	t.Cleanup(func() {
-		if r := a.cnitool("del"); r.err != nil {
-			t.Logf("cleanup: cnitool del %s: %v: %s", podName, r.err, strings.TrimSpace(r.stderr))
+		if r := a.cnitool("del"); r.Err != nil {
+			t.Logf("cleanup: cnitool del %s: %v: %s", podName, r.Err, strings.TrimSpace(r.Stderr))
 		}
 		_ = os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", ch.name, a.containerID, ifName)))
 	})
 	return a
 }
 
-func (a *attachment) cnitool(verb string) cmdResult {
-	return runCmd(cniTimeout, []string{
+func (a *attachment) cnitool(verb string) hosttest.CmdResult {
+	return hosttest.RunCmd(cniTimeout, []string{
 		"CNI_PATH=" + a.ch.env.cniPath,
 		"NETCONFPATH=" + a.ch.netconfDir,
 		"CNI_IFNAME=" + ifName,
 		"CNI_ARGS=" + a.args,
-	}, a.ch.env.cnitool, verb, a.ch.name, a.ns.path)
+	}, nil, a.ch.env.cnitool, verb, a.ch.name, a.ns.Path)
 }
 
 // add runs `cnitool add` and returns the result.
 func (a *attachment) add(t *testing.T) *types100.Result {
 	t.Helper()
 	r := a.cnitool("add")
-	require.NoError(t, r.err, "cnitool add %s: %s", a.podName, r)
+	require.NoError(t, r.Err, "cnitool add %s: %s", a.podName, r)
 	var res types100.Result
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res), "cnitool add printed no CNI 1.0 result:\n%s", r.stdout)
-	require.NotEmpty(t, res.IPs, "cnitool add: no IP in %s", r.stdout)
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &res), "cnitool add printed no CNI 1.0 result:\n%s", r.Stdout)
+	require.NotEmpty(t, res.IPs, "cnitool add: no IP in %s", r.Stdout)
 	a.result = &res
 	return &res
 }
@@ -177,7 +179,7 @@ func (a *attachment) delLibcni(t *testing.T) error {
 		k, v, _ := strings.Cut(kv, "=")
 		args = append(args, [2]string{k, v})
 	}
-	rt := &libcni.RuntimeConf{ContainerID: a.containerID, NetNS: a.ns.path, IfName: ifName, Args: args}
+	rt := &libcni.RuntimeConf{ContainerID: a.containerID, NetNS: a.ns.Path, IfName: ifName, Args: args}
 	ctx, cancel := context.WithTimeout(context.Background(), cniTimeout)
 	defer cancel()
 	return libcni.NewCNIConfig([]string{a.ch.env.cniPath}, nil).DelNetworkList(ctx, list, rt)

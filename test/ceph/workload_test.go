@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 const (
@@ -87,7 +89,7 @@ func startWorkload(t *testing.T, name, dir string) *workload {
 func (w *workload) run() {
 	defer close(w.done)
 	var seed [32]byte
-	copy(seed[:], randHex(32))
+	copy(seed[:], hosttest.RandHex(32))
 	rng := rand.New(rand.NewChaCha8(seed))
 	tick := time.NewTicker(wlPace)
 	defer tick.Stop()

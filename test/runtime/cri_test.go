@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 const (
@@ -297,7 +298,7 @@ func (sb *sandbox) String() string {
 
 // runPod puts the pod into the kube API stand-in and starts its sandbox,
 // as kubelet would. A failed runp returns the result with sb.id empty.
-func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]string) (*sandbox, cmdResult) {
+func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]string) (*sandbox, hosttest.CmdResult) {
 	t.Helper()
 	sb := &sandbox{s: s, ns: ns, name: name, uid: newUID(), annotation: annotations}
 	s.api.putPod(ns, name, sb.uid, annotations)
@@ -317,11 +318,11 @@ func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]str
 	require.NoError(t, writeJSON(sb.podJSON, pod))
 	r := s.crictlRun("runp", sb.podJSON)
 	t.Cleanup(func() { sb.cleanup(t) })
-	if r.err != nil {
+	if r.Err != nil {
 		return sb, r
 	}
-	sb.id = strings.TrimSpace(r.stdout)
-	require.Len(t, sb.id, 64, "crictl runp printed %q", r.stdout)
+	sb.id = strings.TrimSpace(r.Stdout)
+	require.Len(t, sb.id, 64, "crictl runp printed %q", r.Stdout)
 	st := sb.inspect(t)
 	require.Equal(t, "SANDBOX_READY", st.Status.State)
 	sb.netnsPath = st.netnsPath()
@@ -339,7 +340,7 @@ func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]str
 func (s *suite) mustRunPod(t *testing.T, ns, name string, annotations map[string]string) *sandbox {
 	t.Helper()
 	sb, r := s.runPod(t, ns, name, annotations)
-	require.NoError(t, r.err, "crictl runp %s/%s:\n%s", ns, name, r)
+	require.NoError(t, r.Err, "crictl runp %s/%s:\n%s", ns, name, r)
 	return sb
 }
 
@@ -375,23 +376,23 @@ func (st inspectStatus) netnsPath() string {
 func (sb *sandbox) inspect(t *testing.T) inspectStatus {
 	t.Helper()
 	r := sb.s.crictlRun("inspectp", "-o", "json", sb.id)
-	require.NoError(t, r.err, "crictl inspectp %s:\n%s", sb.id, r)
+	require.NoError(t, r.Err, "crictl inspectp %s:\n%s", sb.id, r)
 	var st inspectStatus
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &st))
 	return st
 }
 
-func (sb *sandbox) stop() cmdResult {
+func (sb *sandbox) stop() hosttest.CmdResult {
 	r := sb.s.crictlRun("stopp", sb.id)
-	if r.err == nil {
+	if r.Err == nil {
 		sb.stopped = true
 	}
 	return r
 }
 
-func (sb *sandbox) remove() cmdResult {
+func (sb *sandbox) remove() hosttest.CmdResult {
 	r := sb.s.crictlRun("rmp", sb.id)
-	if r.err == nil {
+	if r.Err == nil {
 		sb.removed = true
 		sb.s.api.deletePod(sb.ns, sb.name)
 	}
@@ -407,14 +408,14 @@ func (sb *sandbox) cleanup(t *testing.T) {
 	}
 	if sb.id == "" {
 		r := sb.s.crictlRun("pods", "--name", sb.name, "--namespace", sb.ns, "-q")
-		ids = append(ids, strings.Fields(r.stdout)...)
+		ids = append(ids, strings.Fields(r.Stdout)...)
 	}
 	for _, id := range ids {
-		if r := sb.s.crictlRun("stopp", id); r.err != nil && !t.Failed() {
+		if r := sb.s.crictlRun("stopp", id); r.Err != nil && !t.Failed() {
 			t.Errorf("cleanup: crictl stopp %s: %s", id, r)
 			continue
 		}
-		if r := sb.s.crictlRun("rmp", id); r.err != nil && !t.Failed() {
+		if r := sb.s.crictlRun("rmp", id); r.Err != nil && !t.Failed() {
 			t.Errorf("cleanup: crictl rmp %s: %s", id, r)
 		}
 	}
@@ -425,14 +426,14 @@ func (sb *sandbox) cleanup(t *testing.T) {
 func (sb *sandbox) podState(t *testing.T) string {
 	t.Helper()
 	r := sb.s.crictlRun("pods", "--id", sb.id, "-o", "json")
-	require.NoError(t, r.err, "crictl pods:\n%s", r)
+	require.NoError(t, r.Err, "crictl pods:\n%s", r)
 	var out struct {
 		Items []struct {
 			ID    string `json:"id"`
 			State string `json:"state"`
 		} `json:"items"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &out))
 	for _, it := range out.Items {
 		if it.ID == sb.id {
 			return it.State
@@ -514,7 +515,7 @@ func (sn *storageNet) hostLocalHas(ip string) bool {
 // ID, netns, interface and CNI_ARGS) and returns its exit error and output.
 // Through Multus and containerd the CNI error code is flattened into a
 // string; this shows the code the plugin itself returns.
-func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniError, cmdResult) {
+func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniError, hosttest.CmdResult) {
 	t.Helper()
 	entry, err := conf.PluginEntry(sn.s.api.nadJSON(nadNamespace, sn.name))
 	require.NoError(t, err)
@@ -533,10 +534,10 @@ func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniE
 		"CNI_PATH=" + sn.s.cniBin,
 		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_INFRA_CONTAINER_ID=%s;K8S_POD_UID=%s", sb.ns, sb.name, sb.id, sb.uid),
 	}
-	r := runCmd(env, entry, sn.s.pinBin)
+	r := hosttest.RunCmd(cmdTimeout, env, entry, sn.s.pinBin)
 	var ce cniError
-	if r.err != nil {
-		require.NoError(t, json.Unmarshal([]byte(r.stdout), &ce), "netns-pin DEL output is not a CNI error:\n%s", r)
+	if r.Err != nil {
+		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &ce), "netns-pin DEL output is not a CNI error:\n%s", r)
 	}
 	return ce, r
 }
@@ -544,8 +545,8 @@ func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniE
 // runtimeError is the error crictl reports, unescaped: crictl prints it
 // as a quoted logrus field (level=fatal msg="..."), the runtime's gRPC
 // status with the CNI plugin's message inside.
-func runtimeError(r cmdResult) string {
-	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+func runtimeError(r hosttest.CmdResult) string {
+	lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		_, quoted, ok := strings.Cut(lines[i], " msg=")
 		if !ok {
@@ -555,7 +556,7 @@ func runtimeError(r cmdResult) string {
 			return msg
 		}
 	}
-	return r.stderr
+	return r.Stderr
 }
 
 type cniError struct {

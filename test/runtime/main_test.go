@@ -7,8 +7,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +21,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 const (
@@ -211,8 +211,8 @@ func processAlive(pid int) bool {
 // is the storage networks' macvlan master (this kernel has no dummy links),
 // named in <dir>/links.list for teardown.sh.
 func (s *suite) makeLinks() error {
-	s.bridge = "nprtbr" + randHex(6)
-	s.master, s.peer = "nprtm"+randHex(6), "nprtp"+randHex(6)
+	s.bridge = "nprtbr" + hosttest.RandHex(6)
+	s.master, s.peer = "nprtm"+hosttest.RandHex(6), "nprtp"+hosttest.RandHex(6)
 	// teardown.sh deletes the links named here, also when this process
 	// dies before its own cleanup.
 	list := fmt.Sprintf("%s\n%s\n", s.bridge, s.master)
@@ -302,7 +302,7 @@ func (s *suite) waitNetworkReady() error {
 	var last string
 	for time.Now().Before(deadline) {
 		r := s.crictlRun("info")
-		if r.err == nil {
+		if r.Err == nil {
 			var info struct {
 				Status struct {
 					Conditions []struct {
@@ -312,7 +312,7 @@ func (s *suite) waitNetworkReady() error {
 					} `json:"conditions"`
 				} `json:"status"`
 			}
-			if err := json.Unmarshal([]byte(r.stdout), &info); err == nil {
+			if err := json.Unmarshal([]byte(r.Stdout), &info); err == nil {
 				for _, c := range info.Status.Conditions {
 					if c.Type == "NetworkReady" {
 						if c.Status {
@@ -362,32 +362,8 @@ func (s *suite) close() error {
 	return errors.Join(errs...)
 }
 
-// cmdResult is what a finished command printed.
-type cmdResult struct {
-	stdout, stderr string
-	err            error
-}
-
-func (r cmdResult) String() string {
-	return fmt.Sprintf("err=%v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
-}
-
-func runCmd(env []string, stdin []byte, name string, args ...string) cmdResult {
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	return cmdResult{stdout: out.String(), stderr: errb.String(), err: err}
-}
-
-func (s *suite) crictlRun(args ...string) cmdResult {
-	return runCmd(nil, nil, s.crictl, append([]string{"--config", s.criConfig}, args...)...)
+func (s *suite) crictlRun(args ...string) hosttest.CmdResult {
+	return hosttest.RunCmd(cmdTimeout, nil, nil, s.crictl, append([]string{"--config", s.criConfig}, args...)...)
 }
 
 func writeJSON(path string, v any) error {
@@ -402,23 +378,15 @@ func writeJSON(path string, v any) error {
 	return os.Rename(tmp, path)
 }
 
-func randHex(n int) string {
-	b := make([]byte, (n+1)/2)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b)[:n]
-}
-
 func newUID() string {
-	return fmt.Sprintf("%s-%s-%s-%s-%s", randHex(8), randHex(4), randHex(4), randHex(4), randHex(12))
+	return fmt.Sprintf("%s-%s-%s-%s-%s", hosttest.RandHex(8), hosttest.RandHex(4), hosttest.RandHex(4), hosttest.RandHex(4), hosttest.RandHex(12))
 }
 
 // testDir is a folder for one test's pins, state and fixtures.
 func (s *suite) testDir(t *testing.T) string {
 	t.Helper()
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
-	d := filepath.Join(s.work, name+"-"+randHex(4))
+	d := filepath.Join(s.work, name+"-"+hosttest.RandHex(4))
 	require.NoError(t, os.MkdirAll(d, 0o755))
 	return d
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 // A holder named by a `holders` rule (pod namespace + name glob, which
@@ -26,7 +28,7 @@ func TestHolderByRulePinnedOnRunp(t *testing.T) {
 	}})
 	link := sn.link(t, cluster)
 
-	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-a-"+randHex(5), sn.selection(""))
+	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-a-"+hosttest.RandHex(5), sn.selection(""))
 	r := sn.requirePinned(t, holder, cluster, "active")
 	assert.Equal(t, []string{link}, r.Links)
 	sn.requireLinkTo(t, link, holder)
@@ -40,22 +42,22 @@ func TestHolderByRulePinnedOnRunp(t *testing.T) {
 	assert.Contains(t, linksIn(t, holder.netnsPath), "eth0", "default network (bridge)")
 
 	// Not a holder: same network, no rule matches, no claim.
-	app := s.mustRunPod(t, "rook-ceph", "app-"+randHex(5), sn.selection(""))
+	app := s.mustRunPod(t, "rook-ceph", "app-"+hosttest.RandHex(5), sn.selection(""))
 	assert.Nil(t, sn.readRecord(t, app), "a pod no rule names must not be pinned")
 	_, err := os.Lstat(sn.pinPath(app))
 	assert.True(t, os.IsNotExist(err), "no pin for a pod that is no holder")
 	sn.requireLinkTo(t, link, holder)
-	require.NoError(t, app.stop().err)
-	require.NoError(t, app.remove().err)
+	require.NoError(t, app.stop().Err)
+	require.NoError(t, app.remove().Err)
 
 	// Nothing uses the holder: it stops and goes like any pod.
 	res := holder.stop()
-	require.NoError(t, res.err, "crictl stopp of an unused holder:\n%s", res)
+	require.NoError(t, res.Err, "crictl stopp of an unused holder:\n%s", res)
 	sn.requireUnpinned(t, holder)
 	requireNoLink(t, link)
 	assert.False(t, sn.hostLocalHas(holder.storageIP), "host-local released %s", holder.storageIP)
 	res = holder.remove()
-	require.NoError(t, res.err, "crictl rmp:\n%s", res)
+	require.NoError(t, res.Err, "crictl rmp:\n%s", res)
 	assert.Empty(t, holder.podState(t))
 	assert.Empty(t, s.api.unexpectedRequests(), "requests the kube API stand-in does not serve")
 }
@@ -71,7 +73,7 @@ func TestHolderByCNIArgsAnnotation(t *testing.T) {
 	sn := s.newStorageNet(t, netSpec{cniArgsNamespaces: []string{"rook-ceph"}})
 	link := sn.link(t, cluster)
 
-	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-b-"+randHex(5), sn.selection(cluster))
+	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-b-"+hosttest.RandHex(5), sn.selection(cluster))
 	sn.requirePinned(t, holder, cluster, "active")
 	sn.requireLinkTo(t, link, holder)
 	assert.Equal(t, nsIdentity(t, holder.netnsPath), nsIdentity(t, link))
@@ -79,8 +81,8 @@ func TestHolderByCNIArgsAnnotation(t *testing.T) {
 	assert.Equal(t, 1, s.api.requestCount("GET /apis/k8s.cni.cncf.io/v1/namespaces/rook-ceph/network-attachment-definitions/"+sn.name))
 
 	// A pod of another namespace makes the same claim.
-	intruder, res := s.runPod(t, "tenant", "evil-"+randHex(5), sn.selection(cluster))
-	require.Error(t, res.err, "a claim from a namespace outside cniArgsNamespaces must fail the sandbox:\n%s", res)
+	intruder, res := s.runPod(t, "tenant", "evil-"+hosttest.RandHex(5), sn.selection(cluster))
+	require.Error(t, res.Err, "a claim from a namespace outside cniArgsNamespaces must fail the sandbox:\n%s", res)
 	assert.Empty(t, intruder.id)
 	msg := runtimeError(res)
 	t.Logf("crictl runp error: %s", msg)
@@ -92,14 +94,14 @@ func TestHolderByCNIArgsAnnotation(t *testing.T) {
 	assert.Len(t, entries, 1, "only the holder's record")
 	sn.requireLinkTo(t, link, holder)
 	r := s.crictlRun("pods", "--namespace", "tenant", "--name", intruder.name, "-q")
-	require.NoError(t, r.err)
-	assert.Empty(t, strings.TrimSpace(r.stdout), "containerd removed the failed sandbox")
+	require.NoError(t, r.Err)
+	assert.Empty(t, strings.TrimSpace(r.Stdout), "containerd removed the failed sandbox")
 
 	res = holder.stop()
-	require.NoError(t, res.err, "crictl stopp:\n%s", res)
+	require.NoError(t, res.Err, "crictl stopp:\n%s", res)
 	sn.requireUnpinned(t, holder)
 	requireNoLink(t, link)
-	require.NoError(t, holder.remove().err)
+	require.NoError(t, holder.remove().Err)
 	assert.Empty(t, s.api.unexpectedRequests())
 }
 
@@ -115,12 +117,12 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 		{"podNamespace": "rook-ceph", "podName": "csi-holder-c-*", "cluster": cluster},
 	}})
 	link := sn.link(t, cluster)
-	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-c-"+randHex(5), sn.selection(""))
+	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-c-"+hosttest.RandHex(5), sn.selection(""))
 	sn.requirePinned(t, holder, cluster, "active")
 	sn.rbdDevice(t, 0, holder.storageIP)
 
 	res := holder.stop()
-	require.Error(t, res.err, "crictl stopp must fail while rbd0 uses the holder's netns:\n%s", res)
+	require.Error(t, res.Err, "crictl stopp must fail while rbd0 uses the holder's netns:\n%s", res)
 	t.Logf("crictl stopp error: %s", runtimeError(res))
 	assert.Contains(t, runtimeError(res), "netns-pin: cluster "+cluster+": holder pod rook-ceph/"+holder.name+" is still in use by", "crictl stopp error")
 	assert.Contains(t, runtimeError(res), "csi-vol-0000", "the error names the rbd image")
@@ -141,7 +143,7 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 
 	// The plugin's own answer to that DEL is CNI error 11.
 	ce, r := sn.pinDEL(t, holder, "")
-	require.Error(t, r.err, "netns-pin DEL:\n%s", r)
+	require.Error(t, r.Err, "netns-pin DEL:\n%s", r)
 	assert.Equal(t, 11, ce.Code, "CNI error code (try again later)")
 	assert.Contains(t, runtimeError(res), ce.Msg, "containerd passes netns-pin's message on")
 	assert.Contains(t, ce.Details, "csi-vol-0000")
@@ -149,33 +151,33 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 	// `netns-pin inuse <cluster>` shows the same reference to the operator.
 	nad := filepath.Join(sn.dir, "nad.json")
 	require.NoError(t, os.WriteFile(nad, s.api.nadJSON(nadNamespace, sn.name), 0o644))
-	r = runCmd(nil, nil, s.pinBin, "--conf", nad, "inuse", cluster)
-	require.NoError(t, r.err, "netns-pin inuse:\n%s", r)
-	assert.Contains(t, r.stdout, "csi-vol-0000")
-	assert.Contains(t, r.stdout, holder.storageIP)
-	t.Logf("netns-pin inuse %s:\n%s", cluster, r.stdout)
-	r = runCmd(nil, nil, s.pinBin, "--conf", nad, "list")
-	require.NoError(t, r.err, "netns-pin list:\n%s", r)
-	assert.Contains(t, r.stdout, holder.id+"."+storageIfName)
-	assert.Contains(t, r.stdout, "draining")
-	t.Logf("netns-pin list:\n%s", r.stdout)
+	r = hosttest.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "inuse", cluster)
+	require.NoError(t, r.Err, "netns-pin inuse:\n%s", r)
+	assert.Contains(t, r.Stdout, "csi-vol-0000")
+	assert.Contains(t, r.Stdout, holder.storageIP)
+	t.Logf("netns-pin inuse %s:\n%s", cluster, r.Stdout)
+	r = hosttest.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "list")
+	require.NoError(t, r.Err, "netns-pin list:\n%s", r)
+	assert.Contains(t, r.Stdout, holder.id+"."+storageIfName)
+	assert.Contains(t, r.Stdout, "draining")
+	t.Logf("netns-pin list:\n%s", r.Stdout)
 
 	// A retry while still referenced fails the same way.
 	res = holder.stop()
-	require.Error(t, res.err, "second crictl stopp:\n%s", res)
+	require.Error(t, res.Err, "second crictl stopp:\n%s", res)
 	assert.Contains(t, runtimeError(res), "netns-pin: cluster "+cluster)
 
 	// The device is unmapped: the retry goes through.
 	sn.removeRBDDevice(t, 0)
 	res = holder.stop()
-	require.NoError(t, res.err, "crictl stopp after the rbd device is gone:\n%s", res)
+	require.NoError(t, res.Err, "crictl stopp after the rbd device is gone:\n%s", res)
 	sn.requireUnpinned(t, holder)
 	requireNoLink(t, link)
 	assert.False(t, sn.hostLocalHas(holder.storageIP), "host-local released %s", holder.storageIP)
 	_, err := os.Lstat(holder.netnsPath)
 	assert.True(t, os.IsNotExist(err), "containerd removed the netns %s (err %v)", holder.netnsPath, err)
 	res = holder.remove()
-	require.NoError(t, res.err, "crictl rmp:\n%s", res)
+	require.NoError(t, res.Err, "crictl rmp:\n%s", res)
 	assert.Empty(t, holder.podState(t))
 }
 
@@ -188,13 +190,13 @@ func TestHolderRestartTakesOverLink(t *testing.T) {
 	sn := s.newStorageNet(t, netSpec{cniArgsNamespaces: []string{"rook-ceph"}})
 	link := sn.link(t, cluster)
 
-	old := s.mustRunPod(t, "rook-ceph", "csi-holder-d-"+randHex(5), sn.selection(cluster))
+	old := s.mustRunPod(t, "rook-ceph", "csi-holder-d-"+hosttest.RandHex(5), sn.selection(cluster))
 	sn.requirePinned(t, old, cluster, "active")
 	sn.requireLinkTo(t, link, old)
 	sn.rbdDevice(t, 3, old.storageIP) // a volume mapped through the old holder
 
 	// The DaemonSet's surge pod comes up.
-	next := s.mustRunPod(t, "rook-ceph", "csi-holder-d-"+randHex(5), sn.selection(cluster))
+	next := s.mustRunPod(t, "rook-ceph", "csi-holder-d-"+hosttest.RandHex(5), sn.selection(cluster))
 	sn.requirePinned(t, next, cluster, "active")
 	sn.requireLinkTo(t, link, next)
 	sn.requirePinned(t, old, cluster, "active")
@@ -203,7 +205,7 @@ func TestHolderRestartTakesOverLink(t *testing.T) {
 
 	// The old holder is deleted: refused, it keeps its network and pin.
 	res := old.stop()
-	require.Error(t, res.err, "crictl stopp of the referenced old holder:\n%s", res)
+	require.Error(t, res.Err, "crictl stopp of the referenced old holder:\n%s", res)
 	assert.Contains(t, runtimeError(res), "netns-pin: cluster "+cluster+": holder pod rook-ceph/"+old.name+" is still in use by")
 	sn.requirePinned(t, old, cluster, "draining")
 	assert.Equal(t, []string{old.storageIP}, addrsIn(t, old.netnsPath, storageIfName))
@@ -212,15 +214,15 @@ func TestHolderRestartTakesOverLink(t *testing.T) {
 	// The last volume of the old holder is unmapped: it goes, the link stays.
 	sn.removeRBDDevice(t, 3)
 	res = old.stop()
-	require.NoError(t, res.err, "crictl stopp of the old holder once unused:\n%s", res)
-	require.NoError(t, old.remove().err)
+	require.NoError(t, res.Err, "crictl stopp of the old holder once unused:\n%s", res)
+	require.NoError(t, old.remove().Err)
 	sn.requireUnpinned(t, old)
 	sn.requireLinkTo(t, link, next)
 	sn.requirePinned(t, next, cluster, "active")
 
 	res = next.stop()
-	require.NoError(t, res.err, "crictl stopp:\n%s", res)
-	require.NoError(t, next.remove().err)
+	require.NoError(t, res.Err, "crictl stopp:\n%s", res)
+	require.NoError(t, next.remove().Err)
 	sn.requireUnpinned(t, next)
 	requireNoLink(t, link)
 	assert.Empty(t, s.api.unexpectedRequests())
