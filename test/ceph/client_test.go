@@ -57,7 +57,7 @@ func mountCephFuse(t *testing.T, c *cluster, netnsPath, dir, root string) *fuseM
 	}()
 	t.Cleanup(func() { m.cleanup(t) })
 
-	ok := poll(60*time.Second, 50*time.Millisecond, func() bool {
+	ok := hosttest.Poll(60*time.Second, 50*time.Millisecond, func() bool {
 		return m.hasExited() || mountedAt(t, dir) == "fuse.ceph-fuse"
 	})
 	if m.hasExited() {

@@ -192,7 +192,7 @@ func netnsPinHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) {
 	assert.NoFileExists(t, a.recordPath(), "record of holder A after its DEL")
 	require.Equal(t, nsB.ID, hosttest.StatNS(t, link), "the link stays on holder B")
 	assert.Empty(t, hosttest.NsfsMountsOf(t, nsA.ID.Ino), "nsfs mounts of holder A's netns %s after its DEL", nsA.ID)
-	gone := poll(30*time.Second, 50*time.Millisecond, func() bool { return !hosttest.LinkExists(vethA) })
+	gone := hosttest.Poll(30*time.Second, 50*time.Millisecond, func() bool { return !hosttest.LinkExists(vethA) })
 	require.True(t, gone, "holder A's veth %s still exists 30s after the DEL: its netns did not go away", vethA)
 	t.Logf("holder A released: no pin, no record, no nsfs mount of %s, veth %s gone with the netns", nsA.ID, vethA)
 	s2 = w2.waitOps(t, w2.snapshot(), 10, 60*time.Second, "after holder A's release")
@@ -248,7 +248,7 @@ func rookStyleHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) 
 		<-holderExited
 	})
 	nsLink := fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid)
-	require.True(t, poll(10*time.Second, 10*time.Millisecond, func() bool {
+	require.True(t, hosttest.Poll(10*time.Second, 10*time.Millisecond, func() bool {
 		id, err := hosttest.NSIDOf(nsLink)
 		return err == nil && id == nsR.ID
 	}), "holder process %d did not enter %s", holder.Process.Pid, nsR.Name)
@@ -284,7 +284,7 @@ func rookStyleHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) 
 
 	st.step("measure the client's I/O for up to %s after the removal", stallLimit+20*time.Second)
 	var now stats
-	poll(stallLimit+20*time.Second, 50*time.Millisecond, func() bool {
+	hosttest.Poll(stallLimit+20*time.Second, 50*time.Millisecond, func() bool {
 		now = w.snapshot()
 		return now.Failures+now.Mismatches > removal.Failures+removal.Mismatches || now.Stalled > removal.Stalled
 	})

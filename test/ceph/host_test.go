@@ -8,30 +8,12 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 func newUUID() string {
 	return fmt.Sprintf("%s-%s-4%s-a%s-%s", hosttest.RandHex(8), hosttest.RandHex(4), hosttest.RandHex(3), hosttest.RandHex(3), hosttest.RandHex(12))
-}
-
-// poll calls cond every interval until it returns true or timeout passes;
-// it returns whether cond became true.
-func poll(timeout, interval time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-tick.C
-	}
 }
 
 // mountedAt returns the filesystem type mounted at path ("" when none).

@@ -211,7 +211,7 @@ func (w *workload) snapshot() stats {
 func (w *workload) waitOps(t *testing.T, from stats, n int, timeout time.Duration, why string) stats {
 	t.Helper()
 	var s stats
-	ok := poll(timeout, 20*time.Millisecond, func() bool {
+	ok := hosttest.Poll(timeout, 20*time.Millisecond, func() bool {
 		s = w.snapshot()
 		return s.Ops >= from.Ops+n || s.Failures+s.Mismatches > from.Failures+from.Mismatches
 	})

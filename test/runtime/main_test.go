@@ -298,34 +298,36 @@ func (s *suite) writeMultusConfig() error {
 // waitNetworkReady polls the CRI status until containerd has loaded the
 // CNI configuration: a sandbox started before that fails.
 func (s *suite) waitNetworkReady() error {
-	deadline := time.Now().Add(readyTimeout)
 	var last string
-	for time.Now().Before(deadline) {
+	ready := hosttest.Poll(readyTimeout, 100*time.Millisecond, func() bool {
 		r := s.crictlRun("info")
-		if r.Err == nil {
-			var info struct {
-				Status struct {
-					Conditions []struct {
-						Type    string `json:"type"`
-						Status  bool   `json:"status"`
-						Message string `json:"message"`
-					} `json:"conditions"`
-				} `json:"status"`
-			}
-			if err := json.Unmarshal([]byte(r.Stdout), &info); err == nil {
-				for _, c := range info.Status.Conditions {
-					if c.Type == "NetworkReady" {
-						if c.Status {
-							return nil
-						}
-						last = c.Message
-					}
-				}
-			}
-		} else {
+		if r.Err != nil {
 			last = r.String()
+			return false
 		}
-		time.Sleep(100 * time.Millisecond) // poll interval
+		var info struct {
+			Status struct {
+				Conditions []struct {
+					Type    string `json:"type"`
+					Status  bool   `json:"status"`
+					Message string `json:"message"`
+				} `json:"conditions"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &info); err != nil {
+			last = err.Error()
+			return false
+		}
+		for _, c := range info.Status.Conditions {
+			if c.Type == "NetworkReady" {
+				last = c.Message
+				return c.Status
+			}
+		}
+		return false
+	})
+	if ready {
+		return nil
 	}
 	return fmt.Errorf("containerd's CRI network not ready after %s: %s", readyTimeout, last)
 }

@@ -116,3 +116,21 @@ func DiscoverCNI(repoRoot string, plugins ...string) (cniPath, cnitool string, e
 	}
 	return cniPath, cnitool, nil
 }
+
+// Poll calls cond every interval until it returns true or timeout passes,
+// and returns whether cond became true: a wait for a condition, never for
+// a time.
+func Poll(timeout, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+}
