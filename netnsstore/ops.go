@@ -99,18 +99,23 @@ func (s *Store) rollBack(r *Record, cause error) error {
 	return errors.Join(cause, s.undo(r))
 }
 
-// undo removes an intent record's pin and record and re-points its links.
+// undo removes an intent record's pin and record. The links move away
+// from the pin first, so that no link ever leads to an unmounted pin.
 func (s *Store) undo(r *Record) error {
-	var errs []error
-	errs = append(errs, s.unpin(r.Attachment))
+	return errors.Join(s.moveLinksAway(r), s.unpin(r.Attachment), s.removeRecord(r.Attachment))
+}
+
+// moveLinksAway re-points the links of r's cluster among its other pins by
+// the link rule and removes the links no other pin of the cluster uses.
+func (s *Store) moveLinksAway(r *Record) error {
 	all, _ := s.records()
-	errs = append(errs, s.relink(r.Cluster, withoutRecord(all, r.Attachment)))
+	rest := withoutRecord(all, r.Attachment)
+	errs := []error{s.relink(r.Cluster, rest)}
 	for _, l := range r.Links {
-		if !s.clusterHasLink(all, r, l) {
+		if !s.clusterHasLink(rest, r, l) {
 			errs = append(errs, s.removeLink(l))
 		}
 	}
-	errs = append(errs, s.removeRecord(r.Attachment))
 	return errors.Join(errs...)
 }
 
@@ -203,17 +208,8 @@ func (s *Store) GC(network string, valid map[string]bool, inUse InUseFunc) (rele
 // finishRelease completes a release whose record says releasing. Every
 // step is idempotent, so repair can run it again after a crash.
 func (s *Store) finishRelease(r *Record) error {
-	all, _ := s.records()
-	rest := withoutRecord(all, r.Attachment)
-	if err := s.relink(r.Cluster, rest); err != nil {
+	if err := s.moveLinksAway(r); err != nil {
 		return err
-	}
-	for _, l := range r.Links {
-		if !s.clusterHasLink(rest, r, l) {
-			if err := s.removeLink(l); err != nil {
-				return err
-			}
-		}
 	}
 	failpoint.Hit("del-links-moved")
 	if err := s.unpin(r.Attachment); err != nil {

@@ -26,7 +26,6 @@ func (s *Store) repair() {
 	for _, err := range errs {
 		s.Log.Error("unreadable record", "error", err)
 	}
-	var dropped []*Record
 	for _, r := range rs {
 		action, why, err := s.diagnose(r)
 		switch {
@@ -43,16 +42,11 @@ func (s *Store) repair() {
 		case action == "":
 			continue
 		}
-		if err := s.unpin(r.Attachment); err != nil {
-			s.Log.Error("repair: remove pin", "attachment", r.Attachment, "error", err)
-			continue
-		}
-		if err := s.removeRecord(r.Attachment); err != nil {
-			s.Log.Error("repair: remove record", "attachment", r.Attachment, "error", err)
+		if err := s.undo(r); err != nil {
+			s.Log.Error("repair: drop pin", "attachment", r.Attachment, "reason", why, "error", err)
 			continue
 		}
 		s.Log.Warn("repair: dropped pin", "attachment", r.Attachment, "cluster", r.Cluster, "reason", why)
-		dropped = append(dropped, r)
 	}
 
 	rs, _ = s.records()
@@ -64,17 +58,6 @@ func (s *Store) repair() {
 	for c := range clusters {
 		if err := s.relink(c, rs); err != nil {
 			s.Log.Error("repair: relink", "cluster", c, "error", err)
-		}
-	}
-	for _, r := range dropped {
-		live := clusterLinks(r.Cluster, rs)
-		for _, l := range r.Links {
-			if slices.Contains(live, l) {
-				continue
-			}
-			if err := s.removeLink(l); err != nil {
-				s.Log.Error("repair: remove link", "link", l, "error", err)
-			}
 		}
 	}
 }
