@@ -126,9 +126,6 @@ func (s *Store) Close() {
 	}
 }
 
-// BootID is the boot the store runs in.
-func (s *Store) BootID() string { return s.bootID }
-
 // AttachmentName is the file name of an attachment's pin and record:
 // "<containerID>.<ifname>". Both parts were checked against the CNI spec's
 // character rules by the caller; the total length must leave room for the
