@@ -21,11 +21,11 @@ const (
 	DefaultPinDir       = "/var/lib/kubelet/plugins/netns-pin"
 	DefaultStateDir     = "/var/lib/cni/netns-pin"
 	DefaultLink         = "{{.Namespace}}/{{.Name}}.net"
-	DefaultSysfs        = "/sys"
-	DefaultDebugfs      = "/sys/kernel/debug"
-	DefaultProc         = "/proc"
-	DefaultCephPorts    = "3300,6789,6800-7300"
-	DefaultUnattributed = "block"
+	DefaultSysfs        = inuse.DefaultSysfs
+	DefaultDebugfs      = inuse.DefaultDebugfs
+	DefaultProc         = inuse.DefaultProc
+	DefaultCephPorts    = inuse.DefaultCephPorts
+	DefaultUnattributed = string(inuse.PolicyBlock)
 	DefaultLogLevel     = "info"
 
 	// MaxConfigSize bounds the configuration read from stdin.
@@ -52,6 +52,7 @@ type Config struct {
 	links     []linkTemplate
 	rules     []compiledRule
 	cephPorts inuse.Ports
+	policy    inuse.Policy
 }
 
 // Args is the "args" member of a plugin configuration (CNI spec, args.cni).
@@ -139,11 +140,11 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("logLevel %q: want debug, info, warn or error", c.LogLevel)
 	}
-	switch c.InUse.Unattributed {
-	case "block", "ignore":
-	default:
-		return fmt.Errorf("inUse.unattributed %q: want block or ignore", c.InUse.Unattributed)
+	policy, err := inuse.ParsePolicy(c.InUse.Unattributed)
+	if err != nil {
+		return fmt.Errorf("inUse.unattributed: %w", err)
 	}
+	c.policy = policy
 	ports, err := inuse.ParsePorts(c.InUse.CephPorts)
 	if err != nil {
 		return fmt.Errorf("inUse.cephPorts %q: %w", c.InUse.CephPorts, err)
@@ -196,6 +197,6 @@ func (c *Config) InUseOptions() inuse.Options {
 		Debugfs:      c.InUse.Debugfs,
 		Proc:         c.InUse.Proc,
 		CephPorts:    c.cephPorts,
-		Unattributed: inuse.Policy(c.InUse.Unattributed),
+		Unattributed: c.policy,
 	}
 }

@@ -62,8 +62,13 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// DefaultTimeout is the Timeout of a zero Options.
-const DefaultTimeout = 10 * time.Second
+// Defaults of a zero Options.
+const (
+	DefaultSysfs   = "/sys"
+	DefaultDebugfs = "/sys/kernel/debug"
+	DefaultProc    = "/proc"
+	DefaultTimeout = 10 * time.Second
+)
 
 // DefaultOptions returns the options a zero Options stands for.
 func DefaultOptions() Options {
@@ -75,13 +80,13 @@ var defaultPorts = MustParsePorts(DefaultCephPorts)
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Sysfs == "" {
-		o.Sysfs = "/sys"
+		o.Sysfs = DefaultSysfs
 	}
 	if o.Debugfs == "" {
-		o.Debugfs = "/sys/kernel/debug"
+		o.Debugfs = DefaultDebugfs
 	}
 	if o.Proc == "" {
-		o.Proc = "/proc"
+		o.Proc = DefaultProc
 	}
 	if o.CephPorts.IsEmpty() {
 		o.CephPorts = defaultPorts
