@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -89,6 +91,14 @@ func (s *Store) writeRecord(r *Record) error {
 		return fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, err)
 	}
 	return nil
+}
+
+// HasRecord tells, with one lstat and without opening the store, whether
+// stateDir holds a record of attachment: the cheap test that lets DEL of a
+// pod that was never pinned touch nothing else.
+func HasRecord(stateDir, attachment string) bool {
+	_, err := os.Lstat(filepath.Join(stateDir, recordsSubdir, attachment+recordSuffix))
+	return err == nil
 }
 
 // readRecord returns the record of an attachment, or nil when none exists.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -142,7 +141,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	// A pod is released by its record, not by today's configuration: a
 	// holder rule removed since ADD must not strand the pin. For other pods
 	// this costs one stat.
-	if _, err := os.Lstat(filepath.Join(r.conf.StateDir, "records", name+".json")); err != nil {
+	if !netnsstore.HasRecord(r.conf.StateDir, name) {
 		return nil
 	}
 	s, _, done, err := r.openStore()
