@@ -43,7 +43,7 @@ func crashChild(op string) int {
 		case "release":
 			_, err = s.Release(os.Getenv("ID")+".net1", nil)
 		case "gc":
-			_, _, err = s.GC("ceph-public", map[string]bool{}, nil)
+			_, err = s.GC("ceph-public", map[string]bool{}, nil)
 		}
 	}
 	// Reaching this point means the failpoint did not fire.

@@ -177,32 +177,19 @@ func (s *Store) release(r *Record, inUse InUseFunc) error {
 // GC releases, as DEL would, every pin of network whose attachment is not
 // in valid (CNI GC's cni.dev/valid-attachments); repair has already
 // dropped records of earlier boots, orphan pins and dangling links. Pins
-// still in use stay and are returned in kept; one failing entry does not
-// stop the others.
-func (s *Store) GC(network string, valid map[string]bool, inUse InUseFunc) (released []string, kept []*InUseError, err error) {
+// still in use stay (action "keep"); one failing entry does not stop the
+// others.
+func (s *Store) GC(network string, valid map[string]bool, inUse InUseFunc) ([]Finding, error) {
 	unlock, err := s.lock()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer unlock()
 	s.repair()
 	rs, errs := s.records()
-	for _, r := range rs {
-		if r.Network != network || valid[r.Attachment] {
-			continue
-		}
-		err := s.release(r, inUse)
-		var iu *InUseError
-		switch {
-		case errors.As(err, &iu):
-			kept = append(kept, iu)
-		case err != nil:
-			errs = append(errs, err)
-		default:
-			released = append(released, r.Attachment)
-		}
-	}
-	return released, kept, errors.Join(errs...)
+	stale := func(r *Record) bool { return r.Network == network && !valid[r.Attachment] }
+	findings, more := s.collect(rs, stale, "unknown to the runtime", inUse, false)
+	return findings, errors.Join(append(errs, more...)...)
 }
 
 // finishRelease completes a release whose record says releasing. Every

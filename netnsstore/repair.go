@@ -66,6 +66,7 @@ func (s *Store) repair() {
 const (
 	actionDrop    = "drop"    // roll back: unmount, remove pin and record
 	actionRelease = "release" // roll forward: finish the release
+	actionKeep    = "keep"    // still in use: stays pinned
 )
 
 // diagnose tells what repair must do with a record ("" when it is whole).

@@ -29,33 +29,12 @@ func (s *Store) Sweep(inUse InUseFunc, dryRun bool) ([]Finding, error) {
 		s.repair()
 	}
 	rs, errs := s.records()
-	for _, r := range rs {
-		if r.State != StateDraining || slices.ContainsFunc(findings, func(f Finding) bool { return f.Attachment == r.Attachment }) {
-			continue
-		}
-		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: "release", Reason: "draining and no longer in use"}
-		if dryRun {
-			refs, err := inUse(r)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if len(refs) > 0 {
-				f.Action, f.Reason, f.References = "keep", "draining, still in use", refs
-			}
-		} else {
-			err := s.release(r, inUse)
-			var iu *InUseError
-			switch {
-			case errors.As(err, &iu):
-				f.Action, f.Reason, f.References = "keep", "draining, still in use", iu.References
-			case err != nil:
-				errs = append(errs, err)
-				continue
-			}
-		}
-		findings = append(findings, f)
+	draining := func(r *Record) bool {
+		return r.State == StateDraining && !slices.ContainsFunc(findings, func(f Finding) bool { return f.Attachment == r.Attachment })
 	}
+	more, moreErrs := s.collect(rs, draining, "draining", inUse, dryRun)
+	findings = append(findings, more...)
+	errs = append(errs, moreErrs...)
 	return findings, errors.Join(errs...)
 }
 
@@ -73,4 +52,37 @@ func (s *Store) repairFindings() []Finding {
 		out = append(out, Finding{Attachment: n, Action: actionDrop, Reason: "pin without a record"})
 	}
 	return out
+}
+
+// collect releases, as DEL would, each record of rs that want selects (with
+// dryRun it only runs the in-use check) and says what became of each:
+// "release", or "keep" with the references that hold it.
+func (s *Store) collect(rs []*Record, want func(*Record) bool, why string, inUse InUseFunc, dryRun bool) ([]Finding, []error) {
+	var findings []Finding
+	var errs []error
+	for _, r := range rs {
+		if !want(r) {
+			continue
+		}
+		var refs []string
+		var err error
+		if dryRun {
+			refs, err = inUse(r)
+		} else if err = s.release(r, inUse); err != nil {
+			var iu *InUseError
+			if errors.As(err, &iu) {
+				refs, err = iu.References, nil
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: actionRelease, Reason: why + ", no longer in use"}
+		if len(refs) > 0 {
+			f.Action, f.Reason, f.References = actionKeep, why+", still in use", refs
+		}
+		findings = append(findings, f)
+	}
+	return findings, errs
 }

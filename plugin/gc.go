@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -30,14 +32,17 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer done()
-	released, kept, err := s.GC(r.conf.Name, valid, inUseChecker(r.conf))
-	for _, k := range kept {
-		log.Warn("gc: stale attachment still in use, kept", "attachment", k.Record.Attachment, "cluster", k.Record.Cluster, "references", k.References)
+	findings, err := s.GC(r.conf.Name, valid, inUseChecker(r.conf))
+	for _, f := range findings {
+		level := slog.LevelInfo
+		if len(f.References) > 0 {
+			level = slog.LevelWarn // a stale attachment the runtime forgot, still in use
+		}
+		log.Log(context.Background(), level, "gc: "+f.Action, "attachment", f.Attachment, "cluster", f.Cluster, "reason", f.Reason, "references", f.References)
 	}
 	if err != nil {
 		log.Error("gc: some entries could not be collected", "error", err)
 	}
-	log.Info("gc done", "released", released, "kept", len(kept))
 	return nil
 }
 
