@@ -25,6 +25,12 @@ import (
 
 const crashHelperEnv = "NETNS_PIN_CRASH_HELPER"
 
+// The failpoints of ADD (Pin) and of a release (DEL, GC), in order.
+var (
+	addFailpoints     = []string{"add-intent-written", "add-pin-mounted", "add-links-set"}
+	releaseFailpoints = []string{"del-releasing-written", "del-links-moved", "del-unpinned"}
+)
+
 // TestMain runs the child's operation instead of the tests when the
 // crash helper variable is set.
 func TestMain(m *testing.M) {
@@ -64,7 +70,7 @@ func runCrashChild(t *testing.T, s *Store, op, id, netns, fp string) {
 }
 
 func TestCrashAtEveryFailpoint(t *testing.T) {
-	for _, fp := range []string{"add-intent-written", "add-pin-mounted", "add-links-set"} {
+	for _, fp := range addFailpoints {
 		t.Run(fp, func(t *testing.T) {
 			s := testStore(t)
 			prev, cur := testNetns(t, "10.98.9.5/24"), testNetns(t, "10.98.9.6/24")
@@ -84,7 +90,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 			assert.Equal(t, "../pins/cur.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")))
 		})
 	}
-	for _, fp := range []string{"del-releasing-written", "del-links-moved", "del-unpinned"} {
+	for _, fp := range releaseFailpoints {
 		t.Run(fp, func(t *testing.T) {
 			s := testStore(t)
 			prev, cur := testNetns(t, "10.98.10.5/24"), testNetns(t, "10.98.10.6/24")
@@ -114,7 +120,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 // GC releases through the same steps as DEL: a crash at each of them is
 // finished by the next operation too.
 func TestCrashDuringGC(t *testing.T) {
-	for _, fp := range []string{"del-releasing-written", "del-links-moved", "del-unpinned"} {
+	for _, fp := range releaseFailpoints {
 		t.Run(fp, func(t *testing.T) {
 			s := testStore(t)
 			n := testNetns(t, "10.98.12.5/24")
