@@ -13,14 +13,21 @@ import (
 func newLogger(c *conf.Config, attrs ...any) (*slog.Logger, func()) {
 	var w io.Writer = os.Stderr
 	closeFn := func() {}
+	var openErr error
 	if c.LogFile != "" {
 		f, err := os.OpenFile(c.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err == nil {
 			w, closeFn = f, func() { f.Close() }
 		}
+		openErr = err
 	}
 	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.LogLevel))
-	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})
-	return slog.New(h).With(attrs...), closeFn
+	_ = level.UnmarshalText([]byte(c.LogLevel)) // validated by conf.Parse
+	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})).With(attrs...)
+	if openErr != nil {
+		// A log file that cannot be opened must not fail the pod's network
+		// setup; say so on stderr, where the log goes instead.
+		log.Warn("cannot open logFile, logging to stderr", "logFile", c.LogFile, "error", openErr)
+	}
+	return log, closeFn
 }
