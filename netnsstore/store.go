@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/failpoint"
 )
 
 // PinsSubdir is the folder under pinDir that holds the pins.
@@ -57,7 +59,7 @@ func Open(pinDir, stateDir string, log *slog.Logger) (*Store, error) {
 }
 
 func (s *Store) open() error {
-	boot, err := os.ReadFile(BootIDPath)
+	boot, err := os.ReadFile(failpoint.BootIDPath(BootIDPath))
 	if err != nil {
 		return fmt.Errorf("read boot id: %w", err)
 	}

@@ -7,3 +7,7 @@ package failpoint
 
 // Hit is a no-op outside test builds.
 func Hit(string) {}
+
+// BootIDPath is the file that names the running boot. Only test builds
+// can point it elsewhere, to simulate a reboot.
+func BootIDPath(def string) string { return def }

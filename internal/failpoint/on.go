@@ -20,3 +20,15 @@ func Hit(name string) {
 		select {}
 	}
 }
+
+// BootIDEnvVar, in test builds, names a file read instead of the kernel's
+// boot id: writing a new id there simulates a reboot.
+const BootIDEnvVar = "NETNS_PIN_BOOT_ID_FILE"
+
+// BootIDPath returns the file named by BootIDEnvVar, else def.
+func BootIDPath(def string) string {
+	if p := os.Getenv(BootIDEnvVar); p != "" {
+		return p
+	}
+	return def
+}
