@@ -74,7 +74,13 @@ type InUse struct {
 
 // Parse decodes stdin data, applies defaults and validates every field.
 // Errors name the field and the offending value.
-func Parse(data []byte) (*Config, error) {
+func Parse(data []byte) (*Config, error) { return ParseWith(data, nil) }
+
+// ParseWith is Parse with some path settings given from elsewhere (an
+// operator's flags), keyed by PathSetting.Key. They replace the
+// configuration's values before defaults and validation, so a flag is
+// held to the same rules as the field it stands for.
+func ParseWith(data []byte, overrides map[string]string) (*Config, error) {
 	if len(data) > MaxConfigSize {
 		return nil, fmt.Errorf("configuration is %d bytes, over the %d byte limit", len(data), MaxConfigSize)
 	}
@@ -87,11 +93,47 @@ func Parse(data []byte) (*Config, error) {
 			return nil, fmt.Errorf("parse prevResult: %w", err)
 		}
 	}
+	for _, ps := range PathSettings {
+		if v := overrides[ps.Key]; v != "" {
+			*ps.Field(c) = v
+		}
+	}
 	c.applyDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// PathSetting is one of the path settings that the operator's command line
+// can give as a flag, and that a refusal message repeats so that the
+// command it suggests finds the same pins and kernel files.
+type PathSetting struct {
+	Flag    string // command-line flag, without "--"
+	Key     string // key in the configuration (dotted below inUse)
+	Default string
+	Field   func(*Config) *string
+}
+
+// PathSettings is every path setting, in the order flags are printed.
+var PathSettings = []PathSetting{
+	{"pin-dir", "pinDir", DefaultPinDir, func(c *Config) *string { return &c.PinDir }},
+	{"state-dir", "stateDir", DefaultStateDir, func(c *Config) *string { return &c.StateDir }},
+	{"sysfs", "inUse.sysfs", DefaultSysfs, func(c *Config) *string { return &c.InUse.Sysfs }},
+	{"debugfs", "inUse.debugfs", DefaultDebugfs, func(c *Config) *string { return &c.InUse.Debugfs }},
+	{"proc", "inUse.proc", DefaultProc, func(c *Config) *string { return &c.InUse.Proc }},
+}
+
+// Flags returns the command-line flags that select c's non-default path
+// settings, e.g. " --pin-dir /srv/pins".
+func (c *Config) Flags() string {
+	var b strings.Builder
+	for _, ps := range PathSettings {
+		if v := *ps.Field(c); v != ps.Default {
+			b.WriteString(" --" + ps.Flag + " " + v)
+		}
+	}
+	return b.String()
 }
 
 func (c *Config) applyDefaults() {
@@ -115,10 +157,8 @@ func setDefault(field *string, value string) {
 }
 
 func (c *Config) validate() error {
-	for field, p := range map[string]*string{
-		"pinDir": &c.PinDir, "stateDir": &c.StateDir,
-		"inUse.sysfs": &c.InUse.Sysfs, "inUse.debugfs": &c.InUse.Debugfs, "inUse.proc": &c.InUse.Proc,
-	} {
+	for _, ps := range PathSettings {
+		field, p := ps.Key, ps.Field(c)
 		clean, err := absPath(*p)
 		if err != nil {
 			return fmt.Errorf("%s %q: %w", field, *p, err)

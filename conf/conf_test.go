@@ -125,7 +125,10 @@ func TestHolderRulesAndClaims(t *testing.T) {
 		{pod: Pod{Namespace: "other", Name: "csi-holder-abc"}},
 		{pod: Pod{Namespace: "tenant-a", Name: "holder"}, want: "tenant-a/ceph", holder: true},
 		{pod: Pod{}},
-		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "rook-ceph/c2", want: "rook-ceph/c2", holder: true},
+		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "storage/c2", want: "storage/c2", holder: true},
+		// Hole: an allowed namespace claiming another namespace's cluster
+		// would make its own netns that cluster's newest pin.
+		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "rook-ceph/c2", errWant: `a pod may claim only a cluster of its own namespace "storage"`},
 		{pod: Pod{Namespace: "default", Name: "h"}, claim: "rook-ceph/c2", errWant: "not in cniArgsNamespaces"},
 		{pod: Pod{Name: "h"}, claim: "rook-ceph/c2", errWant: "not in cniArgsNamespaces"},
 		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "rook-ceph/../x", errWant: "pinCluster"},

@@ -161,7 +161,8 @@ var ErrClaimRefused = errors.New("claim refused")
 // Holder decides whether pod is a holder and of which cluster. A pod
 // matched by no rule and making no claim is not a holder (ok false).
 // A claim through args.cni.pinCluster is honoured only for pods of a
-// namespace listed in cniArgsNamespaces, since any pod can set cni-args.
+// namespace listed in cniArgsNamespaces, since any pod can set cni-args,
+// and only for a cluster of the pod's own namespace.
 func (c *Config) Holder(p Pod) (cl Cluster, ok bool, err error) {
 	var claim string
 	if c.Args != nil {
@@ -190,6 +191,13 @@ func (c *Config) Holder(p Pod) (cl Cluster, ok bool, err error) {
 	cl, err = ParseCluster(claim)
 	if err != nil {
 		return Cluster{}, false, fmt.Errorf("pod %s: args.cni.pinCluster: %w", p, err)
+	}
+	if cl.Namespace != p.Namespace {
+		// Otherwise a tenant could make its own netns the newest pin of
+		// another namespace's cluster, and that cluster's new volumes
+		// would be mapped inside it.
+		return Cluster{}, false, fmt.Errorf("pod %s: args.cni.pinCluster %q: %w: a pod may claim only a cluster of its own namespace %q",
+			p, claim, ErrClaimRefused, p.Namespace)
 	}
 	return cl, true, nil
 }

@@ -128,9 +128,10 @@ type Target struct {
 // processes by pid, kernel sockets by endpoints. An error means the check
 // could not be completed; callers must then treat the netns as in use.
 //
-// Processes and devices that vanish while they are looked at are skipped;
-// processes whose namespace links the kernel refuses to show even to root
-// (EACCES, EPERM) are skipped too, since nothing can be learnt about them.
+// Processes and devices that vanish while they are looked at are skipped.
+// A process whose netns cannot be told (the kernel refuses to show its
+// ns/net even to root, and its /proc/<pid>/net does not tell either) is a
+// reference: not known to be elsewhere is in use.
 func Check(t Target, o Options) ([]Reference, error) {
 	o, err := o.withDefaults()
 	if err != nil {
@@ -201,6 +202,10 @@ type checker struct {
 	// file (rbd clients, and CephFS clients before Linux 5.11) into
 	// claimed, set once an rbd device is found to use that client. It is
 	// nil when unattributed clients are ignored: then nobody asks.
+	// targetNetDev is the inode of <proc>/thread-self/net/dev read inside
+	// the target netns (0 when it could not be entered): see netnsByProcNet.
+	targetNetDev uint64
+
 	noStatus   map[string]int
 	claimed    []atomic.Bool
 	unresolved atomic.Int64
@@ -485,19 +490,57 @@ func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, erro
 	return ref, nil
 }
 
-// mountinfo reports the CephFS kernel mounts of the host mount namespace
-// (<proc>/1/mountinfo) as unattributed: without debugfs nothing tells their
-// netns. Only the text is read; the mount points are never touched. Bind
-// mounts of one superblock (kubelet's staging and publish paths) are one
-// client and reported once, at their first mount point.
+// mountinfo reports the CephFS kernel mounts of every mount namespace
+// (<proc>/<pid>/mountinfo, read once per mount namespace) as unattributed:
+// without debugfs nothing tells their netns, and a mount made inside a
+// container's mount namespace (ceph-csi's node plugin) is not in the
+// host's. Only the text is read; the mount points are never touched. Bind
+// mounts of one superblock (kubelet's staging and publish paths, the same
+// mount seen from several namespaces) are one client and reported once, at
+// their first mount point.
 func (c *checker) mountinfo() error {
-	path := filepath.Join(c.o.Proc, "1", "mountinfo")
-	c.progress.set("read " + path)
-	data, err := readFileAll(path)
+	c.progress.set("read directory " + c.o.Proc)
+	procfd, err := openDir(c.o.Proc)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
+		return fmt.Errorf("open %s: %w", c.o.Proc, err)
 	}
+	defer unix.Close(procfd)
+	pids, err := dirNames(procfd, c.dents, func(name []byte, _ uint8) bool { return isDigits(name) && len(name) <= 9 })
+	if err != nil {
+		return fmt.Errorf("read %s: %w", c.o.Proc, err)
+	}
+	seenNS := map[[2]uint64]bool{}
 	seen := map[[2]uint32]bool{}
+	for _, pid := range pids {
+		// A mount namespace whose identity cannot be read (PID 1 of an
+		// outer container, an LSM) is read anyway: it may hold a mount.
+		var st unix.Stat_t
+		if err := statAt(procfd, pid+"/ns/mnt", &st); err == nil {
+			key := [2]uint64{uint64(st.Dev), st.Ino}
+			if seenNS[key] {
+				continue
+			}
+			seenNS[key] = true
+		}
+		path := filepath.Join(c.o.Proc, pid, "mountinfo")
+		c.progress.set("read " + path)
+		data, err := readFileAll(path)
+		if isGone(err) || errors.Is(err, unix.EINVAL) {
+			// EINVAL: the process is exiting and has left its mount
+			// namespace (fs/proc_namespace.c mounts_open_common).
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		c.cephMounts(data, seen)
+	}
+	return nil
+}
+
+// cephMounts adds the ceph mounts of one mountinfo text, skipping the
+// superblocks (major:minor) already in seen.
+func (c *checker) cephMounts(data []byte, seen map[[2]uint32]bool) {
 	for line := range linesOf(data) {
 		if !containsCephFSType(line) {
 			continue
@@ -527,5 +570,4 @@ func (c *checker) mountinfo() error {
 		}
 		c.unattributed = append(c.unattributed, ref)
 	}
-	return nil
 }

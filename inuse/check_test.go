@@ -1,6 +1,7 @@
 package inuse
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -230,15 +231,70 @@ func TestCheckMountinfoIgnoredWithDebugfs(t *testing.T) {
 	assert.Empty(t, check(t, f.target(ourIP4), f.options(PolicyBlock)))
 }
 
-func TestCheckMountinfoMissing(t *testing.T) {
+func TestCheckMountinfoUnreadable(t *testing.T) {
 	f := newFixture(t)
 	f.noDebugfs()
+	// A mountinfo that cannot be read (here: a directory, EISDIR) fails
+	// the check: a mount namespace that was not read may hold a mount.
 	require.NoError(t, os.Remove(filepath.Join(f.proc, "1", "mountinfo")))
+	require.NoError(t, os.Mkdir(filepath.Join(f.proc, "1", "mountinfo"), 0o755))
 	_, err := Check(f.target(ourIP4), f.options(PolicyBlock))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), filepath.Join(f.proc, "1", "mountinfo"))
 	// Nothing to learn from it under "ignore".
 	assert.Empty(t, check(t, f.target(ourIP4), f.options(PolicyIgnore)))
+}
+
+// Hole: without debugfs only PID 1's mountinfo was searched, so a CephFS
+// mount made in a container's mount namespace (ceph-csi's node plugin)
+// was missed. Every distinct mount namespace is read, once.
+func TestCheckMountinfoOfEveryMountNamespace(t *testing.T) {
+	f := newFixture(t)
+	f.noDebugfs()
+	mntA, mntB := filepath.Join(f.root, "mnt-a"), filepath.Join(f.root, "mnt-b")
+	f.write(mntA, "")
+	f.write(mntB, "")
+	for pid, mnt := range map[string]string{"1": mntA, "200": mntB, "201": mntB} {
+		require.NoError(t, os.MkdirAll(filepath.Join(f.proc, pid, "ns"), 0o755))
+		require.NoError(t, os.Symlink(mnt, filepath.Join(f.proc, pid, "ns", "mnt")))
+	}
+	// 200 and 201 share a mount namespace: one mountinfo of the two is
+	// read (they differ here only to show which).
+	f.write(filepath.Join(f.proc, "200", "mountinfo"), baseMountinfo+mountNew+"\n")
+	f.write(filepath.Join(f.proc, "201", "mountinfo"), baseMountinfo+mountOld+"\n")
+	refs := check(t, f.target(ourIP4), f.options(PolicyBlock))
+	require.Len(t, refs, 1, "one mount namespace read once: %v", strs(refs))
+	assert.Equal(t, KindCephClient, refs[0].Kind)
+	assert.Contains(t, []string{"admin@" + fsidB + ".myfs=/volumes/x", "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid"}, refs[0].Source)
+
+	// PID 1's mount namespace adds its own ceph mount.
+	f.mountinfo("304 22 0:63 / /mnt/third rw,relatime shared:122 - ceph 10.0.0.9:6789:/third rw,name=admin")
+	refs = check(t, f.target(ourIP4), f.options(PolicyBlock))
+	assert.Len(t, refs, 2, "%v", strs(refs))
+}
+
+// Hole: a process whose ns/net cannot be read (EACCES/EPERM under an LSM,
+// or any error but its disappearance) was skipped, so a client the kernel
+// hides counted as "not in use". It counts, unless /proc/<pid>/net tells
+// its netns (the way PID 1 of an outer container is placed, on this kind of
+// machine).
+func TestCheckProcessWhoseNetnsCannotBeRead(t *testing.T) {
+	f := newFixture(t)
+	f.process(300, proc{Comm: "hidden"})
+	// ELOOP when followed: an error that is not "gone".
+	f.symlink("net", filepath.Join(f.proc, "300", "ns", "net"))
+	// Its net/dev is of a netns that is neither the target's nor ours.
+	f.write(filepath.Join(f.proc, "300", "net", "dev"), "")
+	refs := check(t, f.target(ourIP4), f.options(PolicyBlock))
+	require.Len(t, refs, 1)
+	assert.Equal(t, KindProcess, refs[0].Kind)
+	assert.Equal(t, 300, refs[0].PID)
+	assert.Contains(t, refs[0].String(), "process 300 (hidden, cannot tell its network namespace: stat ")
+	assert.ErrorContains(t, errors.New(refs[0].Reason), "too many levels of symbolic links")
+
+	// Gone while looked at: not a reference.
+	require.NoError(t, os.RemoveAll(filepath.Join(f.proc, "300")))
+	assert.Empty(t, check(t, f.target(ourIP4), f.options(PolicyBlock)))
 }
 
 func TestCheckProcesses(t *testing.T) {

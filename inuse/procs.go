@@ -86,6 +86,10 @@ func (c *checker) readSockets() ([]TCPSocket, error) {
 		filepath.Join(c.o.Proc, "thread-self", "net", "tcp6"),
 	}
 	err = netns.Do(func(ns.NetNS) error {
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join(c.o.Proc, "thread-self", "net", "dev"), &st) == nil {
+			c.targetNetDev = st.Ino
+		}
 		if c.noTCPSockets() {
 			return nil
 		}
@@ -209,7 +213,7 @@ func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
 	}
 	err = c.parallel(len(pids), describe, func(w, i int) error {
 		pid, b := pids[i], &c.bufs[w]
-		inNetns := false
+		inNetns, unknown := false, error(nil)
 		if c.t.Ino != 0 {
 			var st unix.Stat_t
 			err := statAt(procfd, pid+"/ns/net", &st)
@@ -218,9 +222,19 @@ func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
 				inNetns = uint64(st.Dev) == c.t.Dev && st.Ino == c.t.Ino
 			case isGone(err):
 				return nil
-			case isDenied(err):
 			default:
-				return fmt.Errorf("stat %s: %w", filepath.Join(c.o.Proc, pid, "ns", "net"), err)
+				// The kernel may refuse even root (an LSM, PID 1 of an
+				// outer container): tell the netns another way, and
+				// count the process when that fails too.
+				in, known, gone := c.netnsByProcNet(procfd, pid)
+				switch {
+				case gone:
+					return nil
+				case known:
+					inNetns = in
+				default:
+					unknown = fmt.Errorf("stat %s: %w", filepath.Join(c.o.Proc, pid, "ns", "net"), err)
+				}
 			}
 		}
 		var mine []int
@@ -230,7 +244,7 @@ func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
 				return fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "fd"), err)
 			}
 		}
-		if !inNetns && len(mine) == 0 {
+		if !inNetns && len(mine) == 0 && unknown == nil {
 			return nil
 		}
 		res[i].mine = mine
@@ -256,6 +270,9 @@ func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
 			return fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "comm"), err)
 		}
 		ref := Reference{Kind: KindProcess, PID: atoiDigits(pid), Comm: trimSpace(comm), InNetns: inNetns, Sockets: len(mine)}
+		if unknown != nil {
+			ref.Reason = "cannot tell its network namespace: " + unknown.Error()
+		}
 		if len(mine) > 0 {
 			first := slices.MinFunc(mine, func(a, b int) int {
 				return cmp.Or(cands[a].Local.Compare(cands[b].Local), cands[a].Remote.Compare(cands[b].Remote))
@@ -277,6 +294,32 @@ func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
 		}
 	}
 	return held, nil
+}
+
+// netnsByProcNet tells whether process pid runs in the target netns when
+// its ns/net cannot be read. /proc/<pid>/net shows the files of the
+// process's netns, and each netns registers its own procfs entries, so the
+// inode number of <proc>/<pid>/net/dev names the netns (while it lives,
+// which the pinned one does); procfs shows it without the ptrace access
+// check of ns/net. It is compared with the target's (read from inside it
+// when its pin could be entered) or, failing that, with this process's own
+// netns, which is never the target. known is false when neither decides.
+func (c *checker) netnsByProcNet(procfd int, pid string) (in, known, gone bool) {
+	var st unix.Stat_t
+	err := statAt(procfd, pid+"/net/dev", &st)
+	switch {
+	case isGone(err):
+		return false, false, true
+	case err != nil:
+		return false, false, false
+	case c.targetNetDev != 0:
+		return st.Ino == c.targetNetDev, true, false
+	}
+	var own unix.Stat_t
+	if err := unix.Stat(filepath.Join(c.o.Proc, "thread-self", "net", "dev"), &own); err == nil && own.Ino == st.Ino && own.Dev == st.Dev {
+		return false, true, false
+	}
+	return false, false, false
 }
 
 // heldSockets returns the indexes of the candidate sockets that the process

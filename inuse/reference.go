@@ -68,7 +68,8 @@ type Reference struct {
 	Mountpoint string   `json:"mountpoint,omitempty"`
 	Monitors   []string `json:"monitors,omitempty"`
 
-	// Reason says why a KindCephClient reference could not be attributed.
+	// Reason says why a KindCephClient reference could not be attributed,
+	// or why a KindProcess one counts although it may run elsewhere.
 	Reason string `json:"reason,omitempty"`
 
 	// Process (KindProcess).
@@ -156,6 +157,10 @@ func (r Reference) String() string {
 			b.WriteString(r.Local.String())
 			b.WriteString(" -> ")
 			b.WriteString(r.Remote.String())
+		}
+		if r.Reason != "" {
+			b.WriteString(", ")
+			b.WriteString(r.Reason)
 		}
 		b.WriteString(")")
 	case KindSocket:

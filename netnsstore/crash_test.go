@@ -28,7 +28,7 @@ const crashHelperEnv = "NETNS_PIN_CRASH_HELPER"
 // The failpoints of ADD (Pin) and of a release (DEL, GC), in order.
 var (
 	addFailpoints     = []string{"add-intent-written", "add-pin-mounted", "add-links-set"}
-	releaseFailpoints = []string{"del-releasing-written", "del-links-moved", "del-unpinned"}
+	releaseFailpoints = []string{"del-links-moved", "del-releasing-written", "del-unpinned"}
 )
 
 // TestMain runs the child's operation instead of the tests when the
@@ -41,15 +41,15 @@ func TestMain(m *testing.M) {
 }
 
 func crashChild(op string) int {
-	s, err := Open(os.Getenv("PIN_DIR"), os.Getenv("STATE_DIR"), nil)
+	s, err := Open(os.Getenv("PIN_DIR"), os.Getenv("STATE_DIR"), Options{InUse: notInUse})
 	if err == nil {
 		switch op {
 		case "pin":
 			_, err = s.Pin(pinReq(s, os.Getenv("ID"), "ns/cl", os.Getenv("NETNS")))
 		case "release":
-			_, err = s.Release(os.Getenv("ID")+".net1", nil)
+			_, err = s.Release(os.Getenv("ID")+".net1", "")
 		case "gc":
-			_, err = s.GC("ceph-public", map[string]bool{}, nil)
+			_, err = s.GC("ceph-public", map[string]bool{})
 		}
 	}
 	// Reaching this point means the failpoint did not fire.
@@ -103,16 +103,74 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 			rs, err := s.List()
 			require.NoError(t, err)
 			assertConsistent(t, s)
-			require.Len(t, rs, 1, "interrupted release finished")
-			assert.Equal(t, "prev.net1", rs[0].Attachment)
-			assert.Zero(t, nsfsMounts(t, rc.NetnsIno)-1, "only the original netns mount of the released one remains")
-			assert.Equal(t, "../pins/prev.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")))
+			if fp == "del-links-moved" {
+				// Killed before its in-use check: nothing was decided, the
+				// links are back on the newest active pin.
+				require.Len(t, rs, 2, "interrupted release not decided")
+				assert.Equal(t, "../pins/cur.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")))
+			} else {
+				require.Len(t, rs, 1, "interrupted release finished after a new check")
+				assert.Equal(t, "prev.net1", rs[0].Attachment)
+				assert.Zero(t, nsfsMounts(t, rc.NetnsIno)-1, "only the original netns mount of the released one remains")
+				assert.Equal(t, "../pins/prev.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")))
+			}
 
-			_, err = s.Release("cur.net1", nil)
+			_, err = s.Release("cur.net1", "")
 			require.NoError(t, err, "the interrupted DEL can be repeated")
-			_, err = s.Release("prev.net1", nil)
+			_, err = s.Release("prev.net1", "")
 			require.NoError(t, err)
 			assertConsistent(t, s)
+		})
+	}
+}
+
+// Hole: repair used to finish an interrupted release, and roll back an
+// interrupted ADD, without the in-use check, although a client could have
+// entered the netns through the links (an ADD interrupted after publishing
+// them) or through the pin (a release interrupted after its check). At every
+// failpoint, a client that uses the netns by the time the next operation
+// runs keeps it pinned: the record becomes draining and the links follow the
+// rule.
+func TestCrashThenClientKeepsTheNetns(t *testing.T) {
+	for _, tc := range []struct {
+		op, fp string
+		want   State
+	}{
+		{"pin", "add-pin-mounted", StateDraining}, {"pin", "add-links-set", StateDraining},
+		// Before its check, an interrupted DEL decided nothing: the holder
+		// is still active, and the runtime's retry settles it.
+		{"release", "del-links-moved", StateActive},
+		{"release", "del-releasing-written", StateDraining},
+	} {
+		t.Run(tc.op+"/"+tc.fp, func(t *testing.T) {
+			s := testStore(t)
+			n := testNetns(t, "10.98.11.5/24")
+			if tc.op == "release" {
+				_, err := s.Pin(pinReq(s, "cur", "ns/cl", n.Path()))
+				require.NoError(t, err)
+			}
+			runCrashChild(t, s, tc.op, "cur", n.Path(), tc.fp)
+			// A client enters the netns between the crash and the next
+			// operation, which is another holder's DEL.
+			s.inUse = func(*Record, string) ([]Use, error) { return uses("process 7 (rbd)"), nil }
+			_, err := s.Release("other.net1", "")
+			require.NoError(t, err)
+
+			r, err := s.Get("cur.net1")
+			require.NoError(t, err)
+			require.NotNil(t, r, "the record stays")
+			assert.Equal(t, tc.want, r.State)
+			if tc.want == StateDraining {
+				assert.Equal(t, []string{"process 7 (rbd)"}, r.References)
+			}
+			assertConsistent(t, s)
+			assert.Equal(t, "../pins/cur.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")), "the only pin of its cluster is the link target")
+
+			s.inUse = notInUse
+			_, err = s.Release("cur.net1", "")
+			require.NoError(t, err)
+			assertConsistent(t, s)
+			assert.NoFileExists(t, filepath.Join(s.PinDir, "ns/cl.net"))
 		})
 	}
 }
@@ -127,6 +185,11 @@ func TestCrashDuringGC(t *testing.T) {
 			r, err := s.Pin(pinReq(s, "stale", "ns/cl", n.Path()))
 			require.NoError(t, err)
 			runCrashChild(t, s, "gc", "", "", fp)
+			if fp == "del-links-moved" {
+				// Killed before its in-use check: the next GC decides.
+				_, err = s.GC("ceph-public", map[string]bool{})
+				require.NoError(t, err)
+			}
 
 			rs, err := s.List()
 			require.NoError(t, err)
@@ -147,8 +210,9 @@ func assertConsistent(t *testing.T, s *Store) {
 	unlock, err := s.lock()
 	require.NoError(t, err)
 	defer unlock()
-	rs, errs := s.records()
-	require.Empty(t, errs)
+	rs, bad, err := s.records()
+	require.NoError(t, err)
+	require.Empty(t, bad)
 	owned := map[string]*Record{}
 	for _, r := range rs {
 		owned[r.Attachment] = r

@@ -30,10 +30,24 @@ func testStore(t *testing.T) *Store {
 	requireRoot(t)
 	root := t.TempDir()
 	t.Cleanup(func() { unmountBelow(t, root) })
-	s, err := Open(filepath.Join(root, "pins-root"), filepath.Join(root, "state"), slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	s, err := Open(filepath.Join(root, "pins-root"), filepath.Join(root, "state"),
+		Options{Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), InUse: notInUse})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s
+}
+
+// notInUse is an in-use check that finds nothing: the store tests choose
+// what is in use by replacing s.inUse.
+func notInUse(*Record, string) ([]Use, error) { return nil, nil }
+
+// uses makes the result of an in-use check from descriptions.
+func uses(what ...string) []Use {
+	out := make([]Use, len(what))
+	for i, w := range what {
+		out[i] = Use{What: w}
+	}
+	return out
 }
 
 type testWriter struct{ t *testing.T }

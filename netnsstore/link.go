@@ -67,7 +67,7 @@ func (s *Store) setLink(link, attachment string) error {
 // someone else made is not ours to remove.
 func (s *Store) removeLink(link string) error {
 	dfd, err := s.openLinkDir(link, false)
-	if errors.Is(err, unix.ENOENT) {
+	if noLinkDir(err) {
 		return nil
 	}
 	if err != nil {
@@ -92,7 +92,7 @@ func (s *Store) removeLink(link string) error {
 // exist or does not point into pins/).
 func (s *Store) linkTarget(link string) (string, error) {
 	dfd, err := s.openLinkDir(link, false)
-	if errors.Is(err, unix.ENOENT) {
+	if noLinkDir(err) {
 		return "", nil
 	}
 	if err != nil {
@@ -104,6 +104,14 @@ func (s *Store) linkTarget(link string) (string, error) {
 		return "", err
 	}
 	return filepath.Base(cur), nil
+}
+
+// noLinkDir reports an error of openLinkDir that proves no link of ours is
+// there: the folder is missing, or a symlink or a file stands where it
+// should be (folders are never followed through symlinks, so no link was
+// ever made below one).
+func noLinkDir(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR)
 }
 
 func (s *Store) pointsIntoPins(link, target string) bool {

@@ -30,7 +30,7 @@ func (s *Store) lock() (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s/%s: %w", s.StateDir, lockFile, err)
 	}
-	if err := flockWithin(fd, s.lockTimeout()); err != nil {
+	if err := flockWithin(fd, s.lockTimeout); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("lock %s/%s: %w", s.StateDir, lockFile, err)
 	}
@@ -39,13 +39,6 @@ func (s *Store) lock() (unlock func(), err error) {
 		return nil, err
 	}
 	return func() { unix.Close(fd) }, nil
-}
-
-func (s *Store) lockTimeout() time.Duration {
-	if s.LockTimeout > 0 {
-		return s.LockTimeout
-	}
-	return DefaultLockTimeout
 }
 
 // flockWithin takes an exclusive flock, giving up after timeout. A

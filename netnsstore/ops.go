@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/failpoint"
@@ -23,9 +24,76 @@ type PinRequest struct {
 	Links       []string // absolute well-known paths of the cluster
 }
 
+// view is the store as one operation sees it under the lock: the records
+// it could read, oldest first, and those it could not use.
+type view struct {
+	recs []*Record
+	bad  map[string]error
+}
+
+func (v *view) get(attachment string) *Record {
+	for _, r := range v.recs {
+		if r.Attachment == attachment {
+			return r
+		}
+	}
+	return nil
+}
+
+func (v *view) put(r *Record) {
+	v.recs = append(withoutRecord(v.recs, r.Attachment), r)
+	sortRecords(v.recs)
+}
+
+func (v *view) drop(attachment string) { v.recs = withoutRecord(v.recs, attachment) }
+
+// blocked says why nothing may be released: a record that cannot be read
+// may be of the same cluster, its pin the target of the links that a
+// release would move or remove. It wraps ErrCheckFailed: not known to be
+// unused is in use.
+func (v *view) blocked() error {
+	if len(v.bad) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(v.bad))
+	for n := range v.bad {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return fmt.Errorf("%w: no pin is released while a record cannot be used (%d): %w", ErrCheckFailed, len(names), v.bad[names[0]])
+}
+
+// op runs fn under the store's lock, after reading every record and
+// repairing what interrupted operations left (see repair). skip names the
+// attachment fn itself settles. This is the preamble of every operation
+// that may change the store.
+func (s *Store) op(skip string, fn func(v *view) error) error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	v, err := s.load()
+	if err != nil {
+		return err
+	}
+	s.repair(v, skip)
+	return fn(v)
+}
+
+func (s *Store) load() (*view, error) {
+	rs, bad, err := s.records()
+	if err != nil {
+		return nil, err
+	}
+	return &view{recs: rs, bad: bad}, nil
+}
+
 // Pin pins the netns of an attachment and points the cluster's links at
-// it: intent record, bind mount, links, active record. Pinning an
-// attachment that is already pinned to the same netns is a no-op.
+// it: intent record, bind mount, addresses, links, active record. Pinning
+// an attachment that is already pinned to the same netns completes what is
+// missing (an interrupted ADD, a pin unmounted from outside) and is
+// otherwise a no-op.
 func (s *Store) Pin(req PinRequest) (*Record, error) {
 	name, err := AttachmentName(req.ContainerID, req.IfName)
 	if err != nil {
@@ -36,80 +104,215 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 		return nil, err
 	}
 	defer src.Close()
-
-	unlock, err := s.lock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s.repair()
-
-	if r, err := s.readRecord(name); err != nil {
-		return nil, err
-	} else if r != nil {
-		if r.NetnsDev != srcID.Dev || r.NetnsIno != srcID.Ino {
-			return nil, fmt.Errorf("attachment %s is pinned to %v, not to %s (%v)", name, NetnsID{r.NetnsDev, r.NetnsIno}, req.NetnsPath, srcID)
+	var out *Record
+	err = s.op(name, func(v *view) error {
+		if err := v.bad[name]; err != nil {
+			return err
 		}
-		return r, nil // repeated ADD; repair made sure the pin and links are whole
-	}
+		r := v.get(name)
+		switch {
+		case r != nil && r.NetnsID() != srcID:
+			return fmt.Errorf("attachment %s is pinned to %v, not to %s (%v)", name, r.NetnsID(), req.NetnsPath, srcID)
+		case r != nil && r.State == StateActive && s.pinnedAs(r):
+			out = r // repeated ADD; repair made sure the links follow the rule
+			return nil
+		case r == nil:
+			r = &Record{
+				Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
+				Cluster: req.Cluster, PodNS: req.PodNS, PodName: req.PodName, PodUID: req.PodUID,
+				NetnsPath: req.NetnsPath, PinPath: s.pinPath(name), NetnsDev: srcID.Dev, NetnsIno: srcID.Ino,
+				Links: slices.Clone(req.Links), BootID: s.bootID, State: StateIntent, Created: time.Now().UTC(),
+			}
+			if err := s.ensureShared(); err != nil {
+				return err
+			}
+			if err := s.writeRecord(r); err != nil {
+				return err
+			}
+			v.put(r)
+			failpoint.Hit("add-intent-written")
+		}
+		if err := s.activate(v, r, &handleFile{src, req.NetnsPath}); err != nil {
+			if r.State != StateIntent {
+				return err // a pin that was whole before this ADD stays as it was
+			}
+			// An ADD that fails is undone like a DEL: its links may have
+			// been published, so the in-use check decides.
+			return errors.Join(err, s.settle(v, r, ""))
+		}
+		out = r
+		return nil
+	})
+	return out, err
+}
 
-	now := time.Now().UTC()
-	r := &Record{
-		Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
-		Cluster: req.Cluster, PodNS: req.PodNS, PodName: req.PodName, PodUID: req.PodUID,
-		NetnsPath: req.NetnsPath, PinPath: s.pinPath(name), NetnsDev: srcID.Dev, NetnsIno: srcID.Ino,
-		Links: slices.Clone(req.Links), BootID: s.bootID, State: StateIntent, Created: now,
-	}
-	if err := s.ensureShared(); err != nil {
-		return nil, err
-	}
-	if err := s.writeRecord(r); err != nil {
-		return nil, err
-	}
-	failpoint.Hit("add-intent-written")
-	if err := s.mountPin(src, srcID, name); err != nil {
-		return nil, s.rollBack(r, err)
+// activate mounts r's pin from src (a no-op when it is mounted), records
+// the netns's addresses, points the cluster's links at it and marks it
+// active. The links move before the record says active: a crash in between
+// leaves an intent record, which the next operation settles.
+func (s *Store) activate(v *view, r *Record, src *handleFile) error {
+	if err := s.mountPin(src.File, r.NetnsID(), r.Attachment); err != nil {
+		return err
 	}
 	failpoint.Hit("add-pin-mounted")
 	ips, err := GlobalAddrs(int(src.Fd()))
 	if err != nil {
-		return nil, s.rollBack(r, fmt.Errorf("pin %s: %w", name, err))
+		return fmt.Errorf("pin %s: %w", r.Attachment, err)
 	}
-	r.IPs = addrStrings(ips)
-	// Links go to the new pin before the record says active; a crash in
-	// between leaves an intent record, and repair re-points the links.
+	r.IPs = unionAddrs(r.IPs, ips)
+	prev := r.State
 	r.State = StateActive
-	all, _ := s.records()
-	if err := s.relink(r.Cluster, replaceRecord(all, r)); err != nil {
-		r.State = StateIntent
-		return nil, s.rollBack(r, err)
+	if err := s.relink(r.Cluster, v.recs); err != nil {
+		r.State = prev
+		return err
 	}
 	failpoint.Hit("add-links-set")
 	if err := s.writeRecord(r); err != nil {
-		r.State = StateIntent
-		return nil, s.rollBack(r, err)
+		r.State = prev
+		return err
 	}
-	s.Log.Info("pinned", "attachment", name, "cluster", r.Cluster, "netns", srcID.String(), "ips", r.IPs, "links", r.Links)
-	return r, nil
+	s.log.Info("pinned", "attachment", r.Attachment, "cluster", r.Cluster, "netns", r.NetnsID().String(), "ips", r.IPs, "links", r.Links)
+	return nil
 }
 
-// rollBack undoes a failed Pin and returns cause (joined with any
-// failure to undo, which the next repair retries).
-func (s *Store) rollBack(r *Record, cause error) error {
-	return errors.Join(cause, s.undo(r))
+// Release is DEL for a holder. No record: nothing to do (nil record). A
+// record: settle decides, with netnsPath (the DEL's CNI_NETNS) as one more
+// way to reach the netns if its pin was lost. In use, an *InUseError; when
+// the check cannot tell, an error wrapping ErrCheckFailed.
+func (s *Store) Release(attachment, netnsPath string) (*Record, error) {
+	var out *Record
+	err := s.op(attachment, func(v *view) error {
+		if err := v.bad[attachment]; err != nil {
+			return fmt.Errorf("%w: %w", ErrCheckFailed, err)
+		}
+		if out = v.get(attachment); out == nil {
+			return nil
+		}
+		return s.settle(v, out, netnsPath)
+	})
+	return out, err
 }
 
-// undo removes an intent record's pin and record. The links move away
-// from the pin first, so that no link ever leads to an unmounted pin.
-func (s *Store) undo(r *Record) error {
-	return errors.Join(s.moveLinksAway(r), s.unpin(r.Attachment), s.removeRecord(r.Attachment))
+// ForceRelease releases a pin without the in-use check: the operator's
+// `release --force`, who was told what it cuts. The links still move
+// first, so no link ever leads to an unmounted pin.
+func (s *Store) ForceRelease(attachment string) (*Record, error) {
+	var out *Record
+	err := s.op(attachment, func(v *view) error {
+		if out = v.get(attachment); out == nil {
+			return v.bad[attachment]
+		}
+		if err := s.moveLinksAway(v, out); err != nil {
+			return err
+		}
+		s.log.Warn("forced release", "attachment", attachment, "cluster", out.Cluster, "references", out.References)
+		return s.remove(v, out)
+	})
+	return out, err
+}
+
+// settle decides the fate of r and is the only way a pin of this boot is
+// ever unmounted (docs/design.md §5). In one hold of the lock: the links
+// move off the pin (to the cluster's other pins by the link rule), the
+// addresses are refreshed, then the in-use check runs. Nothing uses the
+// netns: the pin is unmounted and the record removed. Something does, or
+// the check cannot tell: the record is kept draining, pinned again from a
+// reachable handle if its pin was lost, and the links follow the rule
+// again (its pin may be their target once more).
+func (s *Store) settle(v *view, r *Record, hint string) error {
+	if err := v.blocked(); err != nil {
+		return err
+	}
+	h := s.reach(r, hint)
+	defer h.Close()
+	if err := s.moveLinksAway(v, r); err != nil {
+		return err
+	}
+	failpoint.Hit("del-links-moved")
+	path := ""
+	if h != nil {
+		path = h.path
+		// A netns we hold lists its addresses; should it fail, the recorded
+		// ones still count.
+		if ips, err := GlobalAddrs(int(h.Fd())); err == nil {
+			r.IPs = unionAddrs(r.IPs, ips)
+		}
+	}
+	uses, err := s.inUse(r, path)
+	if err == nil && len(uses) == 0 {
+		// Unused. Without any handle the netns is proven gone: no pin, no
+		// runtime handle, no process in it, no client on its addresses.
+		return s.remove(v, r)
+	}
+	return s.keep(v, r, h, uses, err)
+}
+
+// keep records that r stays: draining when its pin is (or is again) a
+// mount of its netns, unpinned when the pin was lost and no handle to the
+// netns could be found. The links follow the rule again.
+func (s *Store) keep(v *view, r *Record, h *handleFile, uses []Use, checkErr error) error {
+	if !s.pinnedAs(r) {
+		if h == nil {
+			h = s.reachByProcess(r, uses)
+			defer h.Close()
+		}
+		if h != nil {
+			if err := s.mountPin(h.File, r.NetnsID(), r.Attachment); err != nil {
+				s.log.Error("pin again a netns still in use", "attachment", r.Attachment, "error", err)
+			} else {
+				s.log.Warn("pinned again a netns whose pin was lost while in use", "attachment", r.Attachment, "cluster", r.Cluster, "from", h.path)
+			}
+		}
+	}
+	first := r.State != StateDraining && r.State != StateUnpinned
+	r.State = StateDraining
+	if !s.pinnedAs(r) {
+		r.State = StateUnpinned
+	}
+	if checkErr == nil {
+		r.References = make([]string, len(uses))
+		for i, u := range uses {
+			r.References[i] = u.What
+		}
+	}
+	errs := []error{s.writeRecord(r), s.relink(r.Cluster, v.recs)}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if checkErr != nil {
+		return fmt.Errorf("%w for %s: %w", ErrCheckFailed, r.Attachment, checkErr)
+	}
+	if first {
+		s.log.Warn("release refused: still in use", "attachment", r.Attachment, "cluster", r.Cluster, "state", r.State, "references", r.References)
+	}
+	return &InUseError{Record: r, References: r.References}
+}
+
+// remove unmounts r's pin and removes the record. The caller moved the
+// links off the pin. Every step is idempotent; a crash after "releasing"
+// is written is settled again (checked again) by the next operation.
+func (s *Store) remove(v *view, r *Record) error {
+	r.State, r.References = StateReleasing, nil
+	if err := s.writeRecord(r); err != nil {
+		return err
+	}
+	failpoint.Hit("del-releasing-written")
+	if err := s.unpin(r.Attachment); err != nil {
+		return err
+	}
+	failpoint.Hit("del-unpinned")
+	if err := s.removeRecord(r.Attachment); err != nil {
+		return err
+	}
+	v.drop(r.Attachment)
+	s.log.Info("released", "attachment", r.Attachment, "cluster", r.Cluster)
+	return nil
 }
 
 // moveLinksAway re-points the links of r's cluster among its other pins by
 // the link rule and removes the links no other pin of the cluster uses.
-func (s *Store) moveLinksAway(r *Record) error {
-	all, _ := s.records()
-	rest := withoutRecord(all, r.Attachment)
+func (s *Store) moveLinksAway(v *view, r *Record) error {
+	rest := withoutRecord(v.recs, r.Attachment)
 	errs := []error{s.relink(r.Cluster, rest)}
 	for _, l := range r.Links {
 		if !s.clusterHasLink(rest, r, l) {
@@ -117,93 +320,6 @@ func (s *Store) moveLinksAway(r *Record) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Release is DEL for a holder: no record, nothing to do; still in use per
-// inUse, the record becomes draining and an *InUseError is returned;
-// otherwise links are re-pointed among the remaining pins (or removed),
-// the pin unmounted and removed, and the record deleted.
-func (s *Store) Release(attachment string, inUse InUseFunc) (*Record, error) {
-	unlock, err := s.lock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s.repair()
-	r, err := s.readRecord(attachment)
-	if err != nil || r == nil {
-		return nil, err
-	}
-	return r, s.release(r, inUse)
-}
-
-// release runs the in-use check on r and releases it or marks it
-// draining. The caller holds the lock.
-func (s *Store) release(r *Record, inUse InUseFunc) error {
-	s.refreshAddrs(r)
-	if inUse != nil {
-		refs, err := inUse(r)
-		if err != nil {
-			return fmt.Errorf("%w for %s: %w", ErrCheckFailed, r.Attachment, err)
-		}
-		if len(refs) > 0 {
-			first := r.State != StateDraining
-			r.State, r.References = StateDraining, refs
-			if err := s.writeRecord(r); err != nil {
-				return err
-			}
-			all, _ := s.records()
-			if err := s.relink(r.Cluster, all); err != nil {
-				return err
-			}
-			if first {
-				s.Log.Warn("release refused: still in use", "attachment", r.Attachment, "cluster", r.Cluster, "references", refs)
-			}
-			return &InUseError{Record: r, References: refs}
-		}
-	}
-	r.State, r.References = StateReleasing, nil
-	if err := s.writeRecord(r); err != nil {
-		return err
-	}
-	failpoint.Hit("del-releasing-written")
-	if err := s.finishRelease(r); err != nil {
-		return err
-	}
-	s.Log.Info("released", "attachment", r.Attachment, "cluster", r.Cluster)
-	return nil
-}
-
-// GC releases, as DEL would, every pin of network whose attachment is not
-// in valid (CNI GC's cni.dev/valid-attachments); repair has already
-// dropped records of earlier boots, orphan pins and dangling links. Pins
-// still in use stay (action "keep"); one failing entry does not stop the
-// others.
-func (s *Store) GC(network string, valid map[string]bool, inUse InUseFunc) ([]Finding, error) {
-	unlock, err := s.lock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s.repair()
-	rs, errs := s.records()
-	stale := func(r *Record) bool { return r.Network == network && !valid[r.Attachment] }
-	findings, more := s.collect(rs, stale, "unknown to the runtime", inUse, false)
-	return findings, errors.Join(append(errs, more...)...)
-}
-
-// finishRelease completes a release whose record says releasing. Every
-// step is idempotent, so repair can run it again after a crash.
-func (s *Store) finishRelease(r *Record) error {
-	if err := s.moveLinksAway(r); err != nil {
-		return err
-	}
-	failpoint.Hit("del-links-moved")
-	if err := s.unpin(r.Attachment); err != nil {
-		return err
-	}
-	failpoint.Hit("del-unpinned")
-	return s.removeRecord(r.Attachment)
 }
 
 // clusterHasLink reports whether another pin of r's cluster uses link,
@@ -217,43 +333,48 @@ func (s *Store) clusterHasLink(rs []*Record, r *Record, link string) bool {
 	return false
 }
 
-// refreshAddrs re-reads the pinned netns's global addresses: the chain may
-// have changed them since ADD. Without a readable pin the recorded ones stay.
-func (s *Store) refreshAddrs(r *Record) {
-	f, id, err := OpenNetns(s.pinPath(r.Attachment))
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	if id.Dev != r.NetnsDev || id.Ino != r.NetnsIno {
-		return
-	}
-	if ips, err := GlobalAddrs(int(f.Fd())); err == nil && len(ips) > 0 {
-		r.IPs = addrStrings(ips)
-	}
+// GC releases, as DEL would, every pin of network whose attachment is not
+// in valid (CNI GC's cni.dev/valid-attachments); repair has already
+// dropped records of earlier boots and settled interrupted operations.
+// Pins still in use stay (ActionKeep); one failing entry does not stop the
+// others.
+func (s *Store) GC(network string, valid map[string]bool) ([]Finding, error) {
+	var findings []Finding
+	err := s.op("", func(v *view) error {
+		stale := func(r *Record) bool { return r.Network == network && !valid[r.Attachment] }
+		var errs []error
+		findings, errs = s.collect(v, stale, "unknown to the runtime")
+		return errors.Join(errs...)
+	})
+	return findings, err
 }
 
 // Get returns the record of an attachment under the lock, after repair.
 func (s *Store) Get(attachment string) (*Record, error) {
-	unlock, err := s.lock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s.repair()
-	return s.readRecord(attachment)
+	var out *Record
+	err := s.op("", func(v *view) error {
+		out = v.get(attachment)
+		if out == nil {
+			return v.bad[attachment]
+		}
+		return nil
+	})
+	return out, err
 }
 
-// List returns every record, oldest first, after repair.
+// List returns every record, oldest first, after repair, with an error
+// naming each record that cannot be used.
 func (s *Store) List() ([]*Record, error) {
-	unlock, err := s.lock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s.repair()
-	rs, errs := s.records()
-	return rs, errors.Join(errs...)
+	var out []*Record
+	err := s.op("", func(v *view) error {
+		out = v.recs
+		var errs []error
+		for _, err := range v.bad {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+	return out, err
 }
 
 // Check verifies what CHECK promises for a holder attachment: its record
@@ -265,10 +386,14 @@ func (s *Store) Check(attachment, netnsPath string) error {
 		return err
 	}
 	defer unlock()
-	r, err := s.readRecord(attachment)
+	v, err := s.load()
 	if err != nil {
 		return err
 	}
+	if err := v.bad[attachment]; err != nil {
+		return err
+	}
+	r := v.get(attachment)
 	if r == nil {
 		return fmt.Errorf("attachment %s has no record: it is not pinned", attachment)
 	}
@@ -282,12 +407,11 @@ func (s *Store) Check(attachment, netnsPath string) error {
 	if err != nil {
 		return err
 	}
-	want := NetnsID{r.NetnsDev, r.NetnsIno}
 	if !mounted {
 		return fmt.Errorf("pin %s is not mounted", s.pinPath(attachment))
 	}
-	if id != want {
-		return fmt.Errorf("pin %s holds %v, record says %v", s.pinPath(attachment), id, want)
+	if id != r.NetnsID() {
+		return fmt.Errorf("pin %s holds %v, record says %v", s.pinPath(attachment), id, r.NetnsID())
 	}
 	if netnsPath != "" {
 		f, cur, err := OpenNetns(netnsPath)
@@ -295,16 +419,15 @@ func (s *Store) Check(attachment, netnsPath string) error {
 			return err
 		}
 		f.Close()
-		if cur != want {
+		if cur != r.NetnsID() {
 			return fmt.Errorf("pin %s holds %v but CNI_NETNS %s is %v", s.pinPath(attachment), id, netnsPath, cur)
 		}
 	}
-	all, errs := s.records()
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if err := v.blocked(); err != nil {
+		return err
 	}
-	target := linkTargetOf(r.Cluster, all)
-	for _, l := range clusterLinks(r.Cluster, all) {
+	target := linkTargetOf(r.Cluster, v.recs)
+	for _, l := range clusterLinks(r.Cluster, v.recs) {
 		got, err := s.linkTarget(l)
 		if err != nil {
 			return err
@@ -316,17 +439,14 @@ func (s *Store) Check(attachment, netnsPath string) error {
 	return nil
 }
 
-func addrStrings(ips []netip.Addr) []string {
-	out := make([]string, len(ips))
-	for i, ip := range ips {
-		out[i] = ip.String()
+// unionAddrs adds the addresses of ips missing from recorded.
+func unionAddrs(recorded []string, ips []netip.Addr) []string {
+	out := slices.Clone(recorded)
+	for _, ip := range ips {
+		if s := ip.String(); !slices.Contains(out, s) {
+			out = append(out, s)
+		}
 	}
-	return out
-}
-
-func replaceRecord(rs []*Record, r *Record) []*Record {
-	out := append(withoutRecord(rs, r.Attachment), r)
-	sortRecords(out)
 	return out
 }
 

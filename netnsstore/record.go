@@ -13,47 +13,71 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// State is where an attachment is in its life. The order of the steps is
-// what makes every crash recoverable: see Store.repair.
+// State is where an attachment is in its life. Every state but active is
+// settled by the next operation that takes the lock (see Store.settle and
+// docs/design.md §5): what it becomes depends on the in-use check, never on
+// the state alone.
 type State string
 
 const (
-	// StateIntent: ADD wrote the record and may have mounted the pin;
-	// links are not trusted to point at it yet. Rolled back on repair.
+	// StateIntent: ADD wrote the record and may have mounted the pin and
+	// published links; an ADD that did not finish is settled like a DEL.
 	StateIntent State = "intent"
 	// StateActive: pinned and linked; the cluster's links prefer it.
 	StateActive State = "active"
-	// StateDraining: a DEL found it still in use; it stays pinned and is
-	// linked only while its cluster has no active pin.
+	// StateDraining: a DEL (or GC, or repair) found it in use; it stays
+	// pinned and is linked only while its cluster has no active pin.
 	StateDraining State = "draining"
-	// StateReleasing: a DEL found it unused; links, mount, pin file and
-	// record are being removed. Rolled forward on repair.
+	// StateUnpinned: in use, but its pin was unmounted from outside and
+	// the netns could not be reached to pin it again (the kernel clients
+	// hold it). Never a link target; DEL refuses until nothing uses it.
+	StateUnpinned State = "unpinned"
+	// StateReleasing: the in-use check found nothing and the pin is being
+	// removed. An interrupted release is checked again before it goes on.
 	StateReleasing State = "releasing"
 )
 
+// recordFormat is the format this program writes. Format 1 (no "format"
+// field) lacked pinDir; it is upgraded in place when read under the lock.
+// A record of a newer format is never guessed at: nothing is released
+// while one exists, and DEL answers "try again later".
+const recordFormat = 2
+
+// ErrNewerFormat is wrapped when a record was written by a newer netns-pin.
+var ErrNewerFormat = errors.New("record of a newer format")
+
 // Record is what the store remembers of one pinned attachment.
 type Record struct {
-	Attachment  string    `json:"attachment"`
-	ContainerID string    `json:"containerID"`
-	IfName      string    `json:"ifName"`
-	Network     string    `json:"network"`
-	Cluster     string    `json:"cluster"`
-	PodNS       string    `json:"podNamespace,omitempty"`
-	PodName     string    `json:"podName,omitempty"`
-	PodUID      string    `json:"podUID,omitempty"`
-	NetnsPath   string    `json:"netnsPath"`
-	PinPath     string    `json:"pinPath"`
-	NetnsDev    uint64    `json:"netnsDev,omitempty"`
-	NetnsIno    uint64    `json:"netnsIno,omitempty"`
-	IPs         []string  `json:"ips"`
-	Links       []string  `json:"links"`
-	BootID      string    `json:"bootID"`
-	State       State     `json:"state"`
-	Created     time.Time `json:"created"`
-	Updated     time.Time `json:"updated"`
-	// References found by the last DEL that refused to release.
+	Format      int    `json:"format"`
+	Writer      string `json:"writer,omitempty"` // netns-pin version that wrote it
+	Attachment  string `json:"attachment"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+	Network     string `json:"network"`
+	Cluster     string `json:"cluster"`
+	PodNS       string `json:"podNamespace,omitempty"`
+	PodName     string `json:"podName,omitempty"`
+	PodUID      string `json:"podUID,omitempty"`
+	NetnsPath   string `json:"netnsPath"`
+	PinDir      string `json:"pinDir"`
+	PinPath     string `json:"pinPath"`
+	NetnsDev    uint64 `json:"netnsDev,omitempty"`
+	NetnsIno    uint64 `json:"netnsIno,omitempty"`
+	// IPs is every global address the netns had at ADD and at each later
+	// check: a client keeps the address it connected from, so an address
+	// once seen is never forgotten.
+	IPs     []string  `json:"ips"`
+	Links   []string  `json:"links"`
+	BootID  string    `json:"bootID"`
+	State   State     `json:"state"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	// References found by the last check that kept the pin.
 	References []string `json:"references,omitempty"`
 }
+
+// NetnsID is the identity of the recorded netns.
+func (r *Record) NetnsID() NetnsID { return NetnsID{Dev: r.NetnsDev, Ino: r.NetnsIno} }
 
 const (
 	recordsSubdir = "records"
@@ -65,6 +89,7 @@ const (
 // fsync of the directory. A crash leaves either the old or the new record.
 func (s *Store) writeRecord(r *Record) error {
 	r.Updated = time.Now().UTC()
+	r.Format, r.Writer, r.PinDir = recordFormat, s.writer, s.PinDir
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
@@ -95,13 +120,24 @@ func (s *Store) writeRecord(r *Record) error {
 
 // HasRecord tells, with one lstat and without opening the store, whether
 // stateDir holds a record of attachment: the cheap test that lets DEL of a
-// pod that was never pinned touch nothing else.
-func HasRecord(stateDir, attachment string) bool {
+// pod that was never pinned touch nothing else. Only ENOENT means "no
+// record"; any other failure is returned, and the caller must not take it
+// for "nothing pinned".
+func HasRecord(stateDir, attachment string) (bool, error) {
 	_, err := os.Lstat(filepath.Join(stateDir, recordsSubdir, attachment+recordSuffix))
-	return err == nil
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, fmt.Errorf("look for the record of %s: %w", attachment, err)
 }
 
 // readRecord returns the record of an attachment, or nil when none exists.
+// A record of format 1 is upgraded in place (the caller holds the lock); one
+// of another pinDir is ErrOtherPinDir and one of a newer format
+// ErrNewerFormat, both untouched.
 func (s *Store) readRecord(attachment string) (*Record, error) {
 	fd, err := openat2(s.recordsFd, attachment+recordSuffix, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
@@ -119,10 +155,39 @@ func (s *Store) readRecord(attachment string) (*Record, error) {
 	if err := json.Unmarshal(data, r); err != nil {
 		return nil, fmt.Errorf("decode record %s: %w", attachment, err)
 	}
+	if r.Format > recordFormat {
+		writer := r.Writer
+		if writer == "" {
+			writer = "an unknown version"
+		}
+		return nil, fmt.Errorf("record %s: %w %d, written by netns-pin %s; this netns-pin (%s) reads formats up to %d: upgrade it",
+			attachment, ErrNewerFormat, r.Format, writer, s.writerName(), recordFormat)
+	}
 	if r.Attachment != attachment {
 		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)
 	}
+	old := r.Format < recordFormat
+	if old && r.PinDir == "" {
+		// Format 1 kept the pin's path, <pinDir>/pins/<attachment>.
+		r.PinDir = filepath.Dir(filepath.Dir(r.PinPath))
+	}
+	if r.PinDir != s.PinDir {
+		return nil, fmt.Errorf("%w: record %s was made under pinDir %s, this store's pinDir is %s", ErrOtherPinDir, attachment, r.PinDir, s.PinDir)
+	}
+	if old {
+		if err := s.writeRecord(r); err != nil {
+			return nil, fmt.Errorf("upgrade record %s: %w", attachment, err)
+		}
+		s.log.Info("upgraded record", "attachment", attachment, "format", recordFormat)
+	}
 	return r, nil
+}
+
+func (s *Store) writerName() string {
+	if s.writer == "" {
+		return "this build"
+	}
+	return s.writer
 }
 
 func (s *Store) removeRecord(attachment string) error {
@@ -133,16 +198,17 @@ func (s *Store) removeRecord(attachment string) error {
 	return unix.Fsync(s.recordsFd)
 }
 
-// records lists every record, oldest first. Unreadable records are
-// returned as errors alongside the readable ones so one bad file cannot
-// stop recovery of the rest.
-func (s *Store) records() ([]*Record, []error) {
+// records lists every record, oldest first. A record that cannot be used
+// (unreadable, undecodable, of a newer format) is returned in bad with the
+// reason, so that one bad file cannot stop the others' operations, and so
+// that nothing its pin may serve is taken away. A record of another pinDir
+// fails the whole listing (ErrOtherPinDir).
+func (s *Store) records() (rs []*Record, bad map[string]error, err error) {
 	names, err := readDirNames(s.recordsFd)
 	if err != nil {
-		return nil, []error{fmt.Errorf("list %s/%s: %w", s.StateDir, recordsSubdir, err)}
+		return nil, nil, fmt.Errorf("list %s/%s: %w", s.StateDir, recordsSubdir, err)
 	}
-	var out []*Record
-	var errs []error
+	bad = map[string]error{}
 	for _, n := range names {
 		if strings.HasPrefix(n, tmpPrefix) {
 			// A crash between write and rename; the old record (if any)
@@ -155,16 +221,17 @@ func (s *Store) records() ([]*Record, []error) {
 			continue
 		}
 		r, err := s.readRecord(att)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if r != nil {
-			out = append(out, r)
+		switch {
+		case errors.Is(err, ErrOtherPinDir):
+			return nil, nil, err
+		case err != nil:
+			bad[att] = err
+		case r != nil:
+			rs = append(rs, r)
 		}
 	}
-	sortRecords(out)
-	return out, errs
+	sortRecords(rs)
+	return rs, bad, nil
 }
 
 func sortRecords(rs []*Record) {

@@ -1,122 +1,189 @@
 package netnsstore
 
 import (
+	"errors"
 	"slices"
 	"strings"
 )
 
+// Action is what an operation does, or would do, with a pinned attachment.
+type Action string
+
+const (
+	// ActionDrop: a record of an earlier boot; its netns died with the boot.
+	ActionDrop Action = "drop"
+	// ActionRelease: the in-use check found nothing; the pin goes.
+	ActionRelease Action = "release"
+	// ActionKeep: in use (or not known to be unused); the pin stays.
+	ActionKeep Action = "keep"
+	// ActionSettle: an interrupted or broken entry that the in-use check
+	// will decide on (dry runs only).
+	ActionSettle Action = "settle"
+	// ActionRepin: a pin unmounted from outside whose netns is still
+	// reachable; it is pinned again.
+	ActionRepin Action = "repin"
+)
+
+// diagnosis is what repair must do with a record, and why.
+type diagnosis struct {
+	action Action // "" when the record is whole
+	reason string
+}
+
+// diagnose tells what repair must do with r. It never decides that a pin
+// of this boot goes: that is settle's, after the in-use check.
+func (s *Store) diagnose(r *Record) diagnosis {
+	switch {
+	case r.BootID != s.bootID:
+		return diagnosis{ActionDrop, "pinned in an earlier boot " + r.BootID}
+	case r.State == StateIntent:
+		return diagnosis{ActionSettle, "ADD was interrupted"}
+	case r.State == StateReleasing:
+		return diagnosis{ActionSettle, "a release was interrupted"}
+	case r.State == StateUnpinned:
+		return diagnosis{ActionSettle, "its pin was lost while in use"}
+	}
+	id, mounted, err := s.pinState(r.Attachment)
+	switch {
+	case err != nil:
+		// Cannot tell: leave it whole, an error is no reason to act.
+		s.log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
+		return diagnosis{}
+	case mounted && id == r.NetnsID():
+		return diagnosis{}
+	}
+	return diagnosis{ActionRepin, "its pin is no longer a mount of its netns"}
+}
+
 // repair brings the store back to a consistent state after a crash at any
 // step, a reboot, or a pin unmounted behind its back. It runs under the
-// lock at the start of every holder operation, so the next ADD, DEL, CHECK
-// or GC of any attachment heals what an interrupted one left:
-//   - records of another boot: their mounts died with the boot; remove
-//     the leftover pin file and the record;
-//   - intent (ADD interrupted): roll back, unmount and remove the pin;
-//   - releasing (DEL interrupted after its in-use check passed): roll
-//     forward and finish the release;
-//   - active or draining without a mounted pin: no record without a pin;
-//   - pin files without a record: unmount and remove;
-//   - links: re-pointed by the link rule, removed when their cluster has
-//     no pin left.
+// lock at the start of every operation, so the next ADD, DEL, GC or
+// command of any attachment heals what an interrupted one left:
+//   - records of another boot: their mounts died with the boot; the links,
+//     the leftover pin file and the record go (the one case that needs no
+//     in-use check);
+//   - intent, releasing and unpinned records: settled (links moved, in-use
+//     check, then released or kept);
+//   - active or draining records whose pin was unmounted from outside:
+//     pinned again from the runtime's handle when it still reaches the
+//     netns, settled otherwise;
+//   - pin files without a record: released when the in-use check finds
+//     nothing;
+//   - links: re-pointed by the link rule.
 //
-// Problems are logged, not returned: one broken entry must not stop the
-// repair of the others, nor the operation that triggered it.
-func (s *Store) repair() {
-	rs, errs := s.records()
-	for _, err := range errs {
-		s.Log.Error("unreadable record", "error", err)
-	}
-	for _, r := range rs {
-		action, why, err := s.diagnose(r)
+// skip names the attachment that the calling operation settles itself.
+// While a record cannot be read, nothing is released or unlinked. Problems
+// are logged, not returned: one broken entry must not stop the repair of
+// the others, nor the operation that triggered it.
+func (s *Store) repair(v *view, skip string) {
+	blocked := v.blocked()
+	for _, r := range slices.Clone(v.recs) {
+		d := s.diagnose(r)
+		if d.action == "" || (r.Attachment == skip && d.action != ActionDrop) {
+			continue
+		}
+		if blocked != nil && d.action != ActionRepin {
+			s.log.Error("repair: postponed", "attachment", r.Attachment, "reason", d.reason, "error", blocked)
+			continue
+		}
+		var err error
+		switch d.action {
+		case ActionDrop:
+			err = errors.Join(s.moveLinksAway(v, r), s.remove(v, r))
+		case ActionRepin:
+			err = s.repin(v, r)
+		case ActionSettle:
+			err = s.settle(v, r, "")
+		}
+		var iu *InUseError
 		switch {
+		case errors.As(err, &iu):
+			s.log.Warn("repair: kept in use", "attachment", r.Attachment, "reason", d.reason, "references", iu.References)
 		case err != nil:
-			s.Log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
-			continue
-		case action == actionRelease:
-			if err := s.finishRelease(r); err != nil {
-				s.Log.Error("repair: finish interrupted release", "attachment", r.Attachment, "error", err)
-			} else {
-				s.Log.Warn("repair: finished interrupted release", "attachment", r.Attachment, "cluster", r.Cluster)
-			}
-			continue
-		case action == "":
-			continue
+			s.log.Error("repair", "attachment", r.Attachment, "reason", d.reason, "error", err)
+		default:
+			s.log.Warn("repair: "+string(d.action), "attachment", r.Attachment, "cluster", r.Cluster, "reason", d.reason)
 		}
-		if err := s.undo(r); err != nil {
-			s.Log.Error("repair: drop pin", "attachment", r.Attachment, "reason", why, "error", err)
-			continue
-		}
-		s.Log.Warn("repair: dropped pin", "attachment", r.Attachment, "cluster", r.Cluster, "reason", why)
 	}
-
-	rs, _ = s.records()
-	s.removeOrphanPins(rs)
+	if blocked == nil {
+		s.settleOrphanPins(v)
+	}
 	clusters := map[string]bool{}
-	for _, r := range rs {
+	for _, r := range v.recs {
 		clusters[r.Cluster] = true
 	}
 	for c := range clusters {
-		if err := s.relink(c, rs); err != nil {
-			s.Log.Error("repair: relink", "cluster", c, "error", err)
+		if err := s.relink(c, v.recs); err != nil {
+			s.log.Error("repair: relink", "cluster", c, "error", err)
 		}
 	}
 }
 
-// Repair actions: what diagnose says a record needs.
-const (
-	actionDrop    = "drop"    // roll back: unmount, remove pin and record
-	actionRelease = "release" // roll forward: finish the release
-	actionKeep    = "keep"    // still in use: stays pinned
-)
-
-// diagnose tells what repair must do with a record ("" when it is whole).
-func (s *Store) diagnose(r *Record) (action, reason string, err error) {
-	switch {
-	case r.BootID != s.bootID:
-		return actionDrop, "pinned in an earlier boot " + r.BootID, nil
-	case r.State == StateIntent:
-		return actionDrop, "ADD was interrupted", nil
-	case r.State == StateReleasing:
-		return actionRelease, "DEL was interrupted after its in-use check passed", nil
+// repin pins r again from the runtime's handle after its pin was
+// unmounted from outside; without a handle the in-use check decides.
+func (s *Store) repin(v *view, r *Record) error {
+	h := s.reach(r, "")
+	if h == nil {
+		return s.settle(v, r, "")
 	}
-	id, mounted, err := s.pinState(r.Attachment)
-	if err != nil {
-		return "", "", err
-	}
-	if mounted && id.Dev == r.NetnsDev && id.Ino == r.NetnsIno {
-		return "", "", nil
-	}
-	return actionDrop, "its pin is no longer mounted", nil
+	defer h.Close()
+	return s.mountPin(h.File, r.NetnsID(), r.Attachment)
 }
 
-// orphanPins lists files in pins/ that no record owns: a crash between
-// creating the pin and writing its record, or a record removed by hand.
-func (s *Store) orphanPins(rs []*Record) ([]string, error) {
+// orphanPins lists files in pins/ that no record owns (nor an unreadable
+// one): a record removed by hand, or a pin made by another tool.
+func (s *Store) orphanPins(v *view) ([]string, error) {
 	names, err := readDirNames(s.pinsFd)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, n := range names {
-		if !strings.HasPrefix(n, tmpPrefix) && !slices.ContainsFunc(rs, func(r *Record) bool { return r.Attachment == n }) {
-			out = append(out, n)
+		if strings.HasPrefix(n, tmpPrefix) || v.get(n) != nil || v.bad[n] != nil {
+			continue
 		}
+		out = append(out, n)
 	}
 	return out, nil
 }
 
-// removeOrphanPins unmounts and removes the pins no record owns.
-func (s *Store) removeOrphanPins(rs []*Record) {
-	names, err := s.orphanPins(rs)
+// settleOrphanPins removes the pin files no record owns. One that is a
+// mount of a netns still in use stays: without a record it has no links,
+// but its clients are no less real.
+func (s *Store) settleOrphanPins(v *view) {
+	names, err := s.orphanPins(v)
 	if err != nil {
-		s.Log.Error("repair: list pins", "error", err)
+		s.log.Error("repair: list pins", "error", err)
 		return
 	}
 	for _, n := range names {
-		if err := s.unpin(n); err != nil {
-			s.Log.Error("repair: remove orphan pin", "pin", n, "error", err)
+		if uses, err := s.orphanUses(n); err != nil || len(uses) > 0 {
+			s.log.Warn("repair: kept a pin without a record: in use", "pin", n, "references", uses, "error", err)
 			continue
 		}
-		s.Log.Warn("repair: removed orphan pin", "pin", n)
+		if err := s.unpin(n); err != nil {
+			s.log.Error("repair: remove orphan pin", "pin", n, "error", err)
+			continue
+		}
+		s.log.Warn("repair: removed orphan pin", "pin", n)
 	}
+}
+
+// orphanUses runs the in-use check on an orphan pin, with the addresses
+// its netns has now; a plain file (no mount) has none.
+func (s *Store) orphanUses(name string) ([]Use, error) {
+	id, mounted, err := s.pinState(name)
+	if err != nil || !mounted {
+		return nil, err
+	}
+	r := &Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino}
+	h := s.reach(r, "")
+	if h == nil {
+		return s.inUse(r, "")
+	}
+	defer h.Close()
+	if ips, err := GlobalAddrs(int(h.Fd())); err == nil {
+		r.IPs = unionAddrs(nil, ips)
+	}
+	return s.inUse(r, h.path)
 }

@@ -30,10 +30,11 @@ const BootIDPath = "/proc/sys/kernel/random/boot_id"
 type Store struct {
 	PinDir   string
 	StateDir string
-	Log      *slog.Logger
-	// LockTimeout bounds the wait for the store's lock (DefaultLockTimeout
-	// when zero).
-	LockTimeout time.Duration
+
+	log         *slog.Logger
+	lockTimeout time.Duration
+	inUse       InUseFunc
+	writer      string
 
 	bootID    string
 	pinDirFd  int
@@ -43,20 +44,45 @@ type Store struct {
 	recordsFd int
 }
 
+// Options configures a Store. The zero value is usable but releases
+// nothing: without InUse every pinned netns counts as in use.
+type Options struct {
+	// Log receives the store's structured log; nil discards it.
+	Log *slog.Logger
+	// LockTimeout bounds the wait for the store's lock; zero means
+	// DefaultLockTimeout.
+	LockTimeout time.Duration
+	// InUse is the in-use check run before any pin is released, by DEL,
+	// GC and the repair of interrupted operations alike.
+	InUse InUseFunc
+	// Writer names the program version recorded in the records it writes,
+	// so that a record of a newer format can say who wrote it.
+	Writer string
+}
+
 // Open checks (creating them when missing) pinDir and stateDir: real
 // directories, owned by root, not writable by group or others. It makes no
 // mount; that happens with the first pin.
-func Open(pinDir, stateDir string, log *slog.Logger) (*Store, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+func Open(pinDir, stateDir string, o Options) (*Store, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{PinDir: pinDir, StateDir: stateDir, Log: log, pinDirFd: -1, pinsFd: -1, stateFd: -1, recordsFd: -1}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.InUse == nil {
+		o.InUse = func(*Record, string) ([]Use, error) { return nil, errNoCheck }
+	}
+	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, writer: o.Writer,
+		pinDirFd: -1, pinsFd: -1, stateFd: -1, recordsFd: -1}
 	if err := s.open(); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
+
+var errNoCheck = errors.New("no in-use check configured")
 
 func (s *Store) open() error {
 	boot, err := os.ReadFile(failpoint.BootIDPath(BootIDPath))
@@ -146,9 +172,16 @@ func AttachmentName(containerID, ifName string) (string, error) {
 // ErrInUse is wrapped by Release when the in-use check found references.
 var ErrInUse = errors.New("still in use")
 
-// ErrCheckFailed is wrapped by Release when the in-use check itself failed
-// (for example timed out): the pin stays, as if in use.
+// ErrCheckFailed is wrapped by Release when the in-use check could not
+// tell that the netns is unused (it failed, timed out, or a record it
+// depends on cannot be read): the pin stays, as if in use.
 var ErrCheckFailed = errors.New("in-use check failed")
+
+// ErrOtherPinDir is returned by every operation on a state directory whose
+// records were made under another pinDir: pins and links would be looked
+// for in the wrong place, and a pin that still serves clients would look
+// lost.
+var ErrOtherPinDir = errors.New("records were made under another pinDir")
 
 // InUseError lists what keeps a pinned netns from being released.
 type InUseError struct {
@@ -162,5 +195,17 @@ func (e *InUseError) Error() string {
 
 func (e *InUseError) Unwrap() error { return ErrInUse }
 
-// InUseFunc returns every reference to the netns pinned by r (nil when none).
-type InUseFunc func(r *Record) ([]string, error)
+// Use is one thing found using a pinned netns.
+type Use struct {
+	// What describes it for people (a device, a client, a process).
+	What string
+	// PID is set for a process that runs inside the netns: its
+	// /proc/<pid>/ns/net reaches the netns when the pin was lost.
+	PID int
+}
+
+// InUseFunc returns every use of the netns recorded in r (none when it is
+// unused). netnsPath, when not empty, is a file that is that netns (the pin,
+// or the runtime's handle when the pin was lost); an error means the check
+// could not tell, and the netns is kept as if in use.
+type InUseFunc func(r *Record, netnsPath string) ([]Use, error)

@@ -68,7 +68,7 @@ func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
 	assert.Equal(t, orig, id)
 	assert.Equal(t, "10.98.0.5", addrs[0].String())
 
-	_, err = s.Release("c1.net1", nil)
+	_, err = s.Release("c1.net1", "")
 	require.NoError(t, err)
 	assert.NoFileExists(t, pin)
 	_, err = os.Lstat(link)
@@ -94,10 +94,10 @@ func TestPinAndReleaseAreIdempotent(t *testing.T) {
 	assert.ErrorContains(t, err, "is pinned to", "same attachment, another netns")
 
 	for i := 0; i < 2; i++ {
-		_, err = s.Release("c1.net1", nil)
+		_, err = s.Release("c1.net1", "")
 		require.NoError(t, err)
 	}
-	_, err = s.Release("never-pinned.net1", nil)
+	_, err = s.Release("never-pinned.net1", "")
 	require.NoError(t, err)
 }
 
@@ -108,7 +108,8 @@ func TestReleaseRefusedWhileInUse(t *testing.T) {
 	require.NoError(t, err)
 	refs := []string{"rbd0 pool/img client4161 10.98.2.5"}
 	var seen *Record
-	_, err = s.Release("c1.net1", func(r *Record) ([]string, error) { seen = r; return refs, nil })
+	s.inUse = func(r *Record, _ string) ([]Use, error) { seen = r; return uses(refs...), nil }
+	_, err = s.Release("c1.net1", "")
 	var iu *InUseError
 	require.ErrorAs(t, err, &iu)
 	assert.ErrorIs(t, err, ErrInUse)
@@ -121,11 +122,13 @@ func TestReleaseRefusedWhileInUse(t *testing.T) {
 	assert.True(t, mountedAt(t, r.PinPath), "pin stays while in use")
 	assert.Equal(t, "../pins/c1.net1", readLink(t, r.Links[0]), "a draining pin with no successor keeps the link")
 
-	_, err = s.Release("c1.net1", func(*Record) ([]string, error) { return nil, errors.New("boom") })
+	s.inUse = func(*Record, string) ([]Use, error) { return nil, errors.New("boom") }
+	_, err = s.Release("c1.net1", "")
 	assert.ErrorContains(t, err, "boom", "a failing check never releases")
 	assert.True(t, mountedAt(t, r.PinPath))
 
-	_, err = s.Release("c1.net1", func(*Record) ([]string, error) { return nil, nil })
+	s.inUse = notInUse
+	_, err = s.Release("c1.net1", "")
 	require.NoError(t, err)
 	assert.NoFileExists(t, r.PinPath)
 }
@@ -147,18 +150,19 @@ func TestLinksFollowNewestActivePin(t *testing.T) {
 	require.NoError(t, s.Check("a.net1", a.Path()))
 	require.NoError(t, s.Check("b.net1", b.Path()))
 
-	busy := func(*Record) ([]string, error) { return []string{"process 1 (x)"}, nil }
-	_, err = s.Release("a.net1", busy)
+	s.inUse = func(*Record, string) ([]Use, error) { return uses("process 1 (x)"), nil }
+	_, err = s.Release("a.net1", "")
 	require.ErrorIs(t, err, ErrInUse)
 	assert.Equal(t, "../pins/b.net1", readLink(t, link), "draining A does not take the link from active B")
-	_, err = s.Release("b.net1", busy)
+	_, err = s.Release("b.net1", "")
 	require.ErrorIs(t, err, ErrInUse)
 	assert.Equal(t, "../pins/b.net1", readLink(t, link), "both draining: newest draining")
-	_, err = s.Release("b.net1", nil)
+	s.inUse = notInUse
+	_, err = s.Release("b.net1", "")
 	require.NoError(t, err)
 	assert.Equal(t, "../pins/a.net1", readLink(t, link), "released B: link falls back to draining A")
 	assert.Equal(t, "../pins/x.net1", readLink(t, otherLink), "other cluster untouched")
-	_, err = s.Release("a.net1", nil)
+	_, err = s.Release("a.net1", "")
 	require.NoError(t, err)
 	_, err = os.Lstat(link)
 	assert.True(t, os.IsNotExist(err))
@@ -221,9 +225,9 @@ func TestOpenRefusesUntrustedDirs(t *testing.T) {
 	require.NoError(t, os.Mkdir(owned, 0o755))
 	require.NoError(t, os.Chown(owned, 1000, 1000))
 	for dir, want := range map[string]string{sym: "symlink", open: "group or others", group: "group or others", owned: "uid 1000"} {
-		_, err := Open(dir, filepath.Join(root, "state-ok"), nil)
+		_, err := Open(dir, filepath.Join(root, "state-ok"), Options{})
 		assert.ErrorContains(t, err, want, "pinDir %s", dir)
-		_, err = Open(filepath.Join(root, "pin-ok"), dir, nil)
+		_, err = Open(filepath.Join(root, "pin-ok"), dir, Options{})
 		assert.ErrorContains(t, err, want, "stateDir %s", dir)
 	}
 }
@@ -298,7 +302,7 @@ func TestRepairAfterReboot(t *testing.T) {
 	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
 	r.BootID = "00000000-0000-0000-0000-000000000000"
 	writeRaw(t, s, r)
-	_, err = s.Release("unrelated.net1", nil)
+	_, err = s.Release("unrelated.net1", "")
 	require.NoError(t, err)
 	assert.NoFileExists(t, r.PinPath)
 	_, err = os.Lstat(r.Links[0])
@@ -322,7 +326,7 @@ func TestConcurrentPinsAndReleases(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			// Each goroutine opens its own store, as separate processes do.
-			st, err := Open(s.PinDir, s.StateDir, nil)
+			st, err := Open(s.PinDir, s.StateDir, Options{InUse: notInUse})
 			if err != nil {
 				errs <- err
 				return
@@ -335,7 +339,7 @@ func TestConcurrentPinsAndReleases(t *testing.T) {
 				return
 			}
 			if i%2 == 0 {
-				_, err = st.Release(id+".net1", nil)
+				_, err = st.Release(id+".net1", "")
 				errs <- err
 			}
 		}(i)
@@ -395,20 +399,20 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 		return true
 	}, 10*time.Second, time.Millisecond, "flock(1) holds the lock")
 
-	s.LockTimeout = 200 * time.Millisecond
+	s.lockTimeout = 200 * time.Millisecond
 	n := testNetns(t, "")
 	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
 	require.ErrorIs(t, err, ErrLockTimeout)
-	_, err = s.Release("c1.net1", nil)
+	_, err = s.Release("c1.net1", "")
 	require.ErrorIs(t, err, ErrLockTimeout)
 
 	// Once the holder goes, the store works again: an abandoned wait does
 	// not keep the lock.
 	require.NoError(t, syscall.Kill(-holder.Process.Pid, syscall.SIGKILL))
 	_ = holder.Wait()
-	s.LockTimeout = 5 * time.Second
+	s.lockTimeout = 5 * time.Second
 	_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
 	require.NoError(t, err)
-	_, err = s.Release("c1.net1", nil)
+	_, err = s.Release("c1.net1", "")
 	require.NoError(t, err)
 }

@@ -2,85 +2,115 @@ package netnsstore
 
 import (
 	"errors"
-	"slices"
 )
 
-// Finding is one thing a sweep would change, for `netns-pin gc --dry-run`.
+// Finding is one thing a sweep changed, or would change with a dry run.
 type Finding struct {
 	Attachment string   `json:"attachment"`
 	Cluster    string   `json:"cluster,omitempty"`
-	Action     string   `json:"action"` // "drop", "release", "keep"
+	Action     Action   `json:"action"`
 	Reason     string   `json:"reason"`
 	References []string `json:"references,omitempty"`
 }
 
 // Sweep is the operator's GC: it repairs the store (leftovers of crashes
-// and earlier boots, orphan pins, dangling links) and retries the release
-// of every draining pin, whose DEL the runtime may have stopped retrying.
-// With dryRun it changes nothing and reports what it would do.
-func (s *Store) Sweep(inUse InUseFunc, dryRun bool) ([]Finding, error) {
+// and earlier boots, lost pins, orphan pins, links) and settles every
+// draining or unpinned record, whose DEL the runtime may have stopped
+// retrying. With dryRun it changes nothing and reports what it would do.
+func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
+	if dryRun {
+		return s.sweepDryRun()
+	}
+	var findings []Finding
+	err := s.op("", func(v *view) error {
+		held := func(r *Record) bool { return r.State == StateDraining || r.State == StateUnpinned }
+		var errs []error
+		findings, errs = s.collect(v, held, string(StateDraining))
+		for _, err := range v.bad {
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+	return findings, err
+}
+
+// sweepDryRun says what Sweep would do: what repair would do with each
+// record, and the in-use check of every draining record.
+func (s *Store) sweepDryRun() ([]Finding, error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	findings := s.repairFindings()
-	if !dryRun {
-		s.repair()
+	v, err := s.load()
+	if err != nil {
+		return nil, err
 	}
-	rs, errs := s.records()
-	draining := func(r *Record) bool {
-		return r.State == StateDraining && !slices.ContainsFunc(findings, func(f Finding) bool { return f.Attachment == r.Attachment })
-	}
-	more, moreErrs := s.collect(rs, draining, "draining", inUse, dryRun)
-	findings = append(findings, more...)
-	errs = append(errs, moreErrs...)
-	return findings, errors.Join(errs...)
-}
-
-// repairFindings says what repair would do, without doing it.
-func (s *Store) repairFindings() []Finding {
-	rs, _ := s.records()
 	var out []Finding
-	for _, r := range rs {
-		if action, why, err := s.diagnose(r); err == nil && action != "" {
-			out = append(out, Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: action, Reason: why})
-		}
-	}
-	orphans, _ := s.orphanPins(rs)
-	for _, n := range orphans {
-		out = append(out, Finding{Attachment: n, Action: actionDrop, Reason: "pin without a record"})
-	}
-	return out
-}
-
-// collect releases, as DEL would, each record of rs that want selects (with
-// dryRun it only runs the in-use check) and says what became of each:
-// "release", or "keep" with the references that hold it.
-func (s *Store) collect(rs []*Record, want func(*Record) bool, why string, inUse InUseFunc, dryRun bool) ([]Finding, []error) {
-	var findings []Finding
 	var errs []error
-	for _, r := range rs {
-		if !want(r) {
+	for _, r := range v.recs {
+		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster}
+		d := s.diagnose(r)
+		if d.action == "" && r.State != StateDraining {
 			continue
 		}
-		var refs []string
-		var err error
-		if dryRun {
-			refs, err = inUse(r)
-		} else if err = s.release(r, inUse); err != nil {
-			var iu *InUseError
-			if errors.As(err, &iu) {
-				refs, err = iu.References, nil
-			}
+		if d.action == ActionDrop || d.action == ActionRepin {
+			f.Action, f.Reason = d.action, d.reason
+			out = append(out, f)
+			continue
 		}
+		h := s.reach(r, "")
+		path := ""
+		if h != nil {
+			path = h.path
+		}
+		uses, err := s.inUse(r, path)
+		h.Close()
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: actionRelease, Reason: why + ", no longer in use"}
-		if len(refs) > 0 {
-			f.Action, f.Reason, f.References = actionKeep, why+", still in use", refs
+		f.Action, f.Reason = ActionRelease, "no longer in use"
+		if len(uses) > 0 {
+			f.Action, f.Reason = ActionKeep, "still in use"
+			for _, u := range uses {
+				f.References = append(f.References, u.What)
+			}
+		}
+		if d.reason != "" {
+			f.Reason = d.reason + ", " + f.Reason
+		}
+		out = append(out, f)
+	}
+	orphans, err := s.orphanPins(v)
+	errs = append(errs, err)
+	for _, n := range orphans {
+		out = append(out, Finding{Attachment: n, Action: ActionSettle, Reason: "pin without a record"})
+	}
+	for _, err := range v.bad {
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+// collect settles each record of v that want selects and says what became
+// of each: ActionRelease, or ActionKeep with the references that hold it.
+func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding, []error) {
+	var findings []Finding
+	var errs []error
+	for _, r := range append([]*Record(nil), v.recs...) {
+		if !want(r) {
+			continue
+		}
+		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionRelease, Reason: why + ", no longer in use"}
+		err := s.settle(v, r, "")
+		var iu *InUseError
+		switch {
+		case errors.As(err, &iu):
+			f.Action, f.Reason, f.References = ActionKeep, why+", still in use", iu.References
+		case err != nil:
+			errs = append(errs, err)
+			continue
 		}
 		findings = append(findings, f)
 	}

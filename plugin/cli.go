@@ -36,11 +36,10 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("netns-pin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	confPath := fs.String("conf", "", "read pinDir, stateDir and inUse from this conflist, NetworkAttachmentDefinition config or plugin entry")
-	pinDir := fs.String("pin-dir", "", "pin directory (default "+conf.DefaultPinDir+")")
-	stateDir := fs.String("state-dir", "", "state directory (default "+conf.DefaultStateDir+")")
-	sysfs := fs.String("sysfs", "", "sysfs root for the in-use check (default "+conf.DefaultSysfs+")")
-	debugfs := fs.String("debugfs", "", "debugfs root for the in-use check (default "+conf.DefaultDebugfs+")")
-	proc := fs.String("proc", "", "proc root for the in-use check (default "+conf.DefaultProc+")")
+	paths := map[string]*string{}
+	for _, ps := range conf.PathSettings {
+		paths[ps.Key] = fs.String(ps.Flag, "", ps.Key+" (default "+ps.Default+")")
+	}
 	asJSON := fs.Bool("json", false, "print JSON for machines")
 	fs.Usage = func() { fmt.Fprint(stderr, cliUsage); fs.PrintDefaults() }
 	if err := fs.Parse(argv); err != nil {
@@ -61,8 +60,11 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	c, err := cliConfig(*confPath, map[string]string{"pinDir": *pinDir, "stateDir": *stateDir,
-		"sysfs": *sysfs, "debugfs": *debugfs, "proc": *proc})
+	overrides := map[string]string{}
+	for k, p := range paths {
+		overrides[k] = *p
+	}
+	c, err := cliConfig(*confPath, overrides)
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1
@@ -73,7 +75,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netns-pin: nothing pinned here: %v (wrong --state-dir or --conf?)\n", err)
 		return 1
 	}
-	s, err := netnsstore.Open(c.PinDir, c.StateDir, nil)
+	s, err := openStore(c, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1
@@ -108,13 +110,17 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
+		if errors.Is(err, netnsstore.ErrOtherPinDir) {
+			fmt.Fprintln(stderr, "netns-pin: give the --pin-dir of those records, or --conf with the network's configuration")
+		}
 		return 1
 	}
 	return 0
 }
 
 // cliConfig reads the plugin entry from a conflist, a Multus
-// NetworkAttachmentDefinition's config, or a bare plugin entry.
+// NetworkAttachmentDefinition's config, or a bare plugin entry, with the
+// flags' path settings applied before validation.
 func cliConfig(path string, overrides map[string]string) (*conf.Config, error) {
 	data := []byte(`{"type":"netns-pin"}`)
 	if path != "" {
@@ -126,17 +132,7 @@ func cliConfig(path string, overrides map[string]string) (*conf.Config, error) {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	c, err := conf.Parse(data)
-	if err != nil {
-		return nil, err
-	}
-	for field, p := range map[string]*string{"pinDir": &c.PinDir, "stateDir": &c.StateDir,
-		"sysfs": &c.InUse.Sysfs, "debugfs": &c.InUse.Debugfs, "proc": &c.InUse.Proc} {
-		if v := overrides[field]; v != "" {
-			*p = v
-		}
-	}
-	return c, nil
+	return conf.ParseWith(data, overrides)
 }
 
 func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
@@ -181,7 +177,11 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		if r.Attachment != what && r.Cluster != what {
 			continue
 		}
-		refs, err := inuse.Check(inUseTarget(r), c.InUseOptions())
+		path := r.PinPath
+		if r.State == netnsstore.StateUnpinned {
+			path = "" // its pin was lost; processes and clients still tell
+		}
+		refs, err := inuse.Check(inUseTarget(r, path), c.InUseOptions())
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.Attachment, err)
 		}
@@ -208,16 +208,18 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 }
 
 func cliGC(s *netnsstore.Store, c *conf.Config, dryRun bool, w io.Writer, asJSON bool) error {
-	findings, err := s.Sweep(inUseChecker(c), dryRun)
+	findings, err := s.Sweep(dryRun)
 	if asJSON {
 		if jerr := json.NewEncoder(w).Encode(findings); jerr != nil {
 			return jerr
 		}
 		return err
 	}
-	verb := map[string]string{"drop": "dropped", "release": "released", "keep": "kept"}
+	verb := map[netnsstore.Action]string{netnsstore.ActionDrop: "dropped", netnsstore.ActionRelease: "released",
+		netnsstore.ActionKeep: "kept", netnsstore.ActionRepin: "pinned again", netnsstore.ActionSettle: "checked"}
 	if dryRun {
-		verb = map[string]string{"drop": "would drop", "release": "would release", "keep": "would keep"}
+		verb = map[netnsstore.Action]string{netnsstore.ActionDrop: "would drop", netnsstore.ActionRelease: "would release",
+			netnsstore.ActionKeep: "would keep", netnsstore.ActionRepin: "would pin again", netnsstore.ActionSettle: "would check"}
 	}
 	if len(findings) == 0 {
 		fmt.Fprintln(w, "nothing to collect")
@@ -237,17 +239,28 @@ func cliGC(s *netnsstore.Store, c *conf.Config, dryRun bool, w io.Writer, asJSON
 }
 
 func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bool, w io.Writer) error {
-	check := inUseChecker(c)
 	if force {
 		// Say what the release cuts before cutting it.
 		if r, err := s.Get(attachment); err == nil && r != nil {
-			if refs, err := check(r); err == nil && len(refs) > 0 {
-				fmt.Fprintf(w, "forcing release of %s while in use by: %s\n", attachment, strings.Join(refs, "; "))
+			if uses, err := inUseChecker(c)(r, r.PinPath); err == nil && len(uses) > 0 {
+				what := make([]string, len(uses))
+				for i, u := range uses {
+					what[i] = u.What
+				}
+				fmt.Fprintf(w, "forcing release of %s while in use by: %s\n", attachment, strings.Join(what, "; "))
 			}
 		}
-		check = nil
+		r, err := s.ForceRelease(attachment)
+		switch {
+		case err != nil:
+			return err
+		case r == nil:
+			return fmt.Errorf("no pinned attachment %q (see netns-pin list)", attachment)
+		}
+		fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
+		return nil
 	}
-	r, err := s.Release(attachment, check)
+	r, err := s.Release(attachment, "")
 	var iu *netnsstore.InUseError
 	switch {
 	case errors.As(err, &iu):

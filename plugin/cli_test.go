@@ -32,7 +32,7 @@ func cliStore(t *testing.T) (*netnsstore.Store, []string) {
 			_ = unix.Unmount(m.Mountpoint, unix.MNT_DETACH)
 		}
 	})
-	s, err := netnsstore.Open(filepath.Join(root, "pins"), filepath.Join(root, "state"), nil)
+	s, err := netnsstore.Open(filepath.Join(root, "pins"), filepath.Join(root, "state"), netnsstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	n, err := testutils.NewNS()
@@ -115,7 +115,12 @@ func TestCLIListInUseReleaseGC(t *testing.T) {
 
 func TestCLIGCReleasesDrainingPinOnceUnused(t *testing.T) {
 	s, flags := cliStore(t)
-	_, err := s.Release("c1.net1", func(*netnsstore.Record) ([]string, error) { return []string{"rbd0 p/i client1 10.0.0.1"}, nil })
+	busy, err := netnsstore.Open(s.PinDir, s.StateDir, netnsstore.Options{InUse: func(*netnsstore.Record, string) ([]netnsstore.Use, error) {
+		return []netnsstore.Use{{What: "rbd0 p/i client1 10.0.0.1"}}, nil
+	}})
+	require.NoError(t, err)
+	defer busy.Close()
+	_, err = busy.Release("c1.net1", "")
 	require.ErrorIs(t, err, netnsstore.ErrInUse)
 
 	out, _, code := runCLIT(t, append(flags, "gc", "--dry-run")...)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -53,7 +54,7 @@ func (r *request) attachment() (string, error) {
 
 func (r *request) openStore() (*netnsstore.Store, *slog.Logger, func(), error) {
 	log, closeLog := newLogger(r.conf, "network", r.conf.Name, "containerID", r.args.ContainerID, "ifname", r.args.IfName, "pod", r.pod.String())
-	s, err := netnsstore.Open(r.conf.PinDir, r.conf.StateDir, log)
+	s, err := openStore(r.conf, log)
 	if err != nil {
 		closeLog()
 		return nil, nil, nil, types.NewError(types.ErrPluginNotAvailable, "netns-pin: "+err.Error(), "")
@@ -129,7 +130,17 @@ func requireHostMountNS() error {
 	return nil
 }
 
-func cmdDel(args *skel.CmdArgs) error {
+// openStore opens the store of configuration c with the in-use check it
+// configures: every release, and every repair, runs it.
+func openStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
+	return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{Log: log, InUse: inUseChecker(c), Writer: Version})
+}
+
+// cmdDel answers with error text that runtimes cannot mistake for
+// success (see safeError).
+func cmdDel(args *skel.CmdArgs) error { return safeError(del(args)) }
+
+func del(args *skel.CmdArgs) error {
 	r, err := parseRequest(args)
 	if err != nil {
 		return err
@@ -140,27 +151,64 @@ func cmdDel(args *skel.CmdArgs) error {
 	}
 	// A pod is released by its record, not by today's configuration: a
 	// holder rule removed since ADD must not strand the pin. For other pods
-	// this costs one stat.
-	if !netnsstore.HasRecord(r.conf.StateDir, name) {
+	// this costs one lstat. Only "no such file" means no record: any other
+	// failure to look keeps everything, and the runtime retries.
+	pinned, err := netnsstore.HasRecord(r.conf.StateDir, name)
+	if err != nil {
+		return types.NewError(types.ErrTryAgainLater, "netns-pin: "+err.Error(), "")
+	}
+	if !pinned {
 		return nil
 	}
 	s, _, done, err := r.openStore()
 	if err != nil {
-		return err
+		return types.NewError(types.ErrTryAgainLater, "netns-pin: "+err.Error(), "")
 	}
 	defer done()
-	_, err = s.Release(name, inUseChecker(r.conf))
+	_, err = s.Release(name, args.Netns)
 	var inUse *netnsstore.InUseError
 	switch {
 	case errors.As(err, &inUse):
 		return inUseCNIError(inUse, r.conf)
-	case errors.Is(err, netnsstore.ErrLockTimeout), errors.Is(err, netnsstore.ErrCheckFailed):
-		// Not known to be unused: keep everything and let the runtime retry.
-		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: release %s: %v", name, err), "")
 	case err != nil:
-		return types.NewError(types.ErrInternal, fmt.Sprintf("netns-pin: release %s: %v", name, err), "")
+		// Not known to be unused (the lock, the check, a record that
+		// cannot be read, another pinDir's records): the pin and the
+		// chain's interfaces stay, and the runtime tries again later.
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: release %s: %v", name, err), "")
 	}
 	return nil
+}
+
+// successWords are texts that runtimes take for a successful teardown
+// whatever the error: containerd's go-cni Remove() ignores an error that
+// contains "not found" (and "no such file or directory" when the netns path
+// is empty), Multus with retryDeleteOnError drops its cache on "no such
+// file or directory". A refused DEL read as success would let the runtime
+// remove the netns's interfaces and IP under live Ceph clients.
+var successWords = regexp.MustCompile(`(?i)not\s+found|no\s+such\s+file\s+or\s+directory`)
+
+// safeError rewrites the text of a CNI error so that it contains no
+// successWords, whatever the names in it (process names, paths, image
+// names and kernel messages come from the machine). It is the one place
+// that sanitizes what DEL says.
+func safeError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *types.Error
+	if !errors.As(err, &e) {
+		e = types.NewError(types.ErrTryAgainLater, err.Error(), "")
+	}
+	return types.NewError(e.Code, safeText(e.Msg), safeText(e.Details))
+}
+
+func safeText(s string) string {
+	return successWords.ReplaceAllStringFunc(s, func(w string) string {
+		if strings.HasPrefix(strings.ToLower(w), "not") {
+			return "missing"
+		}
+		return "missing file or directory"
+	})
 }
 
 // inUseCNIError is what the runtime shows in the pod's events while the
@@ -182,23 +230,7 @@ func inUseCNIError(e *netnsstore.InUseError, c *conf.Config) error {
 // inUseCommand is the operator command that lists what the DEL found, with
 // the flags this configuration needs to find the same pin and kernel files.
 func inUseCommand(c *conf.Config, attachment string) string {
-	cmd := "netns-pin"
-	if c.PinDir != conf.DefaultPinDir {
-		cmd += " --pin-dir " + c.PinDir
-	}
-	if c.StateDir != conf.DefaultStateDir {
-		cmd += " --state-dir " + c.StateDir
-	}
-	if c.InUse.Sysfs != conf.DefaultSysfs {
-		cmd += " --sysfs " + c.InUse.Sysfs
-	}
-	if c.InUse.Debugfs != conf.DefaultDebugfs {
-		cmd += " --debugfs " + c.InUse.Debugfs
-	}
-	if c.InUse.Proc != conf.DefaultProc {
-		cmd += " --proc " + c.InUse.Proc
-	}
-	return cmd + " inuse " + attachment
+	return "netns-pin" + c.Flags() + " inuse " + attachment
 }
 
 func cmdCheck(args *skel.CmdArgs) error {

@@ -32,13 +32,13 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer done()
-	findings, err := s.GC(r.conf.Name, valid, inUseChecker(r.conf))
+	findings, err := s.GC(r.conf.Name, valid)
 	for _, f := range findings {
 		level := slog.LevelInfo
 		if len(f.References) > 0 {
 			level = slog.LevelWarn // a stale attachment the runtime forgot, still in use
 		}
-		log.Log(context.Background(), level, "gc: "+f.Action, "attachment", f.Attachment, "cluster", f.Cluster, "reason", f.Reason, "references", f.References)
+		log.Log(context.Background(), level, "gc: "+string(f.Action), "attachment", f.Attachment, "cluster", f.Cluster, "reason", f.Reason, "references", f.References)
 	}
 	if err != nil {
 		log.Error("gc: some entries could not be collected", "error", err)

@@ -8,9 +8,10 @@ import (
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
-// inUseTarget describes a record's pinned netns to the in-use check.
-func inUseTarget(r *netnsstore.Record) inuse.Target {
-	t := inuse.Target{NetnsPath: r.PinPath, Dev: r.NetnsDev, Ino: r.NetnsIno, PodUID: r.PodUID}
+// inUseTarget describes a record's netns to the in-use check; netnsPath is
+// a file that is that netns ("" when none reaches it).
+func inUseTarget(r *netnsstore.Record, netnsPath string) inuse.Target {
+	t := inuse.Target{NetnsPath: netnsPath, Dev: r.NetnsDev, Ino: r.NetnsIno, PodUID: r.PodUID}
 	for _, s := range r.IPs {
 		if ip, err := netip.ParseAddr(s); err == nil {
 			t.IPs = append(t.IPs, ip)
@@ -19,17 +20,20 @@ func inUseTarget(r *netnsstore.Record) inuse.Target {
 	return t
 }
 
-// inUseChecker adapts the in-use check to the store's release.
+// inUseChecker adapts the in-use check to the store.
 func inUseChecker(c *conf.Config) netnsstore.InUseFunc {
 	opts := c.InUseOptions()
-	return func(r *netnsstore.Record) ([]string, error) {
-		refs, err := inuse.Check(inUseTarget(r), opts)
+	return func(r *netnsstore.Record, netnsPath string) ([]netnsstore.Use, error) {
+		refs, err := inuse.Check(inUseTarget(r, netnsPath), opts)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]string, len(refs))
+		out := make([]netnsstore.Use, len(refs))
 		for i, ref := range refs {
-			out[i] = ref.String()
+			out[i] = netnsstore.Use{What: ref.String()}
+			if ref.Kind == inuse.KindProcess && ref.InNetns {
+				out[i].PID = ref.PID
+			}
 		}
 		return out, nil
 	}
