@@ -72,7 +72,8 @@ func (s *Store) diagnose(r *Record) diagnosis {
 //   - links: re-pointed by the link rule.
 //
 // skip names the attachment that the calling operation settles itself.
-// While a record cannot be read, nothing is released or unlinked. Problems
+// While a record cannot be read, nothing is released, unlinked or
+// re-linked. Problems
 // are logged, not returned: one broken entry must not stop the repair of
 // the others, nor the operation that triggered it.
 func (s *Store) repair(v *view, skip string) {
@@ -105,9 +106,12 @@ func (s *Store) repair(v *view, skip string) {
 			s.log.Warn("repair: "+string(d.action), "attachment", r.Attachment, "cluster", r.Cluster, "reason", d.reason)
 		}
 	}
-	if blocked == nil {
-		s.settleOrphanPins(v)
+	if blocked != nil {
+		// The unreadable record may be any cluster's newest pin: its links
+		// stay where they are.
+		return
 	}
+	s.settleOrphanPins(v)
 	clusters := map[string]bool{}
 	for _, r := range v.recs {
 		clusters[r.Cluster] = true

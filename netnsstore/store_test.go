@@ -416,3 +416,33 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 	_, err = s.Release("c1.net1", "")
 	require.NoError(t, err)
 }
+
+// Hole: the in-use check ran while the pin was still published, so a
+// client entering through the link during the check (nsenter --net=<link>
+// rbd map) landed in a netns about to be released. The links move first:
+// while the check runs they lead to the cluster's other pin, or nowhere.
+func TestCheckRunsAfterTheLinksMovedOff(t *testing.T) {
+	s := testStore(t)
+	a, b := testNetns(t, "10.98.13.5/24"), testNetns(t, "10.98.13.6/24")
+	ra, err := s.Pin(pinReq(s, "a", "ns/cl", a.Path()))
+	require.NoError(t, err)
+	_, err = s.Pin(pinReq(s, "b", "ns/cl", b.Path()))
+	require.NoError(t, err)
+	link := ra.Links[0]
+	require.Equal(t, "../pins/b.net1", readLink(t, link))
+
+	var during []string
+	s.inUse = func(r *Record, _ string) ([]Use, error) {
+		target, err := os.Readlink(link)
+		if err != nil {
+			target = "(none)"
+		}
+		during = append(during, r.Attachment+" -> "+target)
+		return nil, nil
+	}
+	_, err = s.Release("b.net1", "")
+	require.NoError(t, err)
+	_, err = s.Release("a.net1", "")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b.net1 -> ../pins/a.net1", "a.net1 -> (none)"}, during)
+}

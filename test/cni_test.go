@@ -5,6 +5,7 @@ package e2e
 // the plugin leaves on the host (SPEC §3–§5).
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha512"
 	"encoding/json"
@@ -78,6 +79,7 @@ type chainSpec struct {
 	links             []string
 	inUse             map[string]any // the entry's inUse (fixture sysfs/debugfs roots)
 	cniPath           string         // CNI_PATH instead of NETNS_PIN_CNI_PATH
+	pinDir, stateDir  string         // instead of folders of the chain's own
 }
 
 // chain is a conflist on disk plus everything needed to run it.
@@ -112,8 +114,8 @@ func newChain(t *testing.T, spec chainSpec) *chain {
 		e.cniPath = spec.cniPath
 	}
 	c := &chain{env: e, spec: spec, name: "npe2e-" + hosttest.RandHex(8), work: hosttest.NewWorkDir(t, "netns-pin-e2e-"), subnet: nextSubnet()}
-	c.pinDir = filepath.Join(c.work, "pin")
-	c.stateDir = filepath.Join(c.work, "state")
+	c.pinDir = cmp.Or(spec.pinDir, filepath.Join(c.work, "pin"))
+	c.stateDir = cmp.Or(spec.stateDir, filepath.Join(c.work, "state"))
 	c.cacheDir = filepath.Join(c.work, "cni-cache")
 	c.netconfDir = filepath.Join(c.work, "net.d")
 	c.logFile = filepath.Join(c.work, "netns-pin.log")

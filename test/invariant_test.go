@@ -1,0 +1,366 @@
+package e2e
+
+// One test per way an ordinary event used to release a netns that a client
+// still used (docs/design.md §8). Each runs the real plugin binary, in real
+// network namespaces, with real client processes, through cnitool or
+// libcni; only the kernel's rbd sysfs files are a fixture. These tests need
+// root.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+)
+
+// client is a process that entered a holder's netns through a path (the
+// link, as ceph-csi does), like ceph-fuse or rbd-nbd would.
+type client struct {
+	cmd *exec.Cmd
+}
+
+// startClient runs exe (default sleep) inside the netns at path and waits
+// until it is in it.
+func startClient(t *testing.T, path string, want hosttest.NSID, exe string) *client {
+	t.Helper()
+	if exe == "" {
+		exe = "sleep"
+	}
+	cmd := exec.Command("nsenter", "--net="+path, "--", exe, "600")
+	require.NoError(t, cmd.Start())
+	c := &client{cmd: cmd}
+	t.Cleanup(c.stop)
+	entered := hosttest.Poll(10*time.Second, 5*time.Millisecond, func() bool {
+		id, err := hosttest.NSIDOf(fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid))
+		return err == nil && id == want
+	})
+	require.True(t, entered, "client %s did not enter %s", exe, path)
+	return c
+}
+
+// stop ends the client and reaps it, so that it is gone from /proc.
+func (c *client) stop() {
+	if c.cmd.ProcessState == nil {
+		_ = c.cmd.Process.Kill()
+		_ = c.cmd.Wait()
+	}
+}
+
+// pinCLI runs the operator command line of the plugin binary.
+func pinCLI(c *chain, args ...string) hosttest.CmdResult {
+	return hosttest.RunCmd(hosttest.CmdTimeout, nil, nil, filepath.Join(c.env.cniPath, "netns-pin"), args...)
+}
+
+// assertKeptInUse checks what a refused DEL must leave: code 11, the netns
+// pinned at its pin path, its interface and address, the link into it.
+func assertKeptInUse(t *testing.T, a *attachment, err error, ip net.IP) {
+	t.Helper()
+	require.Error(t, err, "DEL must be refused while a client uses the netns")
+	assert.Equal(t, types.ErrTryAgainLater, cniErrorCode(err), "refusal is code 11: %v", err)
+	assert.Equal(t, a.netns.ID, hosttest.StatNS(t, a.pinPath()), "the pin holds the netns")
+	assert.Len(t, mountsAt(t, a.pinPath()), 1, "the pin is mounted")
+	assert.True(t, containsIP(nsenterAddrs(t, a.pinPath()), ip), "the netns keeps its interface and %s", ip)
+	assert.FileExists(t, a.c.leasePath(ip), "the IPAM lease stays")
+}
+
+// Hole: an operator command run with another --pin-dir than the network's
+// (here: the default) but the same stateDir did not find the pin, dropped
+// the record unchecked, and the holder's next DEL succeeded under a live
+// client. Such a command now refuses and changes nothing.
+func TestHoleCommandWithAnotherPinDir(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), false)
+	ip := sandboxIP(t, a.mustAdd(t))
+	cl := startClient(t, c.defaultLink(), ns.ID, "")
+
+	wrong := filepath.Join(c.work, "wrong-pin-dir")
+	require.NoError(t, os.Mkdir(wrong, 0o755))
+	for _, cmd := range [][]string{{"list"}, {"gc"}, {"gc", "--dry-run"}, {"inuse", cluster}, {"release", a.attachmentName()}} {
+		r := pinCLI(c, append([]string{"--pin-dir", wrong, "--state-dir", c.stateDir}, cmd...)...)
+		require.Error(t, r.Err, "%v with another pinDir must refuse", cmd)
+		assert.Contains(t, r.Stderr, "pinDir "+c.pinDir, "%v names the records' pinDir", cmd)
+		assert.Contains(t, r.Stderr, wrong, "%v names the pinDir it was given", cmd)
+		assert.Contains(t, r.Stderr, "--pin-dir", "%v says how to run it", cmd)
+	}
+	assert.Equal(t, "active", readRecord(t, a.recordPath()).str("state"), "the record is untouched")
+
+	assertKeptInUse(t, a, a.del(), ip)
+	cl.stop()
+	require.NoError(t, a.del())
+	assertReleased(t, a, ns.Path)
+}
+
+// Hole: two networks sharing one stateDir with different pinDirs undid each
+// other's pins on every ADD and DEL. The second network now refuses.
+func TestHoleTwoNetworksShareAStateDir(t *testing.T) {
+	c1 := newChain(t, chainSpec{})
+	c2 := newChain(t, chainSpec{stateDir: c1.stateDir})
+	ns1, ns2 := hosttest.NewNetns(t, "npe2e"), hosttest.NewNetns(t, "npe2e")
+	a1 := c1.newAttachment(t, ns1, holderArgs(), false)
+	ip := sandboxIP(t, a1.mustAdd(t))
+	cl := startClient(t, c1.defaultLink(), ns1.ID, "")
+
+	a2 := c2.newAttachment(t, ns2, holderArgs(), false)
+	_, err := a2.add(t)
+	require.Error(t, err, "ADD on a network whose stateDir holds another pinDir's pins")
+	assert.Contains(t, err.Error(), "made under pinDir "+c1.pinDir)
+	assert.Contains(t, err.Error(), c2.pinDir)
+	assert.Empty(t, mountsAt(t, a2.pinPath()))
+
+	assertKeptInUse(t, a1, a1.del(), ip)
+	cl.stop()
+	require.NoError(t, a1.del())
+	assertReleased(t, a1, ns1.Path)
+}
+
+// Hole: a pin unmounted behind the plugin's back (a cleanup script, a node
+// shell, a lazy umount) made its record look stale; it was dropped without a
+// check and DEL succeeded. Now DEL reaches the netns through CNI_NETNS,
+// finds the client, pins it again and refuses.
+func TestHolePinUnmountedFromOutside(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), true)
+	ip := sandboxIP(t, a.mustAdd(t))
+	cl := startClient(t, c.defaultLink(), ns.ID, "")
+
+	hosttest.MustRun(t, "umount", "-l", a.pinPath())
+	require.Empty(t, mountsAt(t, a.pinPath()))
+	assertKeptInUse(t, a, libcniDel(t, a), ip)
+	assertLinkTo(t, c.defaultLink(), a)
+	assert.Equal(t, "draining", readRecord(t, a.recordPath()).str("state"))
+
+	// Unmounted again, and now the runtime's own handle is gone too: only
+	// the client holds the netns. Any operation finds it through the
+	// client's /proc/<pid>/ns/net and pins it again.
+	hosttest.MustRun(t, "umount", "-l", a.pinPath())
+	ns.Delete(t)
+	r := pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "list")
+	require.NoError(t, r.Err, "%s", r)
+	assert.Regexp(t, `draining`, r.Stdout)
+	assert.Equal(t, a.netns.ID, hosttest.StatNS(t, a.pinPath()), "pinned again from the client's netns")
+	assert.True(t, containsIP(nsenterAddrs(t, a.pinPath()), ip), "the interface and %s live on", ip)
+
+	cl.stop()
+	r = a.cnitoolRun("del")
+	require.NoError(t, r.Err, "%s", r)
+	assertReleased(t, a)
+}
+
+// libcniDel runs DEL of a's chain through libcni even when a runs through
+// cnitool, to see the CNI error code.
+func libcniDel(t *testing.T, a *attachment) error {
+	t.Helper()
+	saved := a.cnitool
+	a.cnitool = false
+	defer func() { a.cnitool = saved }()
+	return a.del()
+}
+
+// Hole: when the holder's addresses changed after ADD (a re-lease, an
+// operator, IPv6 temporary addresses), DEL replaced the recorded ones, and
+// a krbd device mapped from the ADD-time address was no longer "ours".
+func TestHoleAddressChangedAfterAdd(t *testing.T) {
+	fx := newRBDFixture(t)
+	c := newChain(t, chainSpec{inUse: fx.inUse()})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), false)
+	ip := sandboxIP(t, a.mustAdd(t))
+	fx.mapDevice(t, "0", ip, "csi-vol-1")
+
+	// The address the client connected from goes; another comes.
+	dev := "eth0"
+	hosttest.MustRun(t, "ip", "-n", ns.Name, "addr", "flush", "dev", dev)
+	hosttest.MustRun(t, "ip", "-n", ns.Name, "addr", "add", "10.251.0.7/24", "dev", dev)
+	err := a.del()
+	require.Error(t, err)
+	assert.Equal(t, types.ErrTryAgainLater, cniErrorCode(err))
+	assert.Contains(t, err.Error(), "rbd0 replicapool/csi-vol-1")
+	rec := readRecord(t, a.recordPath())
+	assert.True(t, rec.hasIP(ip), "the record keeps the ADD-time address")
+	assert.True(t, rec.hasIP(net.ParseIP("10.251.0.7")), "and adds today's")
+
+	fx.unmapDevice(t, "0")
+	require.NoError(t, a.del())
+	assertReleased(t, a, ns.Path)
+}
+
+// Hole: a pod of a cniArgsNamespaces namespace could claim another
+// namespace's cluster with args.cni.pinCluster, become its newest pin, and
+// have that cluster's links lead into a netns it controls.
+func TestHoleClaimOfAnotherNamespacesCluster(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	ns := hosttest.NewNetns(t, "npe2e")
+	holder := c.newAttachment(t, ns, holderArgs(), false)
+	holder.mustAdd(t)
+
+	tenant := newChain(t, chainSpec{pinDir: c.pinDir, stateDir: c.stateDir, holders: []map[string]any{},
+		cniArgsNamespaces: []string{"tenant"}, pinCluster: cluster})
+	tns := hosttest.NewNetns(t, "npe2e")
+	ta := tenant.newAttachment(t, tns, podArgs("tenant", "evil"), false)
+	_, err := ta.add(t)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `a pod may claim only a cluster of its own namespace "tenant"`)
+	assertLinkTo(t, c.defaultLink(), holder)
+	_, err = os.Lstat(ta.recordPath())
+	assert.True(t, os.IsNotExist(err), "no record for the refused claim")
+	assert.Empty(t, mountsAt(t, ta.pinPath()))
+}
+
+// Hole: containerd's go-cni takes a teardown error containing "not found"
+// for success (and "no such file or directory" with an empty netns path),
+// Multus with retryDeleteOnError drops its cache on the latter; reference
+// texts come from the machine. A client whose name and an image whose name
+// carry those words still yield a refusal that says neither.
+func TestHoleRefusalTextNeverReadsAsSuccess(t *testing.T) {
+	fx := newRBDFixture(t)
+	c := newChain(t, chainSpec{version: "1.1.0", inUse: fx.inUse()})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), false)
+	ip := sandboxIP(t, a.mustAdd(t))
+	fx.mapDevice(t, "0", ip, "No Such File Or Directory")
+	exe := filepath.Join(t.TempDir(), "not found")
+	require.NoError(t, os.Symlink("/bin/sleep", exe))
+	cl := startClient(t, c.defaultLink(), ns.ID, exe)
+
+	err := a.del()
+	var te *types.Error
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, types.ErrTryAgainLater, uint(te.Code))
+	words := regexp.MustCompile(`(?i)not\s+found|no\s+such\s+file\s+or\s+directory`)
+	assert.False(t, words.MatchString(te.Msg), "msg: %s", te.Msg)
+	assert.False(t, words.MatchString(te.Details), "details: %s", te.Details)
+	assert.False(t, strings.Contains(err.Error(), "not found"), "go-cni's test on the whole error: %v", err)
+	assert.Contains(t, te.Details, fmt.Sprintf("process %d", cl.cmd.Process.Pid), "the client is still named")
+	assertKeptInUse(t, a, err, ip)
+
+	cl.stop()
+	fx.unmapDevice(t, "0")
+	require.NoError(t, a.del())
+}
+
+// Hole: an error looking for the record (anything but "no such file") was
+// taken for "never pinned", and DEL succeeded.
+func TestHoleRecordLookupErrorIsNotNoRecord(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), false)
+	ip := sandboxIP(t, a.mustAdd(t))
+
+	records := filepath.Join(c.stateDir, "records")
+	aside := filepath.Join(c.stateDir, "records-aside")
+	require.NoError(t, os.Rename(records, aside))
+	require.NoError(t, os.Symlink("records", records)) // ELOOP for any lookup below it
+	assertKeptInUse(t, a, a.del(), ip)
+
+	require.NoError(t, os.Remove(records))
+	require.NoError(t, os.Rename(aside, records))
+	require.NoError(t, a.del())
+	assertReleased(t, a, ns.Path)
+}
+
+// Hole: a record that cannot be read was skipped, so its pin looked like an
+// orphan and the links its pin served could be removed. While one exists,
+// nothing is released; once it is mended, everything proceeds.
+func TestHoleUnreadableRecordBlocksReleases(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	nsOld, nsNew := hosttest.NewNetns(t, "npe2e"), hosttest.NewNetns(t, "npe2e")
+	old := c.newAttachment(t, nsOld, holderArgs(), false)
+	ipOld := sandboxIP(t, old.mustAdd(t))
+	cur := c.newAttachment(t, nsNew, holderArgs(), false)
+	cur.mustAdd(t)
+	assertLinkTo(t, c.defaultLink(), cur)
+
+	good, err := os.ReadFile(cur.recordPath())
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cur.recordPath(), []byte("{torn"), 0o600))
+	err = old.del()
+	assertKeptInUse(t, old, err, ipOld)
+	assert.Contains(t, err.Error(), "cannot be used")
+	assert.Equal(t, cur.netns.ID, hosttest.StatNS(t, cur.pinPath()), "the unreadable record's pin stays")
+	assertLinkTo(t, c.defaultLink(), cur)
+
+	require.NoError(t, os.WriteFile(cur.recordPath(), good, 0o600))
+	require.NoError(t, old.del())
+	assertReleased(t, old, nsOld.Path)
+	assertLinkTo(t, c.defaultLink(), cur)
+}
+
+// Hole: --pin-dir and --state-dir bypassed the configuration's validation.
+func TestHoleOperatorFlagsAreValidated(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	for _, tc := range []struct{ args []string }{
+		{[]string{"--pin-dir", "relative/pins", "list"}},
+		{[]string{"--pin-dir", "/srv/x", "--state-dir", "/srv/x/state", "list"}},
+		{[]string{"--proc", "proc", "list"}},
+	} {
+		r := pinCLI(c, tc.args...)
+		require.Error(t, r.Err, "%v", tc.args)
+		assert.Regexp(t, `pinDir|inUse\.proc`, r.Stderr, "%v names the setting", tc.args)
+	}
+}
+
+// Records of the previous format (no "format", no "pinDir") are read and
+// upgraded in place under the lock, never dropped; a record of a newer
+// format blocks every release and names the version that wrote it.
+func TestRecordFormatUpgradeAndNewer(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), false)
+	ip := sandboxIP(t, a.mustAdd(t))
+
+	// Rewrite the record as the previous format wrote it: the checked-in
+	// sample with this attachment's values.
+	rec := readRecord(t, a.recordPath())
+	sample, err := os.ReadFile("testdata/record-format1.json")
+	require.NoError(t, err)
+	old := strings.NewReplacer(
+		"ATTACHMENT", a.attachmentName(), "CONTAINERID", a.containerID, "NETWORK", c.name,
+		"NETNSPATH", ns.Path, "PINPATH", a.pinPath(), `"NETNSDEV"`, rec.str("netnsDev"), `"NETNSINO"`, rec.str("netnsIno"),
+		"IP", ip.String(), "LINK", c.defaultLink(), "BOOTID", rec.str("bootID"), "PODNAME", rec.str("podName"),
+	).Replace(string(sample))
+	require.NoError(t, os.WriteFile(a.recordPath(), []byte(old), 0o600))
+
+	r := pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "list")
+	require.NoError(t, r.Err, "%s", r)
+	assert.Regexp(t, a.attachmentName()+`\s.*\sactive\s`, r.Stdout)
+	up := readRecord(t, a.recordPath())
+	assert.Equal(t, "2", up.str("format"), "upgraded in place")
+	assert.Equal(t, c.pinDir, up.str("pinDir"))
+
+	cl := startClient(t, c.defaultLink(), ns.ID, "")
+	assertKeptInUse(t, a, a.del(), ip)
+	cl.stop()
+
+	var newer map[string]any
+	require.NoError(t, json.Unmarshal([]byte(old), &newer))
+	newer["format"], newer["writer"] = 99, "9.9.9"
+	data, err := json.Marshal(newer)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(a.recordPath(), data, 0o600))
+	err = a.del()
+	assertKeptInUse(t, a, err, ip)
+	assert.Contains(t, err.Error(), "written by netns-pin 9.9.9")
+	r = pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "list")
+	assert.Contains(t, r.Stderr, "written by netns-pin 9.9.9")
+
+	require.NoError(t, os.WriteFile(a.recordPath(), []byte(old), 0o600))
+	require.NoError(t, a.del())
+	assertReleased(t, a, ns.Path)
+	var st unix.Stat_t
+	assert.ErrorIs(t, unix.Lstat(c.defaultLink(), &st), unix.ENOENT)
+}
