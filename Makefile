@@ -82,7 +82,7 @@ unit:
 	$(call step,go test -race (unit/integration),pkgs="$(unit_pkgs)"; \
 		if [[ -z "$$pkgs" ]]; then echo "no packages"; else CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 8m $$pkgs; fi)
 
-# Crash-recovery tests: only in test builds with the failpoints tag (SPEC §5).
+# Crash-recovery tests: only in test builds with the failpoints tag (docs/design.md §11).
 failpoints:
 	$(call step,go test -race -tags failpoints,pkgs="$(failpoint_pkgs)"; \
 		if [[ -z "$$pkgs" ]]; then echo "no failpoint tests"; else CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 8m -tags failpoints $$pkgs; fi)

@@ -14,7 +14,7 @@ import (
 	"github.com/netns-pin/netns-pin/inuse"
 )
 
-// Defaults of SPEC §3. The pin directory sits under the kubelet's plugins
+// Defaults of docs/design.md §3. The pin directory sits under the kubelet's plugins
 // directory because csi node plugins already mount that path with
 // Bidirectional propagation, so pins made there are visible to them.
 const (

@@ -212,7 +212,7 @@ func (s *Store) ForceRelease(attachment string) (*Record, error) {
 }
 
 // settle decides the fate of r and is the only way a pin of this boot is
-// ever unmounted (docs/design.md §5). In one hold of the lock: the links
+// ever unmounted (docs/design.md §8). In one hold of the lock: the links
 // move off the pin (to the cluster's other pins by the link rule), the
 // addresses are refreshed, then the in-use check runs. Nothing uses the
 // netns: the pin is unmounted and the record removed. Something does, or

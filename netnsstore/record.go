@@ -15,7 +15,7 @@ import (
 
 // State is where an attachment is in its life. Every state but active is
 // settled by the next operation that takes the lock (see Store.settle and
-// docs/design.md §5): what it becomes depends on the in-use check, never on
+// docs/design.md §7): what it becomes depends on the in-use check, never on
 // the state alone.
 type State string
 

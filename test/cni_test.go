@@ -2,7 +2,7 @@ package e2e
 
 // CNI harness: conflists with the real reference plugins and netns-pin, run
 // through the real cnitool binary or through libcni, and the checks of what
-// the plugin leaves on the host (SPEC §3–§5).
+// the plugin leaves on the host (docs/design.md §3–§14).
 
 import (
 	"cmp"

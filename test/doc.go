@@ -3,7 +3,7 @@
 // It runs the real plugin binary in real CNI chains (the reference bridge,
 // macvlan and host-local plugins) through the real cnitool binary and through
 // libcni, on real network namespaces, and checks the pins, links, records and
-// mounts that the plugin leaves on the host (SPEC §3–§5).
+// mounts that the plugin leaves on the host (docs/design.md §3–§14).
 //
 // It needs root and the binaries that `make tools build` puts in .cache/:
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
-// The holder lifecycle of SPEC §4 through cnitool, for two clusters side by
+// The holder lifecycle of docs/design.md §5 and §6 through cnitool, for two clusters side by
 // side: a new holder takes its cluster's link; the old one, still
 // referenced by an rbd device on its IP, is refused and stays pinned while
 // the link stays on the new one; unreferenced, it is released; the last

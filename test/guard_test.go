@@ -1,6 +1,6 @@
 package e2e
 
-// What the plugin must refuse (SPEC §4, §5): a CNI_NETNS that is not another
+// What the plugin must refuse (docs/design.md §5, §12, §13): a CNI_NETNS that is not another
 // network namespace, a holder ADD without prevResult, and running outside
 // the host mount namespace.
 

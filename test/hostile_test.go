@@ -1,6 +1,6 @@
 package e2e
 
-// Every hostile input of SPEC §3 and §5, run through the real binary: the
+// Every hostile input of docs/design.md §4 and §13, run through the real binary: the
 // exit code, the CNI error code and message, and that nothing on disk or in
 // the mount table changed.
 

@@ -1,7 +1,7 @@
 package e2e
 
 // Pins reach other mount namespaces (the csi-plugin containers), and their
-// release does too (SPEC §5).
+// release does too (docs/design.md §12).
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
 // Package ceph is netns-pin's end-to-end suite against a real Ceph cluster.
 //
-// It proves the claim of SPEC §1 with a real client: a ceph-fuse mount made
+// It proves the claim of docs/design.md §1 with a real client: a ceph-fuse mount made
 // the way ceph-csi makes it (`nsenter --net=<netNamespaceFilePath> --
 // ceph-fuse ...`) keeps working, with every operation checked, while its
 // holder is restarted and removed; the same steps against a Rook-style

@@ -1,7 +1,7 @@
 package ceph
 
 // A holder restart under live I/O, on a real cluster, with netns-pin and
-// with the Rook-style holder it replaces (SPEC §1, §6.4, §8).
+// with the Rook-style holder it replaces (docs/design.md §1, §15.4, §17).
 
 import (
 	"errors"
