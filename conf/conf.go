@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -32,6 +33,11 @@ const (
 	MaxConfigSize = 1 << 20
 )
 
+// DefaultCacheDirs are where libcni result caches live: a runtime's own
+// (containerd, CRI-O, cnitool) and Multus's for its delegates
+// (pkg/multus: CNIDir).
+var DefaultCacheDirs = []string{"/var/lib/cni", "/var/lib/cni/multus"}
+
 // Config is the plugin's entry in a conflist, after defaults.
 type Config struct {
 	types.PluginConf
@@ -42,6 +48,7 @@ type Config struct {
 	Holders           []HolderRule `json:"holders,omitempty"`
 	CNIArgsNamespaces []string     `json:"cniArgsNamespaces,omitempty"`
 	InUse             InUse        `json:"inUse"`
+	CacheDirs         []string     `json:"cacheDirs,omitempty"`
 	LogFile           string       `json:"logFile,omitempty"`
 	LogLevel          string       `json:"logLevel,omitempty"`
 
@@ -142,6 +149,9 @@ func (c *Config) applyDefaults() {
 	if len(c.Links) == 0 {
 		c.Links = []string{DefaultLink}
 	}
+	if len(c.CacheDirs) == 0 {
+		c.CacheDirs = slices.Clone(DefaultCacheDirs)
+	}
 	setDefault(&c.InUse.Sysfs, DefaultSysfs)
 	setDefault(&c.InUse.Debugfs, DefaultDebugfs)
 	setDefault(&c.InUse.Proc, DefaultProc)
@@ -164,6 +174,13 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%s %q: %w", field, *p, err)
 		}
 		*p = clean
+	}
+	for i, d := range c.CacheDirs {
+		clean, err := absPath(d)
+		if err != nil {
+			return fmt.Errorf("cacheDirs[%d] %q: %w", i, d, err)
+		}
+		c.CacheDirs[i] = clean
 	}
 	if c.LogFile != "" {
 		clean, err := absPath(c.LogFile)

@@ -29,6 +29,9 @@ const crashHelperEnv = "NETNS_PIN_CRASH_HELPER"
 var (
 	addFailpoints     = []string{"add-intent-written", "add-pin-mounted", "add-links-set"}
 	releaseFailpoints = []string{"del-links-moved", "del-releasing-written", "del-unpinned"}
+	// The sweeper's release of an abandoned attachment runs the chain's
+	// teardown between the two last steps.
+	finishFailpoints = []string{"del-links-moved", "del-releasing-written", "sweep-teardown-done", "del-unpinned"}
 )
 
 // TestMain runs the child's operation instead of the tests when the
@@ -47,9 +50,12 @@ func crashChild(op string) int {
 		case "pin":
 			_, err = s.Pin(pinReq(s, os.Getenv("ID"), "ns/cl", os.Getenv("NETNS")))
 		case "release":
-			_, err = s.Release(os.Getenv("ID")+".net1", "")
+			_, err = s.Release(os.Getenv("ID")+".net1", nil)
 		case "gc":
 			_, err = s.GC("ceph-public", map[string]bool{})
+		case "finish":
+			s.teardown = countTeardowns(os.Getenv("TEARDOWNS"))
+			_, err = s.FinishAbandoned()
 		}
 	}
 	// Reaching this point means the failpoint did not fire.
@@ -61,7 +67,7 @@ func runCrashChild(t *testing.T, s *Store, op, id, netns, fp string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), crashHelperEnv+"="+op, "PIN_DIR="+s.PinDir, "STATE_DIR="+s.StateDir,
-		"ID="+id, "NETNS="+netns, failpoint.EnvVar+"="+fp)
+		"ID="+id, "NETNS="+netns, failpoint.EnvVar+"="+fp, "TEARDOWNS="+filepath.Join(s.StateDir, "teardowns"))
 	out, err := cmd.CombinedOutput()
 	var exitErr *exec.ExitError
 	require.ErrorAs(t, err, &exitErr, "child should die at %s: %s", fp, out)
@@ -115,9 +121,9 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 				assert.Equal(t, "../pins/prev.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")))
 			}
 
-			_, err = s.Release("cur.net1", "")
+			_, err = s.Release("cur.net1", nil)
 			require.NoError(t, err, "the interrupted DEL can be repeated")
-			_, err = s.Release("prev.net1", "")
+			_, err = s.Release("prev.net1", nil)
 			require.NoError(t, err)
 			assertConsistent(t, s)
 		})
@@ -153,7 +159,7 @@ func TestCrashThenClientKeepsTheNetns(t *testing.T) {
 			// A client enters the netns between the crash and the next
 			// operation, which is another holder's DEL.
 			s.inUse = func(*Record, string) ([]Use, error) { return uses("process 7 (rbd)"), nil }
-			_, err := s.Release("other.net1", "")
+			_, err := s.Release("other.net1", nil)
 			require.NoError(t, err)
 
 			r, err := s.Get("cur.net1")
@@ -167,10 +173,58 @@ func TestCrashThenClientKeepsTheNetns(t *testing.T) {
 			assert.Equal(t, "../pins/cur.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")), "the only pin of its cluster is the link target")
 
 			s.inUse = notInUse
-			_, err = s.Release("cur.net1", "")
+			_, err = s.Release("cur.net1", nil)
 			require.NoError(t, err)
 			assertConsistent(t, s)
 			assert.NoFileExists(t, filepath.Join(s.PinDir, "ns/cl.net"))
+		})
+	}
+}
+
+// countTeardowns is a teardown that appends the attachment to file: the
+// chain DEL it stands for is idempotent, so it may run more than once, but
+// it must have run before the pin is gone.
+func countTeardowns(file string) TeardownFunc {
+	return func(r *Record) error {
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = fmt.Fprintln(f, r.Attachment)
+		return err
+	}
+}
+
+// The sweeper killed at every step of finishing an abandoned teardown:
+// the next round completes it, and the chain's teardown ran before the pin
+// went.
+func TestCrashWhileFinishingAnAbandonedTeardown(t *testing.T) {
+	for _, fp := range finishFailpoints {
+		t.Run(fp, func(t *testing.T) {
+			s := testStore(t)
+			n := testNetns(t, "10.98.14.5/24")
+			r, err := s.Pin(pinReq(s, "gone", "ns/cl", n.Path()))
+			require.NoError(t, err)
+			// Refused once, then the runtime abandoned it: its netns path
+			// is gone.
+			r.State, r.Teardown = StateDraining, &Teardown{Netns: filepath.Join(t.TempDir(), "removed-by-the-runtime")}
+			writeRaw(t, s, r)
+
+			runCrashChild(t, s, "finish", "", "", fp)
+			teardowns := filepath.Join(s.StateDir, "teardowns")
+			s.teardown = countTeardowns(teardowns)
+			_, err = s.FinishAbandoned()
+			require.NoError(t, err)
+
+			rs, err := s.List()
+			require.NoError(t, err)
+			assert.Empty(t, rs, "the next round finished the teardown")
+			assertConsistent(t, s)
+			assert.Zero(t, nsfsMounts(t, r.NetnsIno)-1, "only the test's own netns mount remains")
+			data, err := os.ReadFile(teardowns)
+			require.NoError(t, err, "the chain's teardown ran")
+			assert.Contains(t, string(data), "gone.net1")
 		})
 	}
 }

@@ -138,7 +138,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 			}
 			// An ADD that fails is undone like a DEL: its links may have
 			// been published, so the in-use check decides.
-			return errors.Join(err, s.settle(v, r, ""))
+			return errors.Join(err, s.settle(v, r, nil))
 		}
 		out = r
 		return nil
@@ -176,10 +176,11 @@ func (s *Store) activate(v *view, r *Record, src *handleFile) error {
 }
 
 // Release is DEL for a holder. No record: nothing to do (nil record). A
-// record: settle decides, with netnsPath (the DEL's CNI_NETNS) as one more
-// way to reach the netns if its pin was lost. In use, an *InUseError; when
-// the check cannot tell, an error wrapping ErrCheckFailed.
-func (s *Store) Release(attachment, netnsPath string) (*Record, error) {
+// record: settle decides, with del.Netns (the DEL's CNI_NETNS) as one more
+// way to reach the netns if its pin was lost; del is kept in the record at
+// the first refusal. In use, an *InUseError; when the check cannot tell,
+// an error wrapping ErrCheckFailed. del may be nil (the operator's CLI).
+func (s *Store) Release(attachment string, del *Teardown) (*Record, error) {
 	var out *Record
 	err := s.op(attachment, func(v *view) error {
 		if err := v.bad[attachment]; err != nil {
@@ -188,7 +189,7 @@ func (s *Store) Release(attachment, netnsPath string) (*Record, error) {
 		if out = v.get(attachment); out == nil {
 			return nil
 		}
-		return s.settle(v, out, netnsPath)
+		return s.settle(v, out, del)
 	})
 	return out, err
 }
@@ -219,9 +220,13 @@ func (s *Store) ForceRelease(attachment string) (*Record, error) {
 // the check cannot tell: the record is kept draining, pinned again from a
 // reachable handle if its pin was lost, and the links follow the rule
 // again (its pin may be their target once more).
-func (s *Store) settle(v *view, r *Record, hint string) error {
+func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	if err := v.blocked(); err != nil {
 		return err
+	}
+	hint := ""
+	if del != nil {
+		hint = del.Netns
 	}
 	h := s.reach(r, hint)
 	defer h.Close()
@@ -244,13 +249,13 @@ func (s *Store) settle(v *view, r *Record, hint string) error {
 		// runtime handle, no process in it, no client on its addresses.
 		return s.remove(v, r)
 	}
-	return s.keep(v, r, h, uses, err)
+	return s.keep(v, r, h, del, uses, err)
 }
 
 // keep records that r stays: draining when its pin is (or is again) a
 // mount of its netns, unpinned when the pin was lost and no handle to the
 // netns could be found. The links follow the rule again.
-func (s *Store) keep(v *view, r *Record, h *handleFile, uses []Use, checkErr error) error {
+func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Use, checkErr error) error {
 	if !s.pinnedAs(r) {
 		if h == nil {
 			h = s.reachByProcess(r, uses)
@@ -265,6 +270,14 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, uses []Use, checkErr err
 		}
 	}
 	first := r.State != StateDraining && r.State != StateUnpinned
+	if first {
+		r.DrainingSince = time.Now().UTC()
+	}
+	if r.Teardown == nil && del != nil {
+		// At the first refusal: a runtime that gives up (CRI-O) removes
+		// its result cache right after.
+		r.Teardown = del
+	}
 	r.State = StateDraining
 	if !s.pinnedAs(r) {
 		r.State = StateUnpinned
@@ -297,6 +310,15 @@ func (s *Store) remove(v *view, r *Record) error {
 		return err
 	}
 	failpoint.Hit("del-releasing-written")
+	if r.Abandoned && s.teardown != nil {
+		// No runtime will run the chain's DEL: run it while the pin still
+		// holds the netns. A failure leaves the record releasing, so the
+		// next operation checks again and retries.
+		if err := s.teardown(r); err != nil {
+			return fmt.Errorf("finish the abandoned teardown of %s: %w", r.Attachment, err)
+		}
+		failpoint.Hit("sweep-teardown-done")
+	}
 	if err := s.unpin(r.Attachment); err != nil {
 		return err
 	}
@@ -305,7 +327,13 @@ func (s *Store) remove(v *view, r *Record) error {
 		return err
 	}
 	v.drop(r.Attachment)
-	s.log.Info("released", "attachment", r.Attachment, "cluster", r.Cluster)
+	if r.Abandoned {
+		s.log.Info("finished abandoned teardown", "attachment", r.Attachment, "cluster", r.Cluster,
+			"pod", r.PodNS+"/"+r.PodName, "network", r.Network, "containerID", r.ContainerID, "ips", r.IPs,
+			"draining", time.Since(r.DrainingSince).Round(time.Millisecond).String(), "ipamReleased", r.Teardown != nil && len(r.Teardown.Cache) > 0)
+	} else {
+		s.log.Info("released", "attachment", r.Attachment, "cluster", r.Cluster)
+	}
 	return nil
 }
 

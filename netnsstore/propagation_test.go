@@ -53,7 +53,7 @@ func TestPinsPropagateToAnotherMountNamespace(t *testing.T) {
 
 	require.NoError(t, n.Close())
 	require.NoError(t, testutils.UnmountNS(n))
-	_, err = s.Release("c1.net1", "")
+	_, err = s.Release("c1.net1", nil)
 	require.NoError(t, err)
 	assert.NotContains(t, childMounts(), nsfs, "the release disappears from the other mount namespace")
 	assert.Zero(t, nsfsMounts(t, r.NetnsIno), "no copy of the netns is left anywhere: it is gone")

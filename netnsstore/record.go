@@ -74,6 +74,27 @@ type Record struct {
 	Updated time.Time `json:"updated"`
 	// References found by the last check that kept the pin.
 	References []string `json:"references,omitempty"`
+	// DrainingSince is when a check first kept the pin.
+	DrainingSince time.Time `json:"drainingSince,omitzero"`
+	// Teardown is what the runtime's DEL said at the first refusal, kept so
+	// that the teardown can be finished without the runtime.
+	Teardown *Teardown `json:"teardown,omitempty"`
+	// Abandoned is set once the runtime's handle on the netns is gone while
+	// the pin is kept: no runtime will retry DEL, and whoever releases the
+	// pin first runs the DEL of the chain's earlier plugins.
+	Abandoned bool `json:"abandoned,omitempty"`
+}
+
+// Teardown is what a DEL of the attachment needs, as the runtime gave it.
+type Teardown struct {
+	Netns   string `json:"netns,omitempty"`   // CNI_NETNS
+	CNIPath string `json:"cniPath,omitempty"` // CNI_PATH
+	CNIArgs string `json:"cniArgs,omitempty"` // CNI_ARGS
+	// CacheFile is the libcni result cache entry of the attachment (the
+	// chain's configuration, arguments, capability arguments and result),
+	// and Cache its content; empty when none was found.
+	CacheFile string          `json:"cacheFile,omitempty"`
+	Cache     json.RawMessage `json:"cache,omitempty"`
 }
 
 // NetnsID is the identity of the recorded netns.

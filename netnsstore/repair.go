@@ -94,7 +94,7 @@ func (s *Store) repair(v *view, skip string) {
 		case ActionRepin:
 			err = s.repin(v, r)
 		case ActionSettle:
-			err = s.settle(v, r, "")
+			err = s.settle(v, r, nil)
 		}
 		var iu *InUseError
 		switch {
@@ -128,7 +128,7 @@ func (s *Store) repair(v *view, skip string) {
 func (s *Store) repin(v *view, r *Record) error {
 	h := s.reach(r, "")
 	if h == nil {
-		return s.settle(v, r, "")
+		return s.settle(v, r, nil)
 	}
 	defer h.Close()
 	return s.mountPin(h.File, r.NetnsID(), r.Attachment)

@@ -34,6 +34,7 @@ type Store struct {
 	log         *slog.Logger
 	lockTimeout time.Duration
 	inUse       InUseFunc
+	teardown    TeardownFunc
 	writer      string
 
 	bootID    string
@@ -55,6 +56,10 @@ type Options struct {
 	// InUse is the in-use check run before any pin is released, by DEL,
 	// GC and the repair of interrupted operations alike.
 	InUse InUseFunc
+	// Teardown finishes the teardown of an abandoned attachment before its
+	// pin is unmounted: the DEL of the chain's plugins before netns-pin,
+	// with CNI_NETNS set to the pin. nil leaves that to the runtime.
+	Teardown TeardownFunc
 	// Writer names the program version recorded in the records it writes,
 	// so that a record of a newer format can say who wrote it.
 	Writer string
@@ -73,7 +78,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 	if o.InUse == nil {
 		o.InUse = func(*Record, string) ([]Use, error) { return nil, errNoCheck }
 	}
-	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, writer: o.Writer,
+	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, teardown: o.Teardown, writer: o.Writer,
 		pinDirFd: -1, pinsFd: -1, stateFd: -1, recordsFd: -1}
 	if err := s.open(); err != nil {
 		s.Close()
@@ -203,6 +208,11 @@ type Use struct {
 	// /proc/<pid>/ns/net reaches the netns when the pin was lost.
 	PID int
 }
+
+// TeardownFunc runs the DEL that a runtime abandoned, for record r whose
+// pin is still mounted at r.PinPath. It must be idempotent: a crash may
+// make it run again.
+type TeardownFunc func(r *Record) error
 
 // InUseFunc returns every use of the netns recorded in r (none when it is
 // unused). netnsPath, when not empty, is a file that is that netns (the pin,

@@ -68,7 +68,7 @@ func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
 	assert.Equal(t, orig, id)
 	assert.Equal(t, "10.98.0.5", addrs[0].String())
 
-	_, err = s.Release("c1.net1", "")
+	_, err = s.Release("c1.net1", nil)
 	require.NoError(t, err)
 	assert.NoFileExists(t, pin)
 	_, err = os.Lstat(link)
@@ -94,10 +94,10 @@ func TestPinAndReleaseAreIdempotent(t *testing.T) {
 	assert.ErrorContains(t, err, "is pinned to", "same attachment, another netns")
 
 	for i := 0; i < 2; i++ {
-		_, err = s.Release("c1.net1", "")
+		_, err = s.Release("c1.net1", nil)
 		require.NoError(t, err)
 	}
-	_, err = s.Release("never-pinned.net1", "")
+	_, err = s.Release("never-pinned.net1", nil)
 	require.NoError(t, err)
 }
 
@@ -109,7 +109,7 @@ func TestReleaseRefusedWhileInUse(t *testing.T) {
 	refs := []string{"rbd0 pool/img client4161 10.98.2.5"}
 	var seen *Record
 	s.inUse = func(r *Record, _ string) ([]Use, error) { seen = r; return uses(refs...), nil }
-	_, err = s.Release("c1.net1", "")
+	_, err = s.Release("c1.net1", nil)
 	var iu *InUseError
 	require.ErrorAs(t, err, &iu)
 	assert.ErrorIs(t, err, ErrInUse)
@@ -123,12 +123,12 @@ func TestReleaseRefusedWhileInUse(t *testing.T) {
 	assert.Equal(t, "../pins/c1.net1", readLink(t, r.Links[0]), "a draining pin with no successor keeps the link")
 
 	s.inUse = func(*Record, string) ([]Use, error) { return nil, errors.New("boom") }
-	_, err = s.Release("c1.net1", "")
+	_, err = s.Release("c1.net1", nil)
 	assert.ErrorContains(t, err, "boom", "a failing check never releases")
 	assert.True(t, mountedAt(t, r.PinPath))
 
 	s.inUse = notInUse
-	_, err = s.Release("c1.net1", "")
+	_, err = s.Release("c1.net1", nil)
 	require.NoError(t, err)
 	assert.NoFileExists(t, r.PinPath)
 }
@@ -151,18 +151,18 @@ func TestLinksFollowNewestActivePin(t *testing.T) {
 	require.NoError(t, s.Check("b.net1", b.Path()))
 
 	s.inUse = func(*Record, string) ([]Use, error) { return uses("process 1 (x)"), nil }
-	_, err = s.Release("a.net1", "")
+	_, err = s.Release("a.net1", nil)
 	require.ErrorIs(t, err, ErrInUse)
 	assert.Equal(t, "../pins/b.net1", readLink(t, link), "draining A does not take the link from active B")
-	_, err = s.Release("b.net1", "")
+	_, err = s.Release("b.net1", nil)
 	require.ErrorIs(t, err, ErrInUse)
 	assert.Equal(t, "../pins/b.net1", readLink(t, link), "both draining: newest draining")
 	s.inUse = notInUse
-	_, err = s.Release("b.net1", "")
+	_, err = s.Release("b.net1", nil)
 	require.NoError(t, err)
 	assert.Equal(t, "../pins/a.net1", readLink(t, link), "released B: link falls back to draining A")
 	assert.Equal(t, "../pins/x.net1", readLink(t, otherLink), "other cluster untouched")
-	_, err = s.Release("a.net1", "")
+	_, err = s.Release("a.net1", nil)
 	require.NoError(t, err)
 	_, err = os.Lstat(link)
 	assert.True(t, os.IsNotExist(err))
@@ -302,7 +302,7 @@ func TestRepairAfterReboot(t *testing.T) {
 	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
 	r.BootID = "00000000-0000-0000-0000-000000000000"
 	writeRaw(t, s, r)
-	_, err = s.Release("unrelated.net1", "")
+	_, err = s.Release("unrelated.net1", nil)
 	require.NoError(t, err)
 	assert.NoFileExists(t, r.PinPath)
 	_, err = os.Lstat(r.Links[0])
@@ -339,7 +339,7 @@ func TestConcurrentPinsAndReleases(t *testing.T) {
 				return
 			}
 			if i%2 == 0 {
-				_, err = st.Release(id+".net1", "")
+				_, err = st.Release(id+".net1", nil)
 				errs <- err
 			}
 		}(i)
@@ -403,7 +403,7 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 	n := testNetns(t, "")
 	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
 	require.ErrorIs(t, err, ErrLockTimeout)
-	_, err = s.Release("c1.net1", "")
+	_, err = s.Release("c1.net1", nil)
 	require.ErrorIs(t, err, ErrLockTimeout)
 
 	// Once the holder goes, the store works again: an abandoned wait does
@@ -413,7 +413,7 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 	s.lockTimeout = 5 * time.Second
 	_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
 	require.NoError(t, err)
-	_, err = s.Release("c1.net1", "")
+	_, err = s.Release("c1.net1", nil)
 	require.NoError(t, err)
 }
 
@@ -440,9 +440,9 @@ func TestCheckRunsAfterTheLinksMovedOff(t *testing.T) {
 		during = append(during, r.Attachment+" -> "+target)
 		return nil, nil
 	}
-	_, err = s.Release("b.net1", "")
+	_, err = s.Release("b.net1", nil)
 	require.NoError(t, err)
-	_, err = s.Release("a.net1", "")
+	_, err = s.Release("a.net1", nil)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"b.net1 -> ../pins/a.net1", "a.net1 -> (none)"}, during)
 }

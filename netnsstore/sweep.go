@@ -2,6 +2,7 @@ package netnsstore
 
 import (
 	"errors"
+	"io/fs"
 )
 
 // Finding is one thing a sweep changed, or would change with a dry run.
@@ -103,7 +104,7 @@ func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding
 			continue
 		}
 		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionRelease, Reason: why + ", no longer in use"}
-		err := s.settle(v, r, "")
+		err := s.settle(v, r, nil)
 		var iu *InUseError
 		switch {
 		case errors.As(err, &iu):
@@ -115,4 +116,55 @@ func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding
 		findings = append(findings, f)
 	}
 	return findings, errs
+}
+
+// FinishAbandoned is one round of the node sweeper. After repair, every
+// draining or unpinned record whose runtime handle on the netns is gone is
+// marked abandoned: the runtime gave up on the teardown (CRI-O after one
+// failed DEL, Multus without its cache, a sandbox removed by hand) and
+// will never retry. Each abandoned record is settled like a DEL; once
+// nothing uses the netns, the chain's earlier plugins' DEL runs
+// (Options.Teardown) before the pin goes. Draining records whose runtime
+// handle still exists are left to the runtime's own retries.
+func (s *Store) FinishAbandoned() ([]Finding, error) {
+	var findings []Finding
+	err := s.op("", func(v *view) error {
+		held := func(r *Record) bool { return r.State == StateDraining || r.State == StateUnpinned }
+		var errs []error
+		for _, r := range v.recs {
+			if !held(r) || r.Abandoned || !s.runtimeGone(r) {
+				continue
+			}
+			r.Abandoned = true
+			if err := s.writeRecord(r); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			s.log.Warn("the runtime abandoned the teardown; the sweeper finishes it once the netns is unused",
+				"attachment", r.Attachment, "cluster", r.Cluster, "pod", r.PodNS+"/"+r.PodName, "ips", r.IPs)
+		}
+		more, moreErrs := s.collect(v, func(r *Record) bool { return held(r) && r.Abandoned }, "abandoned by the runtime")
+		findings = more
+		return errors.Join(append(errs, moreErrs...)...)
+	})
+	return findings, err
+}
+
+// runtimeGone reports whether the runtime's handle on r's netns (the
+// CNI_NETNS of its DEL, else of its ADD) no longer exists or no longer is
+// that netns. Any other failure to look is not proof.
+func (s *Store) runtimeGone(r *Record) bool {
+	path := r.NetnsPath
+	if r.Teardown != nil && r.Teardown.Netns != "" {
+		path = r.Teardown.Netns
+	}
+	f, id, err := OpenNetns(path)
+	switch {
+	case err == nil:
+		f.Close()
+		return id != r.NetnsID()
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, ErrNotNetns):
+		return true
+	}
+	return false
 }

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -25,6 +29,9 @@ commands:
                                 draining pins that nothing uses any more
   release <attachment> --force  release a pin now; without --force only when
                                 nothing uses it, else says what it would cut
+  sweep [--interval 10s]        node loop until SIGTERM: finish the teardowns
+                                that a runtime abandoned, once nothing uses
+                                their netns (JSON log on stderr or logFile)
   version                       print the version
 
 flags:
@@ -55,7 +62,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	switch cmd {
-	case "list", "inuse", "gc", "release":
+	case "list", "inuse", "gc", "release", "sweep":
 	default:
 		fs.Usage()
 		return 2
@@ -75,7 +82,13 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netns-pin: nothing pinned here: %v (wrong --state-dir or --conf?)\n", err)
 		return 1
 	}
-	s, err := openStore(c, nil)
+	var log *slog.Logger
+	if cmd == "sweep" {
+		var closeLog func()
+		log, closeLog = newLogger(c, "component", "sweep")
+		defer closeLog()
+	}
+	s, err := openStore(c, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1
@@ -98,6 +111,17 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		err = cliGC(s, c, *dry, stdout, *asJSON)
+	case "sweep":
+		sfs := flag.NewFlagSet("sweep", flag.ContinueOnError)
+		sfs.SetOutput(stderr)
+		interval := sfs.Duration("interval", 10*time.Second, "time between rounds")
+		if sfs.Parse(rest) != nil || sfs.NArg() != 0 || *interval <= 0 {
+			fmt.Fprintln(stderr, "usage: netns-pin sweep [--interval 10s]")
+			return 2
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		err = sweep(ctx, s, log, *interval)
 	case "release":
 		rfs := flag.NewFlagSet("release", flag.ContinueOnError)
 		rfs.SetOutput(stderr)
@@ -153,7 +177,11 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 				held += fmt.Sprintf(" (+%d more)", len(r.References)-1)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Attachment, r.PodNS, r.PodName, r.State,
+		state := string(r.State)
+		if r.Abandoned {
+			state += " (abandoned by the runtime)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Attachment, r.PodNS, r.PodName, state,
 			age(r.Created), netnsstore.NetnsID{Dev: r.NetnsDev, Ino: r.NetnsIno}, strings.Join(r.IPs, ","), held)
 	}
 	return tw.Flush()
@@ -260,7 +288,7 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 		fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
 		return nil
 	}
-	r, err := s.Release(attachment, "")
+	r, err := s.Release(attachment, nil)
 	var iu *netnsstore.InUseError
 	switch {
 	case errors.As(err, &iu):
@@ -273,6 +301,34 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 	}
 	fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
 	return nil
+}
+
+// sweep is the node's sweeper: a round every interval until ctx ends.
+// Each round finishes the teardowns that runtimes abandoned (see
+// netnsstore.Store.FinishAbandoned); what it did is logged, one JSON line
+// per attachment. A failing round is logged and the next one tries again.
+func sweep(ctx context.Context, s *netnsstore.Store, log *slog.Logger, interval time.Duration) error {
+	log.Info("sweeper started", "interval", interval.String(), "pinDir", s.PinDir, "stateDir", s.StateDir)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		findings, err := s.FinishAbandoned()
+		for _, f := range findings {
+			if f.Action == netnsstore.ActionKeep {
+				log.Debug("sweep: abandoned, still in use", "attachment", f.Attachment, "cluster", f.Cluster, "references", f.References)
+			}
+		}
+		if err != nil {
+			log.Error("sweep round", "error", err)
+		}
+		log.Debug("sweep round", "abandoned", len(findings))
+		select {
+		case <-ctx.Done():
+			log.Info("sweeper stopped")
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 func age(t time.Time) string {

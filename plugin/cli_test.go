@@ -120,7 +120,7 @@ func TestCLIGCReleasesDrainingPinOnceUnused(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	defer busy.Close()
-	_, err = busy.Release("c1.net1", "")
+	_, err = busy.Release("c1.net1", nil)
 	require.ErrorIs(t, err, netnsstore.ErrInUse)
 
 	out, _, code := runCLIT(t, append(flags, "gc", "--dry-run")...)

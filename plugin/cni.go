@@ -131,9 +131,15 @@ func requireHostMountNS() error {
 }
 
 // openStore opens the store of configuration c with the in-use check it
-// configures: every release, and every repair, runs it.
+// configures (every release, and every repair, runs it) and the teardown
+// of attachments whose runtime gave up.
 func openStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
-	return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{Log: log, InUse: inUseChecker(c), Writer: Version})
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{
+		Log: log, InUse: inUseChecker(c), Teardown: chainTeardown(log), Writer: Version,
+	})
 }
 
 // cmdDel answers with error text that runtimes cannot mistake for
@@ -165,7 +171,7 @@ func del(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrTryAgainLater, "netns-pin: "+err.Error(), "")
 	}
 	defer done()
-	_, err = s.Release(name, args.Netns)
+	_, err = s.Release(name, teardownOf(args, r.conf))
 	var inUse *netnsstore.InUseError
 	switch {
 	case errors.As(err, &inUse):

@@ -70,6 +70,13 @@ func assertKeptInUse(t *testing.T, a *attachment, err error, ip net.IP) {
 	t.Helper()
 	require.Error(t, err, "DEL must be refused while a client uses the netns")
 	assert.Equal(t, types.ErrTryAgainLater, cniErrorCode(err), "refusal is code 11: %v", err)
+	assertNetnsKept(t, a, ip)
+}
+
+// assertNetnsKept checks that a's netns is pinned at its pin path with its
+// interface and address, and that its IPAM lease stays.
+func assertNetnsKept(t *testing.T, a *attachment, ip net.IP) {
+	t.Helper()
 	assert.Equal(t, a.netns.ID, hosttest.StatNS(t, a.pinPath()), "the pin holds the netns")
 	assert.Len(t, mountsAt(t, a.pinPath()), 1, "the pin is mounted")
 	assert.True(t, containsIP(nsenterAddrs(t, a.pinPath()), ip), "the netns keeps its interface and %s", ip)

@@ -1,0 +1,208 @@
+package e2e
+
+// When the runtime gives up on a refused DEL, the sweeper (netns-pin
+// sweep) finishes the teardown once nothing uses the netns, IPAM included;
+// when the runtime keeps retrying, the sweeper leaves the record to it.
+// These tests need root.
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+)
+
+// countingCNIPath is a CNI_PATH with every plugin of the suite's, where
+// host-local first appends "<command> <container id>" to the returned log:
+// the lease must be given back exactly once, by whoever finishes.
+func countingCNIPath(t *testing.T) (dir, calls string) {
+	t.Helper()
+	e := requireEnv(t)
+	dir = filepath.Join(t.TempDir(), "bin")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	entries, err := os.ReadDir(e.cniPath)
+	require.NoError(t, err)
+	for _, en := range entries {
+		if en.Name() != "host-local" {
+			require.NoError(t, os.Symlink(filepath.Join(e.cniPath, en.Name()), filepath.Join(dir, en.Name())))
+		}
+	}
+	calls = filepath.Join(filepath.Dir(dir), "host-local.calls")
+	script := fmt.Sprintf("#!/bin/sh\necho \"$CNI_COMMAND $CNI_CONTAINERID\" >> %s\nexec %s \"$@\"\n", calls, filepath.Join(e.cniPath, "host-local"))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "host-local"), []byte(script), 0o755))
+	return dir, calls
+}
+
+func hostLocalDels(t *testing.T, calls, containerID string) int {
+	t.Helper()
+	data, err := os.ReadFile(calls)
+	if os.IsNotExist(err) {
+		return 0
+	}
+	require.NoError(t, err)
+	return strings.Count(string(data), "DEL "+containerID+"\n")
+}
+
+// sweeper runs `netns-pin --conf <conflist> sweep` for a chain; its JSON
+// log goes to the chain's logFile.
+type sweeper struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startSweeper(t *testing.T, c *chain) *sweeper {
+	t.Helper()
+	conflist := filepath.Join(c.netconfDir, c.name+".conflist")
+	cmd := exec.Command(filepath.Join(c.env.cniPath, "netns-pin"), "--conf", conflist, "sweep", "--interval", "100ms")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	require.NoError(t, cmd.Start())
+	sw := &sweeper{cmd: cmd, done: make(chan error, 1)}
+	go func() { sw.done <- cmd.Wait() }()
+	t.Cleanup(func() { sw.stop(t) })
+	return sw
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (sw *sweeper) stop(t *testing.T) {
+	if sw.cmd.ProcessState != nil {
+		return
+	}
+	_ = sw.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-sw.done:
+		assert.NoError(t, err, "sweeper exits 0 on SIGTERM")
+	case <-time.After(10 * time.Second):
+		_ = sw.cmd.Process.Kill()
+		t.Error("sweeper did not stop on SIGTERM")
+	}
+}
+
+// logLines counts the lines of the chain's log that contain all of words.
+func logLines(t *testing.T, c *chain, words ...string) int {
+	t.Helper()
+	f, err := os.Open(c.logFile)
+	if os.IsNotExist(err) {
+		return 0
+	}
+	require.NoError(t, err)
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		ok := true
+		for _, w := range words {
+			ok = ok && strings.Contains(sc.Text(), w)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// waitRounds waits until the sweeper has run n more rounds.
+func waitRounds(t *testing.T, c *chain, n int) {
+	t.Helper()
+	start := logLines(t, c, `"msg":"sweep round"`)
+	require.True(t, hosttest.Poll(30*time.Second, 20*time.Millisecond, func() bool {
+		return logLines(t, c, `"msg":"sweep round"`) >= start+n
+	}), "the sweeper runs rounds")
+}
+
+// CRI-O 1.32.8+/1.33.4+/1.34+ (cri-o PR #9372, server/sandbox_network.go
+// networkStop): after one failed CNI DEL it removes its netns file and the
+// libcni result files of the sandbox, marks the network stopped and never
+// calls DEL again. Replayed here with cnitool (result cache in
+// /var/lib/cni/results): the sweeper keeps everything while the client
+// stays, then finishes the teardown, host-local lease included.
+func TestSweeperFinishesWhatCRIOAbandoned(t *testing.T) {
+	cniPath, calls := countingCNIPath(t)
+	c := newChain(t, chainSpec{cniPath: cniPath})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), true)
+	res := a.mustAdd(t)
+	ip := sandboxIP(t, res)
+	veth := hostVeth(t, res, c.spec.bridge)
+	cl := startClient(t, c.defaultLink(), ns.ID, "")
+
+	r := a.cnitoolRun("del")
+	require.Error(t, r.Err, "the one DEL CRI-O sends is refused")
+	rec := readRecord(t, a.recordPath())
+	require.Equal(t, "draining", rec.str("state"))
+	td, _ := rec["teardown"].(map[string]any)
+	require.NotNil(t, td, "the refusal captured what a teardown needs")
+	cacheFile := filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", c.name, a.containerID, ifName))
+	assert.Equal(t, cacheFile, td["cacheFile"])
+
+	// CRI-O's networkStop: the netns file and the result cache go, and
+	// DEL is never called again.
+	ns.Delete(t)
+	require.NoError(t, os.Remove(cacheFile))
+	a.noCleanDel = true
+
+	sw := startSweeper(t, c)
+	require.True(t, hosttest.Poll(30*time.Second, 20*time.Millisecond, func() bool {
+		return readRecord(t, a.recordPath()).str("abandoned") == "true"
+	}), "the sweeper sees that the runtime abandoned the teardown")
+	waitRounds(t, c, 3)
+	assertNetnsKept(t, a, ip)
+	assert.True(t, hosttest.LinkExists(veth), "the veth stays while the client does")
+	assert.Equal(t, 0, hostLocalDels(t, calls, a.containerID))
+	list := pinCLI(c, "--conf", filepath.Join(c.netconfDir, c.name+".conflist"), "list")
+	assert.Contains(t, list.Stdout, "draining (abandoned by the runtime)")
+
+	cl.stop()
+	require.True(t, hosttest.Poll(30*time.Second, 20*time.Millisecond, func() bool {
+		_, err := os.Lstat(a.recordPath())
+		return os.IsNotExist(err)
+	}), "the sweeper finishes the teardown once the client is gone")
+	assertReleased(t, a)
+	assertNoLink(t, c.defaultLink())
+	assert.False(t, hosttest.LinkExists(veth), "the chain's bridge plugin removed the veth")
+	assert.NoFileExists(t, c.leasePath(ip), "host-local gave the address back")
+	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "the lease is freed once")
+	assert.Equal(t, 1, logLines(t, c, `"msg":"finished abandoned teardown"`, a.attachmentName(), `"ipamReleased":true`, `"draining":`))
+
+	// A runtime retry that comes after all frees nothing twice and fails
+	// nothing.
+	sw.stop(t)
+}
+
+// A runtime that keeps retrying (containerd: its netns stays until the
+// teardown succeeds): the sweeper leaves the record to it, the runtime's
+// next DEL releases, and the lease is freed exactly once.
+func TestSweeperLeavesRetryingRuntimesAlone(t *testing.T) {
+	cniPath, calls := countingCNIPath(t)
+	c := newChain(t, chainSpec{cniPath: cniPath})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), false)
+	ip := sandboxIP(t, a.mustAdd(t))
+	cl := startClient(t, c.defaultLink(), ns.ID, "")
+	require.Error(t, a.del())
+
+	startSweeper(t, c)
+	cl.stop()
+	waitRounds(t, c, 3)
+	rec := readRecord(t, a.recordPath())
+	assert.Equal(t, "draining", rec.str("state"), "the sweeper leaves a retrying runtime's record")
+	assert.NotEqual(t, "true", rec.str("abandoned"))
+	assert.FileExists(t, c.leasePath(ip))
+
+	require.NoError(t, a.del(), "the runtime's retry releases")
+	assertReleased(t, a, ns.Path)
+	assert.NoFileExists(t, c.leasePath(ip))
+	waitRounds(t, c, 2)
+	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "the lease is freed once")
+	assert.Zero(t, logLines(t, c, "finished abandoned teardown"))
+}
