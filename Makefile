@@ -4,7 +4,7 @@
 #   make tools   pinned cnitool + reference CNI plugins into .cache/ (cached by version)
 #   make demo    walk through a holder ADD / pin / netns survives / DEL (root)
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
-#                where tests need it), the e2e suite test/ (root)
+#                where tests need it), the e2e suites under test/, both demos (root)
 #   make e2e     only the e2e suite (E2E_RUN=regexp selects tests)
 #   make bench   benchmarks (BENCHTIME=...)
 #   make fuzz    every Fuzz target for FUZZTIME each
@@ -41,7 +41,7 @@ define step
 	@start=$$(date +%s); $(2); printf '=== %s: ok (%ss)\n' "$(1)" "$$(( $$(date +%s) - start ))"
 endef
 
-.PHONY: all build tools packages demo test fmt-check vet staticcheck unit failpoints e2e e2e-run bench fuzz clean
+.PHONY: all build tools packages demo demos test fmt-check vet staticcheck unit failpoints e2e e2e-run bench fuzz clean
 
 all: build
 
@@ -95,9 +95,14 @@ e2e-run:
 	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v '/test/ceph$$'))
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
 
+# Both demos run as part of make test: a demo that stops working fails CI.
+demos:
+	$(call step,make demo,$(E2E_ENV) hack/demo.sh >$(CACHE)/demo.out 2>&1 || { cat $(CACHE)/demo.out; exit 1; }; tail -n 3 $(CACHE)/demo.out)
+	$(call step,make demo DEMO=ceph,$(E2E_ENV) hack/ceph/demo.sh >$(CACHE)/demo-ceph.out 2>&1 || { cat $(CACHE)/demo-ceph.out; exit 1; }; tail -n 12 $(CACHE)/demo-ceph.out)
+
 test: tools build
 	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory fmt-check vet staticcheck unit failpoints e2e-run; \
+	$(MAKE) --no-print-directory fmt-check vet staticcheck unit failpoints e2e-run demos; \
 	printf '\n=== make test: all passed (%ss)\n' "$$(( $$(date +%s) - start ))"
 
 # hack/bench.sh (root): builds the baseline plugin, the Go benchmark test

@@ -257,7 +257,7 @@ func TestHolderDaemonSet(t *testing.T) {
 }
 
 // The installer writes the binary into /opt/cni/bin and touches nothing else
-// on the host.
+// on the host; the sweeper runs that binary in the host's mount namespace.
 func TestInstallerDaemonSet(t *testing.T) {
 	var ds *object
 	for _, o := range byKind(loadManifests(t), "DaemonSet") {
@@ -267,27 +267,38 @@ func TestInstallerDaemonSet(t *testing.T) {
 	}
 	require.NotNil(t, ds)
 	spec := podSpec(*ds)
-	for _, k := range []string{"hostPID", "hostNetwork", "hostIPC"} {
+	assert.Equal(t, true, spec["hostPID"], "the sweeper enters PID 1's mount namespace")
+	for _, k := range []string{"hostNetwork", "hostIPC"} {
 		assert.NotEqual(t, true, spec[k], "installer must not use %s", k)
 	}
 	vols, _ := spec["volumes"].([]any)
 	require.Len(t, vols, 1, "one host path")
 	assert.Equal(t, "/opt/cni/bin", str(vols[0], "hostPath", "path"))
-	for _, c := range containersOf(spec) {
-		assert.NotEqual(t, true, get(c, "securityContext", "privileged"), "container %s", str(c, "name"))
-		assert.Equal(t, false, get(c, "securityContext", "allowPrivilegeEscalation"), "container %s", str(c, "name"))
-	}
 	var script string
+	var sweep []string
 	for _, c := range containersOf(spec) {
-		if str(c, "name") == "install" {
-			cmd, _ := c["command"].([]any)
+		cmd, _ := c["command"].([]any)
+		switch str(c, "name") {
+		case "install":
+			assert.NotEqual(t, true, get(c, "securityContext", "privileged"))
+			assert.Equal(t, false, get(c, "securityContext", "allowPrivilegeEscalation"))
 			for _, a := range cmd {
 				s, _ := a.(string)
 				script += s + "\n"
 			}
+		case "sweep":
+			for _, a := range cmd {
+				s, _ := a.(string)
+				sweep = append(sweep, s)
+			}
+			assert.NotEmpty(t, get(c, "resources", "limits", "memory"), "the sweeper has a memory limit")
+		default:
+			t.Errorf("unexpected container %s", str(c, "name"))
 		}
 	}
 	assert.Contains(t, script, "mv -f /host/opt/cni/bin/.netns-pin.new /host/opt/cni/bin/netns-pin", "atomic install")
+	assert.Equal(t, []string{"nsenter", "--target=1", "--mount", "--", "/opt/cni/bin/netns-pin", "sweep", "--interval=10s"}, sweep,
+		"the installed binary, in the host mount namespace")
 }
 
 // ceph-csi's netNamespaceFilePath is the cluster's link as netns-pin

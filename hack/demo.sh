@@ -8,6 +8,9 @@
 #   3. deletes the netns name (`ip netns del`): the pinned netns lives on
 #   4. a client process in the pinned netns: DEL is refused (CNI error 11)
 #   5. the client stops: DEL releases the pin, the link and the netns
+#   6. the runtime gives up (as CRI-O does after one failed DEL): the
+#      sweeper finishes the teardown, IPAM included, once the client stops
+# It exits non-zero when anything it shows is not as it should be.
 # Everything is made under a temporary folder, in namespaces and on a bridge
 # made here with local addresses only (10.99.0.0/24), and removed at exit,
 # also on Ctrl-C.
@@ -22,7 +25,11 @@ if [[ -t 1 ]]; then B=$'\033[1m' D=$'\033[2m' G=$'\033[32m' R=$'\033[31m' N=$'\0
 step() { printf '\n%s== %s%s\n' "${B}" "$*" "${N}"; }
 say() { printf '   %s\n' "$*"; }
 ok() { printf '   %s%s%s\n' "${G}" "$*" "${N}"; }
-bad() { printf '   %s%s%s\n' "${R}" "$*" "${N}"; }
+FAILED=
+bad() {
+	printf '   %s%s%s\n' "${R}" "$*" "${N}"
+	FAILED=1
+}
 count() { find "$1" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 # show and run a command, indented
 run() {
@@ -46,6 +53,7 @@ ID="$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
 NET="netns-pin-demo-${ID}"
 HOLDER_NS="npdemo-holder-${ID}"
 OTHER_NS="npdemo-other-${ID}"
+GAVEUP_NS="npdemo-gaveup-${ID}"
 BRIDGE="npdemo${ID}"
 SUBNET="10.99.0.0/24"
 WORK="$(mktemp -d /tmp/netns-pin-demo.XXXXXX)"
@@ -55,6 +63,7 @@ NETCONF="${WORK}/net.d"
 LINK="${PIN_DIR}/rook-ceph/my-cluster.net"
 HOLDER_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=rook-ceph;K8S_POD_NAME=csi-holder-abc;K8S_POD_UID=6f1c9e0a-5b7d-4c3e-9a51-${ID}0000"
 OTHER_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_UID=0b3d2f6e-8c4a-4e1f-b7d2-${ID}0000"
+GAVEUP_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=rook-ceph;K8S_POD_NAME=csi-holder-def;K8S_POD_UID=7a2d0f1b-6c8e-4d4f-8b62-${ID}0000"
 
 cnitool() {
 	local verb="$1" ns="$2" args="$3"
@@ -70,16 +79,19 @@ cleanup() {
 	set +e
 	step "Clean up"
 	[[ -n "${CLIENT_PID:-}" ]] && kill "${CLIENT_PID}" 2>/dev/null
+	[[ -n "${SWEEPER_PID:-}" ]] && kill "${SWEEPER_PID}" 2>/dev/null
 	# DEL first so the plugin releases its pins (no-op when already done)
 	cnitool del "${HOLDER_NS}" "${HOLDER_ARGS}" >/dev/null 2>&1
 	cnitool del "${OTHER_NS}" "${OTHER_ARGS}" >/dev/null 2>&1
+	[[ -e "/run/netns/${GAVEUP_NS}" ]] && cnitool del "${GAVEUP_NS}" "${GAVEUP_ARGS}" >/dev/null 2>&1
+	"${CNI_BIN}/netns-pin" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" release --force "${GAVEUP_ATT:-none}" >/dev/null 2>&1
 	# then whatever is still mounted under the work folder: pins, then pinDir
 	local mp
 	while read -r mp; do
 		umount -l "${mp}" 2>/dev/null
 	done < <(awk -v w="${WORK}" '$5 == w || index($5, w "/") == 1 { print length($5) " " $5 }' /proc/self/mountinfo | sort -rn | cut -d' ' -f2-)
 	local ns
-	for ns in "${HOLDER_NS}" "${OTHER_NS}"; do
+	for ns in "${HOLDER_NS}" "${OTHER_NS}" "${GAVEUP_NS}"; do
 		[[ -e "/run/netns/${ns}" ]] && ip netns del "${ns}"
 	done
 	ip link show "${BRIDGE}" >/dev/null 2>&1 && ip link del "${BRIDGE}"
@@ -204,3 +216,64 @@ say "records left: $(count "${STATE_DIR}/records")"
 step "DEL the plain pod"
 cnitool del "${OTHER_NS}" "${OTHER_ARGS}"
 ok "done"
+
+step "When the runtime gives up: the sweeper finishes the teardown"
+say "CRI-O 1.32.8+ calls DEL once; on failure it removes its netns file and the libcni result"
+say "cache of the sandbox and never calls DEL again (cri-o PR #9372, server/sandbox_network.go)."
+run ip netns add "${GAVEUP_NS}"
+result="$(cnitool add "${GAVEUP_NS}" "${GAVEUP_ARGS}")"
+GAVEUP_IP="$(jq -r '.ips[0].address' <<<"${result}")"
+GAVEUP_CID="cnitool-$(printf '%s' "/run/netns/${GAVEUP_NS}" | sha512sum | cut -c1-20)"
+GAVEUP_ATT="${GAVEUP_CID}.eth0"
+say "holder rook-ceph/csi-holder-def got ${GAVEUP_IP}; a client enters through the link"
+nsenter --net="${LINK}" -- sleep 600 &
+CLIENT_PID=$!
+gaveup_id="$(stat -L -c '%d:%i' "/run/netns/${GAVEUP_NS}")"
+for _ in $(seq 200); do
+	[[ "$(stat -L -c '%d:%i' "/proc/${CLIENT_PID}/ns/net" 2>/dev/null)" == "${gaveup_id}" ]] && break
+	sleep 0.05
+done
+if cnitool del "${GAVEUP_NS}" "${GAVEUP_ARGS}" >/dev/null 2>&1; then
+	bad "DEL succeeded while the netns was in use"
+	exit 1
+fi
+ok "the runtime's one DEL is refused"
+say "the runtime gives up: removes its netns and its result cache, and never retries"
+run ip netns del "${GAVEUP_NS}"
+run rm "/var/lib/cni/results/${NET}-${GAVEUP_CID}-eth0"
+say "the node's sweeper (the installer DaemonSet runs it on every node):"
+printf '   %s$ netns-pin --conf %s sweep --interval 1s &%s\n' "${D}" "${NETCONF#"${WORK}"/}/${NET}.conflist" "${N}"
+"${CNI_BIN}/netns-pin" --conf "${NETCONF}/${NET}.conflist" sweep --interval 1s &
+SWEEPER_PID=$!
+for _ in $(seq 100); do
+	grep -q '"abandoned": true' "${STATE_DIR}/records/${GAVEUP_ATT}.json" 2>/dev/null && break
+	sleep 0.1
+done
+run "${CNI_BIN}/netns-pin" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" list
+if nsenter --net="${LINK}" ip -br addr | grep -q "${GAVEUP_IP%/*}"; then
+	ok "abandoned, but in use: the pin, the interface and ${GAVEUP_IP} stay"
+else
+	bad "${GAVEUP_IP} is gone while the client uses the netns"
+fi
+say "stop the client"
+kill "${CLIENT_PID}"
+wait "${CLIENT_PID}" 2>/dev/null || true
+CLIENT_PID=
+for _ in $(seq 300); do
+	[[ -e "${STATE_DIR}/records/${GAVEUP_ATT}.json" ]] || break
+	sleep 0.1
+done
+if [[ -e "${STATE_DIR}/records/${GAVEUP_ATT}.json" ]]; then
+	bad "the sweeper did not finish the teardown"
+else
+	grep '"finished abandoned teardown"' "${WORK}/netns-pin.log" | jq -c '{msg, cluster, pod, ips, draining, ipamReleased}' | sed 's/^/     /'
+	if [[ -e "${WORK}/host-local/${NET}/${GAVEUP_IP%/*}" ]]; then bad "host-local still holds ${GAVEUP_IP%/*}"; else ok "pin, record and link gone; host-local gave ${GAVEUP_IP%/*} back"; fi
+fi
+kill "${SWEEPER_PID}"
+wait "${SWEEPER_PID}" 2>/dev/null || true
+SWEEPER_PID=
+
+if [[ -n "${FAILED}" ]]; then
+	bad "the demo saw something wrong (above)"
+	exit 1
+fi

@@ -76,19 +76,16 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1
 	}
+	if cmd == "sweep" {
+		return runSweep(c, rest, stderr)
+	}
 	// Never create the folders from the command line: no stateDir means
 	// nothing was ever pinned with this configuration.
 	if _, err := os.Stat(c.StateDir); err != nil {
 		fmt.Fprintf(stderr, "netns-pin: nothing pinned here: %v (wrong --state-dir or --conf?)\n", err)
 		return 1
 	}
-	var log *slog.Logger
-	if cmd == "sweep" {
-		var closeLog func()
-		log, closeLog = newLogger(c, "component", "sweep")
-		defer closeLog()
-	}
-	s, err := openStore(c, log)
+	s, err := openStore(c, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1
@@ -111,17 +108,6 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		err = cliGC(s, c, *dry, stdout, *asJSON)
-	case "sweep":
-		sfs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-		sfs.SetOutput(stderr)
-		interval := sfs.Duration("interval", 10*time.Second, "time between rounds")
-		if sfs.Parse(rest) != nil || sfs.NArg() != 0 || *interval <= 0 {
-			fmt.Fprintln(stderr, "usage: netns-pin sweep [--interval 10s]")
-			return 2
-		}
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		defer stop()
-		err = sweep(ctx, s, log, *interval)
 	case "release":
 		rfs := flag.NewFlagSet("release", flag.ContinueOnError)
 		rfs.SetOutput(stderr)
@@ -303,32 +289,62 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 	return nil
 }
 
-// sweep is the node's sweeper: a round every interval until ctx ends.
-// Each round finishes the teardowns that runtimes abandoned (see
-// netnsstore.Store.FinishAbandoned); what it did is logged, one JSON line
-// per attachment. A failing round is logged and the next one tries again.
-func sweep(ctx context.Context, s *netnsstore.Store, log *slog.Logger, interval time.Duration) error {
-	log.Info("sweeper started", "interval", interval.String(), "pinDir", s.PinDir, "stateDir", s.StateDir)
-	t := time.NewTicker(interval)
+// runSweep is `netns-pin sweep`: the node's sweeper, a round every
+// interval until SIGTERM or SIGINT. Each round finishes the teardowns that
+// runtimes abandoned (netnsstore.Store.FinishAbandoned); what it does is
+// logged as JSON lines (stderr or logFile). On a node where nothing was
+// pinned yet it waits for the stateDir rather than create it.
+func runSweep(c *conf.Config, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	interval := fs.Duration("interval", 10*time.Second, "time between rounds")
+	if fs.Parse(args) != nil || fs.NArg() != 0 || *interval <= 0 {
+		fmt.Fprintln(stderr, "usage: netns-pin sweep [--interval 10s]")
+		return 2
+	}
+	log, closeLog := newLogger(c, "component", "sweep")
+	defer closeLog()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("sweeper started", "interval", interval.String(), "pinDir", c.PinDir, "stateDir", c.StateDir)
+	defer log.Info("sweeper stopped")
+	t := time.NewTicker(*interval)
 	defer t.Stop()
+	var s *netnsstore.Store
+	defer func() {
+		if s != nil {
+			s.Close()
+		}
+	}()
 	for {
-		findings, err := s.FinishAbandoned()
-		for _, f := range findings {
-			if f.Action == netnsstore.ActionKeep {
-				log.Debug("sweep: abandoned, still in use", "attachment", f.Attachment, "cluster", f.Cluster, "references", f.References)
+		if s == nil {
+			var err error
+			if s, err = openSweptStore(c, log); err != nil {
+				log.Error("sweep: open the store", "error", err)
 			}
 		}
-		if err != nil {
-			log.Error("sweep round", "error", err)
+		if s != nil {
+			findings, err := s.FinishAbandoned()
+			if err != nil {
+				log.Error("sweep round", "error", err)
+			}
+			log.Debug("sweep round", "abandoned", len(findings))
 		}
-		log.Debug("sweep round", "abandoned", len(findings))
 		select {
 		case <-ctx.Done():
-			log.Info("sweeper stopped")
-			return nil
+			return 0
 		case <-t.C:
 		}
 	}
+}
+
+// openSweptStore opens the store once its stateDir exists (nil, nil
+// before).
+func openSweptStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
+	if _, err := os.Stat(c.StateDir); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return openStore(c, log)
 }
 
 func age(t time.Time) string {

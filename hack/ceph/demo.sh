@@ -81,6 +81,19 @@ pin_del_code() {
 	python3 -c 'import json, sys; print(json.loads(sys.argv[1]).get("code", "none"))' "${out}" 2>/dev/null || echo "? (${out})"
 }
 mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
+# gone <pid>: wait (up to 30 s) until a client process has exited. ceph-fuse
+# keeps running for a moment after its umount, and while it runs in a
+# holder's netns netns-pin rightly refuses that holder's DEL.
+gone() {
+	local i
+	for ((i = 0; i < 300; i++)); do
+		[[ -e "/proc/$1" ]] || return 0
+		[[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" == Z ]] && { wait "$1" 2>/dev/null; return 0; }
+		sleep 0.1
+	done
+	bad "process $1 did not exit"
+	return 1
+}
 ns_ino() { stat -L -c %i "$1"; }
 
 cleanup() {
@@ -280,11 +293,12 @@ wait "${WRITER_PIDS[0]}" 2>/dev/null || true
 PIN_ROW="$(stats pin)"
 cmd "umount ${WORK#/}/mnt1"
 umount "${WORK}/mnt1"
-wait "${M1_PID}" 2>/dev/null || true
+gone "${M1_PID}"
 cnitool del "${NET}" "${HOLDER_A}" "${ARGS_A}" >/dev/null
 ok "DEL of holder A: ok; pins left: $(ls "${PIN_DIR}/pins" | wc -l) (holder B's)"
 if grep -q "net:\[${INO_A}\]" /proc/self/mountinfo; then bad "a mount of net:[${INO_A}] remains"; else ok "no mount of net:[${INO_A}] remains: holder A's netns is gone"; fi
 umount "${WORK}/mnt2"
+gone "${M2_PID}"
 cnitool del "${NET}" "${HOLDER_B}" "${ARGS_B}" >/dev/null
 ip netns del "${HOLDER_B}"
 
