@@ -68,7 +68,7 @@ func run() (code int) {
 	flag.StringVar(&c.prefix, "prefix", "", "prefix of every netns and link name (<= 8 characters)")
 	flag.Float64Var(&c.scale, "scale", 1, "multiplies every round count (0.2 for a smoke run)")
 	flag.DurationVar(&c.budget, "budget", 6*time.Minute, "time budget: past it, every remaining loop stops after a few rounds (0: none)")
-	flag.StringVar(&c.sections, "sections", "all", "comma-separated subset of: passthrough,holder,chain,gobench,procs,concurrent,size")
+	flag.StringVar(&c.sections, "sections", "all", "comma-separated subset of: passthrough,holder,chain,gobench,procs,concurrent,size,release")
 	flag.StringVar(&c.out, "out", "", "also write the report to this file")
 	flag.Var(&c.header, "header", "a line printed above the table (repeatable)")
 	flag.Var(&c.alt, "alt", "label=binary: a candidate netns-pin build to compare too, in sections 1, 2 and 5 (repeatable)")
@@ -154,6 +154,7 @@ func run() (code int) {
 		{"procs", b.procScaling},
 		{"concurrent", b.concurrent},
 		{"size", b.sizes},
+		{"release", b.release},
 	}
 	want := map[string]bool{}
 	for _, s := range strings.Split(c.sections, ",") {
