@@ -1,13 +1,11 @@
 package conf
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"path"
 	"regexp"
 	"strings"
-	"text/template"
 
 	"github.com/containernetworking/cni/pkg/types"
 )
@@ -112,7 +110,7 @@ type HolderRule struct {
 
 type compiledRule struct {
 	HolderRule
-	cluster *template.Template
+	cluster fieldTemplate
 }
 
 func compileRule(r HolderRule) (compiledRule, error) {
@@ -125,7 +123,7 @@ func compileRule(r HolderRule) (compiledRule, error) {
 	if _, err := path.Match(r.PodName, ""); err != nil {
 		return compiledRule{}, fmt.Errorf("podName %q: %w", r.PodName, err)
 	}
-	t, err := template.New("cluster").Option("missingkey=error").Parse(r.Cluster)
+	t, err := parseFieldTemplate(r.Cluster, "PodNamespace", "PodName")
 	if err != nil {
 		return compiledRule{}, fmt.Errorf("cluster %q: %w", r.Cluster, err)
 	}
@@ -139,11 +137,12 @@ func compileRule(r HolderRule) (compiledRule, error) {
 }
 
 func (r compiledRule) render(p Pod) (Cluster, error) {
-	var b bytes.Buffer
-	if err := r.cluster.Execute(&b, struct{ PodNamespace, PodName string }{p.Namespace, p.Name}); err != nil {
-		return Cluster{}, fmt.Errorf("cluster %q: %w", r.Cluster, err)
-	}
-	return ParseCluster(b.String())
+	return ParseCluster(r.cluster.expand(func(f string) string {
+		if f == "PodNamespace" {
+			return p.Namespace
+		}
+		return p.Name
+	}))
 }
 
 func (r compiledRule) matches(p Pod) bool {

@@ -1,12 +1,10 @@
 package conf
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"text/template"
 
 	"golang.org/x/sys/unix"
 
@@ -15,11 +13,11 @@ import (
 
 type linkTemplate struct {
 	source string
-	t      *template.Template
+	t      fieldTemplate
 }
 
 func compileLink(pinDir, s string) (linkTemplate, error) {
-	t, err := template.New("link").Option("missingkey=error").Parse(s)
+	t, err := parseFieldTemplate(s, "Namespace", "Name")
 	if err != nil {
 		return linkTemplate{}, err
 	}
@@ -32,11 +30,13 @@ func compileLink(pinDir, s string) (linkTemplate, error) {
 }
 
 func (lt linkTemplate) render(pinDir string, c Cluster) (string, error) {
-	var b bytes.Buffer
-	if err := lt.t.Execute(&b, c); err != nil {
-		return "", err
-	}
-	p := b.String()
+	raw := lt.t.expand(func(f string) string {
+		if f == "Namespace" {
+			return c.Namespace
+		}
+		return c.Name
+	})
+	p := raw
 	if p == "" || strings.ContainsRune(p, 0) {
 		return "", errors.New("renders to an empty path or one with a NUL byte")
 	}
@@ -48,7 +48,7 @@ func (lt linkTemplate) render(pinDir string, c Cluster) (string, error) {
 	if within(p, pins) {
 		return "", fmt.Errorf("renders to %q, inside %q where pins live", p, pins)
 	}
-	if !strings.HasPrefix(b.String(), "/") && !within(p, pinDir) {
+	if !strings.HasPrefix(raw, "/") && !within(p, pinDir) {
 		return "", fmt.Errorf("renders to %q, outside pinDir %q", p, pinDir)
 	}
 	if p == pinDir || p == "/" {
