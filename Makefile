@@ -6,6 +6,7 @@
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), the e2e suite test/ (root)
 #   make e2e     only the e2e suite (E2E_RUN=regexp selects tests)
+#   make soak    the randomized model test for SOAK_STEPS steps (SEED=n replays a run)
 #   make bench   benchmarks (BENCHTIME=...)
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make clean   remove bin/ and .cache/
@@ -23,6 +24,7 @@ BENCHCOUNT ?= 10
 BENCH_SCALE ?= 1
 BENCH_FLAGS ?=
 FUZZTIME  ?= 20s
+SOAK_STEPS ?= 5000
 E2E_RUN   ?= .
 E2E_FLAGS ?=
 
@@ -41,7 +43,7 @@ define step
 	@start=$$(date +%s); $(2); printf '=== %s: ok (%ss)\n' "$(1)" "$$(( $$(date +%s) - start ))"
 endef
 
-.PHONY: all build tools packages demo test fmt-check vet staticcheck unit failpoints e2e e2e-run bench fuzz clean
+.PHONY: all build tools packages demo test fmt-check vet staticcheck unit failpoints e2e e2e-run soak bench fuzz clean
 
 all: build
 
@@ -94,6 +96,12 @@ e2e: tools build e2e-run
 e2e-run:
 	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v '/test/ceph$$'))
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
+
+# The randomized model test (test/model, also part of e2e-run with its
+# default number of steps) for as many steps as asked; prints the seed,
+# steps/s and how many times each invariant was checked. SEED=n replays.
+soak:
+	$(call step,model soak ($(SOAK_STEPS) steps),MODEL_STEPS=$(SOAK_STEPS) SEED=$(SEED) $(GO) test -count=1 -timeout 0 -v -run '^TestModel$$' ./test/model/)
 
 test: tools build
 	@start=$$(date +%s); \

@@ -26,6 +26,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -117,12 +118,25 @@ func (d *driver) resolve(recs map[string]recView) {
 			d.violation("I2", "the record of %s is %s, want one of %v", h, obs, h.allowed)
 		}
 		d.logf("    %s resolved: %s", h, obs)
+		if obs == pinNone {
+			h.addIPs = nil
+		}
 		h.pin, h.uncertain, h.allowed, h.unmounted = obs, false, nil, false
 	}
 }
 
 // checkInUse is I1.
 func (d *driver) checkInUse(mounts mountTable) {
+	for _, c := range d.clients {
+		if c.p == nil {
+			continue
+		}
+		select {
+		case <-c.p.done:
+			d.t.Fatalf("client %s died on its own at step %d (seed %d): the model cannot go on", c, d.step, d.seed)
+		default:
+		}
+	}
 	for _, h := range d.holders {
 		if !d.inUse(h) {
 			continue
@@ -288,8 +302,37 @@ type snapshot struct {
 	records, pins, mounts, links string
 }
 
-func (s snapshot) String() string {
-	return fmt.Sprintf("records:\n%s\npins: %s\nmounts: %s\nlinks: %s", s.records, s.pins, s.mounts, s.links)
+// diff says what changed between two snapshots, one line per part.
+func (s snapshot) diff(after snapshot) string {
+	var b strings.Builder
+	for _, p := range []struct{ name, before, after string }{
+		{"records", s.records, after.records}, {"pins", s.pins, after.pins},
+		{"mounts", s.mounts, after.mounts}, {"links", s.links, after.links},
+	} {
+		if p.before != p.after {
+			fmt.Fprintf(&b, "\n  %s before: %s\n  %s after:  %s", p.name, summary(p.before), p.name, summary(p.after))
+		}
+	}
+	return b.String()
+}
+
+var stateField = regexp.MustCompile(`"state": "([a-z]+)"`)
+
+// summary shortens records to name(state) and paths to their last part.
+func summary(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		name, rest, _ := strings.Cut(l, " ")
+		if m := stateField.FindStringSubmatch(rest); m != nil {
+			out = append(out, name+"("+m[1]+")")
+		} else if l != "" {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return "(none)"
+	}
+	return strings.Join(out, " ")
 }
 
 func (d *driver) snapshot() snapshot {
@@ -310,7 +353,7 @@ func (d *driver) snapshot() snapshot {
 	lines = nil
 	for _, m := range d.mounts() {
 		if under(m.Mountpoint, d.e.pinDir) {
-			lines = append(lines, m.Mountpoint+"="+m.Root)
+			lines = append(lines, strings.TrimPrefix(m.Mountpoint, d.e.work+"/")+"="+m.Root)
 		}
 	}
 	sort.Strings(lines)
@@ -322,7 +365,7 @@ func (d *driver) snapshot() snapshot {
 			if err != nil {
 				dest = "absent"
 			}
-			lines = append(lines, l+"->"+dest)
+			lines = append(lines, strings.TrimPrefix(l, d.e.work+"/")+"->"+dest)
 		}
 	}
 	s.links = strings.Join(lines, " ")

@@ -341,7 +341,9 @@ func addrChange(h *netlink.Handle, ip string, add bool) error {
 	if err != nil {
 		return err
 	}
-	a, err := netlink.ParseAddr(ip + "/16")
+	// /32: each address its own subnet, so that deleting one never
+	// takes the secondaries of its subnet with it.
+	a, err := netlink.ParseAddr(ip + "/32")
 	if err != nil {
 		return err
 	}

@@ -89,7 +89,7 @@ var stepTable = []stepDef{
 			d.violation("I4", "a pod that is no holder must pass through: ADD %s, DEL %s", r, r2)
 		}
 		if after := d.snapshot(); after != before {
-			d.violation("I4", "a pod that is no holder changed the store:\nbefore:\n%s\nafter:\n%s", before, after)
+			d.violation("I4", "a pod that is no holder changed the store:%s", before.diff(after))
 		}
 		return true
 	}},
@@ -290,6 +290,11 @@ func (d *driver) add(h *holder, fp string) {
 	if r.killed {
 		h.rt = rtAdding
 		h.uncertain, h.allowed = true, nil
+		if prev == pinNone || wasUncertain {
+			// Whatever record comes of it is not the one the model saw
+			// made: no address is known to be recorded.
+			h.addIPs = nil
+		}
 		d.dirty = true
 		return
 	}
@@ -519,7 +524,7 @@ func (d *driver) cliWrongPinDir() {
 		d.violation("I4", "netns-pin %s with a wrong --pin-dir succeeded: %s", strings.Join(cmd, " "), strings.TrimSpace(r.stdout))
 	}
 	if after != before {
-		d.violation("I4", "netns-pin %s with a wrong --pin-dir changed the store:\nbefore:\n%s\nafter:\n%s", strings.Join(cmd, " "), before, after)
+		d.violation("I4", "netns-pin %s with a wrong --pin-dir changed the store:%s", strings.Join(cmd, " "), before.diff(after))
 		d.crashedAll() // only when the violation is ignored: let repair decide
 	}
 }
@@ -548,7 +553,7 @@ func (d *driver) claimForeign() {
 		d.violation("I4", "a claim of another namespace's cluster was accepted")
 	}
 	if after != before {
-		d.violation("I4", "a refused claim changed the store:\nbefore:\n%s\nafter:\n%s", before, after)
+		d.violation("I4", "a refused claim changed the store:%s", before.diff(after))
 	}
 	if r.rc == 0 {
 		// Only when the violation is ignored: take it back.
