@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -108,7 +109,10 @@ func (c *client) String() string {
 type driver struct {
 	t       *testing.T
 	e       *env
-	rng     *rand.Rand
+	main    *rand.Rand // chooses the steps
+	rng     *rand.Rand // the current step's choices
+	script  bool
+	trace   []stepRec
 	seed    uint64
 	fps     []string
 	table   []stepDef
@@ -137,9 +141,9 @@ func (d *driver) logf(format string, args ...any) {
 	d.log = append(d.log, fmt.Sprintf("%4d. ", d.step)+fmt.Sprintf(format, args...))
 }
 
-// violation reports a broken invariant: the seed, the steps and the
-// plugin's log, then stops the test (unless MODEL_IGNORE names the
-// invariant, for exploring what follows it).
+// violation reports a broken invariant: it stops the run (unless
+// MODEL_IGNORE names the invariant, for exploring what follows it); the
+// test then reports the seed, the steps and the plugin's log.
 func (d *driver) violation(inv, format string, args ...any) {
 	d.t.Helper()
 	msg := fmt.Sprintf(format, args...)
@@ -148,17 +152,40 @@ func (d *driver) violation(inv, format string, args ...any) {
 		d.logf("    VIOLATION %s (ignored): %s", inv, msg)
 		return
 	}
+	d.logf("    VIOLATION %s: %s", inv, msg)
+	panic(&violated{inv: inv, msg: msg, step: d.step})
+}
+
+// violated is a broken invariant, carried out of the run by panic.
+type violated struct {
+	inv, msg string
+	step     int
+}
+
+// class is the kind of a violation, without the names and numbers of one
+// run, so that a shorter sequence can be told to fail the same way.
+func (v *violated) class() string {
+	m := regexp.MustCompile(`\([^()]*\)|\[[^\[\]]*\]|/\S+|[0-9]+`).ReplaceAllString(v.msg, "")
+	return v.inv + " " + m
+}
+
+// report is the failure message of a run.
+func (d *driver) report(v *violated) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "invariant %s violated at step %d (seed %d): %s\n\nsteps:\n", inv, d.step, d.seed, msg)
+	fmt.Fprintf(&b, "invariant %s violated at step %d (seed %d): %s\n\nsteps:\n", v.inv, v.step, d.seed, v.msg)
 	for _, l := range d.log {
 		b.WriteString(l + "\n")
 	}
-	fmt.Fprintf(&b, "\nreplay: SEED=%d MODEL_STEPS=%d go test -count=1 -run TestModel ./test/model/\n", d.seed, d.step)
+	if d.script {
+		fmt.Fprintf(&b, "\nreplay: MODEL_SCRIPT='%s' go test -count=1 -run TestModel ./test/model/\n", encodeTrace(d.trace))
+	} else {
+		fmt.Fprintf(&b, "\nreplay: SEED=%d MODEL_STEPS=%d go test -count=1 -run TestModel ./test/model/\n", d.seed, v.step)
+	}
 	if data, err := os.ReadFile(d.e.logFile); err == nil {
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-		fmt.Fprintf(&b, "\nlast lines of the plugin log:\n%s\n", strings.Join(lines[max(0, len(lines)-30):], "\n"))
+		fmt.Fprintf(&b, "\nlast lines of the plugin log:\n%s\n", strings.Join(lines[max(0, len(lines)-20):], "\n"))
 	}
-	d.t.Fatal(b.String())
+	return b.String()
 }
 
 func (d *driver) count(inv string) { d.counts[inv]++ }
@@ -231,60 +258,97 @@ func envInt(name string) (int64, bool) {
 	return n, true
 }
 
+// config is what a run is asked to do.
+type config struct {
+	seed   uint64
+	steps  int
+	script []stepRec // replay these steps instead of random ones
+	table  []stepDef
+	ignore map[string]bool
+	bin    string
+	fps    []string
+}
+
+// stepRec is one applied step: its name and the seed of its own choices,
+// enough to replay it in another sequence.
+type stepRec struct {
+	name string
+	seed uint64
+}
+
+func encodeTrace(tr []stepRec) string {
+	parts := make([]string, len(tr))
+	for i, s := range tr {
+		parts[i] = fmt.Sprintf("%s:%d", s.name, s.seed)
+	}
+	return strings.Join(parts, ",")
+}
+
+func decodeTrace(t *testing.T, s string) []stepRec {
+	var out []stepRec
+	for _, p := range strings.Split(s, ",") {
+		name, seed, ok := strings.Cut(strings.TrimSpace(p), ":")
+		n, err := strconv.ParseUint(seed, 10, 64)
+		require.True(t, ok && err == nil, "MODEL_SCRIPT: bad step %q (want name:seed)", p)
+		out = append(out, stepRec{name, n})
+	}
+	return out
+}
+
 // TestModel drives the real plugin through random steps and checks the
 // invariants after each one. Needs root.
+//
+//	SEED=n          replay the run of seed n (default: the clock)
+//	MODEL_STEPS=n   number of steps (default 500)
+//	MODEL_SCRIPT=.. replay a step list as printed by a failure
+//	MODEL_SHRINK=1  on failure, look for a shorter step list that fails the same way
+//	MODEL_ONLY=a,b  only these steps (exploration)
+//	MODEL_IGNORE=I4 do not stop at these invariants (exploration)
+//	MODEL_LOG=1     print the step log of a passing run
 func TestModel(t *testing.T) {
 	require.Zero(t, os.Geteuid(), "the model test needs root: network namespaces, mounts, nsenter")
-	seed := uint64(*seedFlag)
-	if seed == 0 {
+	cfg := config{seed: uint64(*seedFlag), steps: *stepsFlag, ignore: map[string]bool{}, table: stepTable}
+	if cfg.seed == 0 {
 		if n, ok := envInt("SEED"); ok {
-			seed = uint64(n)
+			cfg.seed = uint64(n)
 		} else {
-			seed = uint64(time.Now().UnixNano() % 1e9)
+			cfg.seed = uint64(time.Now().UnixNano() % 1e9)
 		}
 	}
-	steps := *stepsFlag
-	if steps == 0 {
+	if cfg.steps == 0 {
 		if n, ok := envInt("MODEL_STEPS"); ok {
-			steps = int(n)
+			cfg.steps = int(n)
 		} else {
-			steps = defaultSteps
+			cfg.steps = defaultSteps
 		}
 	}
-	ignore := map[string]bool{}
+	if s := os.Getenv("MODEL_SCRIPT"); s != "" {
+		cfg.script = decodeTrace(t, s)
+	}
 	for _, inv := range strings.Split(os.Getenv("MODEL_IGNORE"), ",") {
 		if inv = strings.TrimSpace(inv); inv != "" {
-			ignore[inv] = true
+			cfg.ignore[inv] = true
 		}
 	}
-	binDir := t.TempDir()
-	bin := buildPlugin(t, binDir)
-	d := &driver{
-		t: t, e: newEnv(t, bin), rng: rand.New(rand.NewPCG(seed, 0x6e65746e732d7069)), seed: seed,
-		fps: failpoints(t), ignore: ignore,
-		counts: map[string]int{}, found: map[string]int{}, stepRuns: map[string]int{},
-	}
-	d.table = stepTable
 	if only := os.Getenv("MODEL_ONLY"); only != "" {
-		// Exploration: a subset of the steps, to find short sequences.
 		names := strings.Split(only, ",")
-		d.table = slices.DeleteFunc(slices.Clone(stepTable), func(s stepDef) bool { return !slices.Contains(names, s.name) })
-		require.NotEmpty(t, d.table, "MODEL_ONLY=%s names no step", only)
+		cfg.table = slices.DeleteFunc(slices.Clone(stepTable), func(s stepDef) bool { return !slices.Contains(names, s.name) })
+		require.NotEmpty(t, cfg.table, "MODEL_ONLY=%s names no step", only)
 	}
-	t.Cleanup(d.cleanup)
-	t.Logf("seed %d, %d steps, failpoints %v", seed, steps, d.fps)
+	cfg.bin = buildPlugin(t, t.TempDir())
+	cfg.fps = failpoints(t)
+	t.Logf("seed %d, %d steps, failpoints %v", cfg.seed, cfg.steps, cfg.fps)
 
 	start := time.Now()
-	for d.step = 1; d.step <= steps; d.step++ {
-		d.randomStep()
-		d.checkAll()
-		d.prune()
-	}
-	d.step = steps + 1
-	d.logf("final drain")
-	d.drainAll()
-	d.checkAll()
+	d, v := run(t, cfg)
 	elapsed := time.Since(start)
+	if v != nil {
+		msg := d.report(v)
+		if os.Getenv("MODEL_SHRINK") != "" {
+			msg += shrink(t, cfg, d.trace, v)
+		}
+		t.Fatal(msg)
+	}
 
 	names := make([]string, 0, len(d.stepRuns))
 	for n := range d.stepRuns {
@@ -295,7 +359,7 @@ func TestModel(t *testing.T) {
 	for _, n := range names {
 		runs = append(runs, fmt.Sprintf("%s=%d", n, d.stepRuns[n]))
 	}
-	t.Logf("seed %d: %d steps in %s (%.1f steps/s)", seed, steps, elapsed.Round(time.Millisecond), float64(steps)/elapsed.Seconds())
+	t.Logf("seed %d: %d steps in %s (%.1f steps/s)", cfg.seed, d.step-1, elapsed.Round(time.Millisecond), float64(d.step-1)/elapsed.Seconds())
 	t.Logf("steps run: %s", strings.Join(runs, " "))
 	t.Logf("invariant checks: I1=%d I2=%d I3=%d I4=%d I5=%d", d.counts["I1"], d.counts["I2"], d.counts["I3"], d.counts["I4"], d.counts["I5"])
 	if os.Getenv("MODEL_LOG") != "" {
@@ -306,28 +370,136 @@ func TestModel(t *testing.T) {
 	}
 }
 
+// run makes a fresh host environment and applies cfg's steps (random, or
+// its script) and a final drain, checking the invariants after each. It
+// returns the first violation, if any.
+func run(t *testing.T, cfg config) (d *driver, v *violated) {
+	d = &driver{
+		t: t, e: newEnv(t, cfg.bin), main: rand.New(rand.NewPCG(cfg.seed, 0x6e65746e732d7069)), seed: cfg.seed,
+		fps: cfg.fps, table: cfg.table, ignore: cfg.ignore, script: cfg.script != nil,
+		counts: map[string]int{}, found: map[string]int{}, stepRuns: map[string]int{},
+	}
+	t.Cleanup(d.cleanup)
+	defer func() {
+		if r := recover(); r != nil {
+			var ok bool
+			if v, ok = r.(*violated); !ok {
+				panic(r)
+			}
+		}
+	}()
+	if cfg.script != nil {
+		for i, s := range cfg.script {
+			d.step = i + 1
+			d.scriptedStep(s)
+			d.checkAll()
+			d.prune()
+		}
+	} else {
+		for d.step = 1; d.step <= cfg.steps; d.step++ {
+			d.randomStep()
+			d.checkAll()
+			d.prune()
+		}
+	}
+	d.step = len(d.trace) + 1
+	d.logf("final drain")
+	d.drainAll()
+	d.checkAll()
+	return d, nil
+}
+
 // randomStep applies one step of the table, chosen by weight among those
-// whose preconditions hold.
+// whose preconditions hold. Each step draws its choices from its own
+// seed, so that it can be replayed in another sequence.
 func (d *driver) randomStep() {
 	total := 0
 	for _, s := range d.table {
 		total += s.weight
 	}
 	for range 1000 {
-		n := d.rng.IntN(total)
+		n := d.main.IntN(total)
 		for _, s := range d.table {
 			if n -= s.weight; n >= 0 {
 				continue
 			}
-			d.repaired = false
-			if s.run(d) {
-				d.stepRuns[s.name]++
+			if d.apply(stepRec{s.name, d.main.Uint64()}, s) {
 				return
 			}
 			break
 		}
 	}
 	d.t.Fatalf("no step applicable at step %d (seed %d)", d.step, d.seed)
+}
+
+func (d *driver) apply(rec stepRec, s stepDef) bool {
+	d.rng = rand.New(rand.NewPCG(rec.seed, uint64(len(rec.name))))
+	d.repaired = false
+	d.trace = append(d.trace, rec) // kept if the step breaks an invariant
+	if !s.run(d) {
+		d.trace = d.trace[:len(d.trace)-1]
+		return false
+	}
+	d.stepRuns[s.name]++
+	return true
+}
+
+func (d *driver) scriptedStep(rec stepRec) {
+	i := slices.IndexFunc(stepTable, func(s stepDef) bool { return s.name == rec.name })
+	require.True(d.t, i >= 0, "no step %q", rec.name)
+	if !d.apply(rec, stepTable[i]) {
+		d.logf("%s: does not apply here, skipped", rec.name)
+	}
+}
+
+// shrink looks for a shorter step list that breaks the same invariant the
+// same way (delta debugging over the applied steps), each try in a fresh
+// environment, and returns what it found for the failure message.
+func shrink(t *testing.T, cfg config, trace []stepRec, v *violated) string {
+	budget := 200
+	if n, ok := envInt("MODEL_SHRINK_TRIES"); ok {
+		budget = int(n)
+	}
+	want := v.class()
+	tries := 0
+	var best *driver
+	var bestV *violated
+	fails := func(cand []stepRec) bool {
+		tries++
+		c := cfg
+		c.script = cand
+		var d *driver
+		var got *violated
+		t.Run(fmt.Sprintf("shrink-%d", tries), func(t *testing.T) { d, got = run(t, c) })
+		if got != nil && got.class() == want {
+			best, bestV = d, got
+			return true
+		}
+		return false
+	}
+	list := slices.Clone(trace)
+	if !fails(list) {
+		return "\n(the step list does not fail the same way when replayed; no shorter list)\n"
+	}
+	for n := 2; len(list) >= 2 && tries < budget; {
+		chunk := (len(list) + n - 1) / n
+		reduced := false
+		for i := 0; i < len(list) && tries < budget; i += chunk {
+			cand := slices.Concat(list[:i], list[min(len(list), i+chunk):])
+			if fails(cand) {
+				list, reduced = cand, true
+				n = max(n-1, 2)
+				break
+			}
+		}
+		if !reduced {
+			if n >= len(list) {
+				break
+			}
+			n = min(2*n, len(list))
+		}
+	}
+	return fmt.Sprintf("\n\nshortest step list found (%d steps, %d tries) that fails the same way:\n%s", len(list), tries, best.report(bestV))
 }
 
 // cleanup kills every client process and deletes every netns name, even
