@@ -304,6 +304,7 @@ func decodeTrace(t *testing.T, s string) []stepRec {
 //	MODEL_SHRINK=1  on failure, look for a shorter step list that fails the same way
 //	MODEL_ONLY=a,b  only these steps (exploration)
 //	MODEL_IGNORE=I4 do not stop at these invariants (exploration)
+//	MODEL_FAILPOINTS=a,b  crash only at these failpoints (exploration)
 //	MODEL_LOG=1     print the step log of a passing run
 func TestModel(t *testing.T) {
 	require.Zero(t, os.Geteuid(), "the model test needs root: network namespaces, mounts, nsenter")
@@ -337,6 +338,11 @@ func TestModel(t *testing.T) {
 	}
 	cfg.bin = buildPlugin(t, t.TempDir())
 	cfg.fps = failpoints(t)
+	if only := os.Getenv("MODEL_FAILPOINTS"); only != "" {
+		names := strings.Split(only, ",")
+		cfg.fps = slices.DeleteFunc(cfg.fps, func(fp string) bool { return !slices.Contains(names, fp) })
+		require.NotEmpty(t, cfg.fps, "MODEL_FAILPOINTS=%s names no failpoint", only)
+	}
 	t.Logf("seed %d, %d steps, failpoints %v", cfg.seed, cfg.steps, cfg.fps)
 
 	start := time.Now()
