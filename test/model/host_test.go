@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -57,10 +56,9 @@ func repoRoot(t *testing.T) string {
 func buildPlugin(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "netns-pin")
+	// The go tool that runs this test (make puts it first in PATH).
 	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	require.NoError(t, err, "the model test builds the plugin with the go tool")
 	cmd := exec.Command(goBin, "build", "-tags", "failpoints", "-o", bin, "./plugin")
 	cmd.Dir = repoRoot(t)
 	out, err := cmd.CombinedOutput()
@@ -241,10 +239,9 @@ type cniCall struct {
 	podNS       string
 	podName     string
 	podUID      string
-	claim       string            // args.cni.pinCluster
-	prevIPs     []string          // prevResult's addresses (ADD, CHECK)
-	valid       []map[string]any  // GC's cni.dev/valid-attachments
-	extra       map[string]string // more CNI_ARGS
+	claim       string           // args.cni.pinCluster
+	prevIPs     []string         // prevResult's addresses (ADD, CHECK)
+	valid       []map[string]any // GC's cni.dev/valid-attachments
 }
 
 func (e *env) cni(c cniCall, failpoint string) result {
