@@ -176,11 +176,18 @@ func (d *driver) report(v *violated) string {
 	for _, l := range d.log {
 		b.WriteString(l + "\n")
 	}
-	if d.script {
-		fmt.Fprintf(&b, "\nreplay: MODEL_SCRIPT='%s' go test -count=1 -run TestModel ./test/model/\n", encodeTrace(d.trace))
-	} else {
-		fmt.Fprintf(&b, "\nreplay: SEED=%d MODEL_STEPS=%d go test -count=1 -run TestModel ./test/model/\n", d.seed, v.step)
+	var env []string
+	for _, name := range []string{"MODEL_ONLY", "MODEL_FAILPOINTS", "MODEL_IGNORE"} {
+		if v := os.Getenv(name); v != "" && (name != "MODEL_ONLY" || !d.script) {
+			env = append(env, name+"="+v)
+		}
 	}
+	if d.script {
+		env = append(env, fmt.Sprintf("MODEL_SCRIPT='%s'", encodeTrace(d.trace)))
+	} else {
+		env = append(env, fmt.Sprintf("SEED=%d MODEL_STEPS=%d", d.seed, v.step))
+	}
+	fmt.Fprintf(&b, "\nreplay: %s go test -count=1 -run TestModel ./test/model/\n", strings.Join(env, " "))
 	if data, err := os.ReadFile(d.e.logFile); err == nil {
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 		fmt.Fprintf(&b, "\nlast lines of the plugin log:\n%s\n", strings.Join(lines[max(0, len(lines)-20):], "\n"))
