@@ -536,11 +536,8 @@ func (d *driver) claimForeign() {
 	other := (ns + 1 + d.rng.IntN(len(clusterNamespaces)-1)) % len(clusterNamespaces)
 	name := fmt.Sprintf("npm-%s-f%d", d.e.runID, d.step)
 	ip := d.newIP()
-	nsid := d.e.makeNetns(name, []string{ip})
-	defer func() {
-		hosttest.MustRun(d.t, "ip", "netns", "del", name)
-	}()
-	_ = nsid
+	d.e.makeNetns(name, []string{ip})
+	defer hosttest.MustRun(d.t, "ip", "netns", "del", name)
 	c := cniCall{verb: "ADD", containerID: fmt.Sprintf("f%d", d.step), netnsPath: filepath.Join("/run/netns", name),
 		podNS: clusterNamespaces[ns], podName: fmt.Sprintf("claimer-f%d", d.step), podUID: uid(d),
 		claim: clusterOf(other), prevIPs: []string{ip}}
