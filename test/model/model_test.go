@@ -38,7 +38,7 @@ const (
 	rtRunning  rtState = iota // ADD succeeded
 	rtAdding                  // ADD failed (crashed); the runtime retries ADD or gives up with DEL
 	rtDeleting                // DEL failed (refused or crashed); the runtime retries DEL
-	rtGone                    // DEL succeeded and the chain tore the netns down, or a reboot
+	rtGone                    // DEL succeeded and the chain tore the netns down; a reboot; or the runtime forgot it
 )
 
 func (s rtState) String() string {

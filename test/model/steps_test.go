@@ -193,9 +193,29 @@ var stepTable = []stepDef{
 		d.logf("ip addr del %s dev %s in %s", c.ip, ifName, c.h)
 		return true
 	}},
+	{"runtime-forgets", 1, func(d *driver) bool {
+		// CRI-O 1.32+ after a failed DEL: removes its netns file, marks
+		// the network stopped and never retries; only GC and the
+		// operator's gc can release the pin now.
+		hs := d.filter(func(h *holder) bool { return h.rt == rtDeleting })
+		if len(hs) == 0 {
+			return false
+		}
+		h := pick(d, hs)
+		hosttest.MustRun(d.t, "ip", "netns", "del", h.netnsName)
+		h.rt = rtGone
+		d.logf("the runtime forgets %s: its netns file is removed, DEL is not retried", h)
+		return true
+	}},
 	{"umount-pin", 1, func(d *driver) bool {
+		// Only a pin whose netns something else still holds (the
+		// runtime's netns file, a process): the fixture Ceph clients do
+		// not hold a netns the way the kernel's do.
 		mounts := d.mounts()
-		hs := d.filter(func(h *holder) bool { return mounts.pinned(d.e.pinPath(h.att), h.nsid) })
+		hs := d.filter(func(h *holder) bool {
+			return mounts.pinned(d.e.pinPath(h.att), h.nsid) &&
+				(h.rt != rtGone || slices.ContainsFunc(d.clients, func(c *client) bool { return c.h == h && c.p != nil }))
+		})
 		if len(hs) == 0 {
 			return false
 		}
