@@ -172,7 +172,11 @@ func (v *violated) class() string {
 // report is the failure message of a run.
 func (d *driver) report(v *violated) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "invariant %s violated at step %d (seed %d): %s\n\nsteps:\n", v.inv, v.step, d.seed, v.msg)
+	from := fmt.Sprintf("seed %d", d.seed)
+	if d.script {
+		from = "replayed step list"
+	}
+	fmt.Fprintf(&b, "invariant %s violated at step %d (%s): %s\n\nsteps:\n", v.inv, v.step, from, v.msg)
 	for _, l := range d.log {
 		b.WriteString(l + "\n")
 	}
