@@ -272,7 +272,7 @@ func (e *env) cni(c cniCall, failpoint string) result {
 func prevResult(netnsPath string, ips []string) map[string]any {
 	var ipcs []map[string]any
 	for _, ip := range ips {
-		ipcs = append(ipcs, map[string]any{"interface": 0, "address": ip + "/16"})
+		ipcs = append(ipcs, map[string]any{"interface": 0, "address": hostPrefix(ip)})
 	}
 	return map[string]any{
 		"cniVersion": "1.1.0",
@@ -338,12 +338,13 @@ func addrChange(h *netlink.Handle, ip string, add bool) error {
 	if err != nil {
 		return err
 	}
-	// /32: each address its own subnet, so that deleting one never
-	// takes the secondaries of its subnet with it.
-	a, err := netlink.ParseAddr(ip + "/32")
+	// A host prefix: each address its own subnet, so that deleting one
+	// never takes the secondaries of its subnet with it.
+	a, err := netlink.ParseAddr(hostPrefix(ip))
 	if err != nil {
 		return err
 	}
+	a.Flags = unix.IFA_F_NODAD // usable at once, never tentative
 	if add {
 		return h.AddrAdd(l, a)
 	}
@@ -377,12 +378,14 @@ func inspectNetns(path string, id hosttest.NSID) (netnsState, error) {
 			return err
 		}
 		st.hasIf = true
-		addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+		addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
 		if err != nil {
 			return err
 		}
 		for _, a := range addrs {
-			st.ips = append(st.ips, a.IP.String())
+			if !a.IP.IsLinkLocalUnicast() {
+				st.ips = append(st.ips, a.IP.String())
+			}
 		}
 		return nil
 	})
@@ -458,7 +461,7 @@ func (e *env) rbdMap(id int, ip string) string {
 	dir := filepath.Join(e.sysfs, "bus", "rbd", "devices", fmt.Sprint(id))
 	require.NoError(e.t, os.MkdirAll(dir, 0o755))
 	for name, value := range map[string]string{
-		"client_addr":  ip + ":0/3527561932",
+		"client_addr":  clientAddr(ip),
 		"client_id":    fmt.Sprintf("client%d", 4000+id),
 		"cluster_fsid": "b5e3c1a2-7d4f-4e8a-9c61-0f2d3e4a5b6c",
 		"pool":         "replicapool",
@@ -478,7 +481,7 @@ func (e *env) cephfsMount(gid int, ip string) string {
 	dir := filepath.Join(e.debugfs, "ceph", fmt.Sprintf("c0ffee00-1111-4222-8333-444455556666.client%d", gid))
 	require.NoError(e.t, os.MkdirAll(dir, 0o755))
 	for name, value := range map[string]string{
-		"status":         fmt.Sprintf("instance: client.%d (3)%s:0/3527561932\nblocklisted: false\n", gid, ip),
+		"status":         fmt.Sprintf("instance: client.%d (3)%s\nblocklisted: false\n", gid, clientAddr(ip)),
 		"monc":           "have monmap 2 want 3+\n",
 		"osdc":           "REQUESTS 0 homeless 0\n",
 		"client_options": "name=csi-cephfs-node\n",
@@ -503,10 +506,30 @@ func unmountAll(t *testing.T, path string) {
 	}
 }
 
-// ipOf numbers the model's addresses: 10.64.0.1, 10.64.0.2, ... never reused.
+// ipOf numbers the model's addresses, never reused: 10.64.0.1, 10.64.0.2,
+// ...; every third one IPv6, fd00:6e70::3, fd00:6e70::6, ...
 func ipOf(n int) string {
 	n++
+	if n%3 == 0 {
+		return netip.AddrFrom16([16]byte{0xfd, 0, 0x6e, 0x70, 12: byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}).String()
+	}
 	return netip.AddrFrom4([4]byte{10, byte(64 + n>>16), byte(n >> 8), byte(n)}).String()
+}
+
+func hostPrefix(ip string) string {
+	if strings.Contains(ip, ":") {
+		return ip + "/128"
+	}
+	return ip + "/32"
+}
+
+// clientAddr is a Ceph entity address as the kernel prints it ("%pISpc"
+// and the nonce): 10.64.0.1:0/3527561932 or [fd00:6e70::3]:0/3527561932.
+func clientAddr(ip string) string {
+	if strings.Contains(ip, ":") {
+		return "[" + ip + "]:0/3527561932"
+	}
+	return ip + ":0/3527561932"
 }
 
 type netlinkHandle = netlink.Handle
