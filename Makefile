@@ -6,6 +6,7 @@
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), the e2e suites under test/, both demos (root)
 #   make e2e     only the e2e suite (E2E_RUN=regexp selects tests)
+#   make soak    the randomized model test for SOAK_STEPS steps (SEED=n replays a run)
 #   make bench   benchmarks (BENCHTIME=...)
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make clean   remove bin/ and .cache/
@@ -23,6 +24,7 @@ BENCHCOUNT ?= 10
 BENCH_SCALE ?= 1
 BENCH_FLAGS ?=
 FUZZTIME  ?= 20s
+SOAK_STEPS ?= 5000
 E2E_RUN   ?= .
 E2E_FLAGS ?=
 
@@ -41,7 +43,7 @@ define step
 	@start=$$(date +%s); $(2); printf '=== %s: ok (%ss)\n' "$(1)" "$$(( $$(date +%s) - start ))"
 endef
 
-.PHONY: all build tools packages demo demos test fmt-check vet staticcheck unit failpoints e2e e2e-run bench fuzz clean
+.PHONY: all build tools packages demo demos test fmt-check vet staticcheck unit failpoints e2e e2e-run soak bench fuzz clean
 
 all: build
 
@@ -99,6 +101,12 @@ e2e-run:
 demos:
 	$(call step,make demo,$(E2E_ENV) hack/demo.sh >$(CACHE)/demo.out 2>&1 || { cat $(CACHE)/demo.out; exit 1; }; tail -n 3 $(CACHE)/demo.out)
 	$(call step,make demo DEMO=ceph,$(E2E_ENV) hack/ceph/demo.sh >$(CACHE)/demo-ceph.out 2>&1 || { cat $(CACHE)/demo-ceph.out; exit 1; }; tail -n 12 $(CACHE)/demo-ceph.out)
+
+# The randomized model test (test/model, also part of e2e-run with its
+# default number of steps) for as many steps as asked; prints the seed,
+# steps/s and how many times each invariant was checked. SEED=n replays.
+soak:
+	$(call step,model soak ($(SOAK_STEPS) steps),MODEL_STEPS=$(SOAK_STEPS) SEED=$(SEED) $(GO) test -count=1 -timeout 0 -v -run '^TestModel$$' ./test/model/)
 
 test: tools build
 	@start=$$(date +%s); \

@@ -1,0 +1,373 @@
+package model
+
+// The invariants, checked against the host after every step:
+//
+//	I1  a netns the model says is in use keeps its pin (a mount of that
+//	    nsfs inode at its pin path; an external unmount is allowed until
+//	    the next repairing operation, which must pin it again), its
+//	    interface and its addresses;
+//	I2  once a repairing operation ran: the records are those the model
+//	    expects, every record has its pin, every pin its record, and every
+//	    link of a cluster leads to its newest active pin, else its newest
+//	    draining pin, else does not exist;
+//	I3  with every client gone, every holder deleted and GC run, nothing
+//	    is left: no mount, record, link or pin file;
+//	I4  a refused operation (wrong --pin-dir, a claim of another
+//	    namespace's cluster) fails and changes nothing; a pod that is no
+//	    holder changes nothing;
+//	I5  answers: DEL refuses (code 11) exactly while the netns is in use,
+//	    GC and the operator's commands do not fail, inuse reports what the
+//	    model knows, CHECK passes exactly for pinned holders.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+)
+
+type recView struct {
+	State   string    `json:"state"`
+	Created time.Time `json:"created"`
+}
+
+// records reads every record of the store.
+func (d *driver) records() map[string]recView {
+	d.t.Helper()
+	out := map[string]recView{}
+	dir := filepath.Join(d.e.stateDir, "records")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return out
+	}
+	if err != nil {
+		d.t.Fatalf("read %s: %v", dir, err)
+	}
+	for _, en := range entries {
+		att, ok := strings.CutSuffix(en.Name(), ".json")
+		if !ok || strings.HasPrefix(en.Name(), ".tmp-") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, en.Name()))
+		if err != nil {
+			d.t.Fatalf("read record: %v", err)
+		}
+		var r recView
+		if err := json.Unmarshal(data, &r); err != nil {
+			d.violation("I2", "record %s is no JSON: %v", en.Name(), err)
+			continue
+		}
+		out[att] = r
+	}
+	return out
+}
+
+type mountTable []hosttest.MountEntry
+
+func (d *driver) mounts() mountTable { return mountTable(hosttest.ReadMountinfo(d.t)) }
+
+// pinned reports whether path is a mount of the netns id.
+func (m mountTable) pinned(path string, id hosttest.NSID) bool {
+	root := fmt.Sprintf("net:[%d]", id.Ino)
+	return slices.ContainsFunc(m, func(e hosttest.MountEntry) bool { return e.Mountpoint == path && e.Root == root })
+}
+
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+func (d *driver) checkAll() {
+	d.t.Helper()
+	recs := d.records()
+	mounts := d.mounts()
+	if d.repaired {
+		d.resolve(recs)
+		d.dirty = false
+	}
+	d.checkInUse(mounts)
+	if !d.dirty {
+		d.checkStore(recs, mounts)
+	}
+}
+
+// resolve settles the holders whose state a crash or an external unmount
+// left open, from what the repairing operation left on disk.
+func (d *driver) resolve(recs map[string]recView) {
+	for _, h := range d.holders {
+		if !h.uncertain {
+			continue
+		}
+		obs := pinNone
+		if r, ok := recs[h.att]; ok {
+			obs = pinState(r.State)
+		}
+		d.count("I2")
+		switch {
+		case obs != pinNone && obs != pinActive && obs != pinDraining:
+			d.violation("I2", "after a repairing operation the record of %s is still %q", h, obs)
+		case obs == pinNone && d.inUse(h):
+			d.violation("I1", "the record of %s is gone while %v use its netns", h, d.users(h))
+		case len(h.allowed) > 0 && !slices.Contains(h.allowed, obs):
+			d.violation("I2", "the record of %s is %s, want one of %v", h, obs, h.allowed)
+		}
+		d.logf("    %s resolved: %s", h, obs)
+		if obs == pinNone {
+			h.addIPs = nil
+		}
+		h.pin, h.uncertain, h.allowed, h.unmounted = obs, false, nil, false
+	}
+}
+
+// checkInUse is I1.
+func (d *driver) checkInUse(mounts mountTable) {
+	for _, c := range d.clients {
+		if c.p == nil {
+			continue
+		}
+		select {
+		case <-c.p.done:
+			d.t.Fatalf("client %s died on its own at step %d (seed %d): the model cannot go on", c, d.step, d.seed)
+		default:
+		}
+	}
+	for _, h := range d.holders {
+		if !d.inUse(h) {
+			continue
+		}
+		d.count("I1")
+		pin := d.e.pinPath(h.att)
+		pinned := mounts.pinned(pin, h.nsid)
+		if !pinned && !h.unmounted {
+			d.violation("I1", "%s is in use by %v but its netns %v is no longer pinned at %s", h, d.users(h), h.nsid, pin)
+		}
+		var paths []string
+		if pinned {
+			paths = append(paths, pin)
+		}
+		paths = append(paths, h.netnsPath)
+		for _, c := range d.clients {
+			if c.h == h && c.p != nil {
+				paths = append(paths, c.p.netnsPath())
+			}
+		}
+		var st netnsState
+		var err error
+		reached := false
+		for _, p := range paths {
+			if st, err = inspectNetns(p, h.nsid); err == nil {
+				reached = true
+				break
+			}
+		}
+		switch {
+		case !reached:
+			d.violation("I1", "%s is in use by %v but its netns %v cannot be reached (last error %v)", h, d.users(h), h.nsid, err)
+		case !st.hasIf:
+			d.violation("I1", "%s is in use by %v but its netns lost %s", h, d.users(h), ifName)
+		default:
+			for _, ip := range h.ips {
+				if !slices.Contains(st.ips, ip) {
+					d.violation("I1", "%s is in use by %v but its netns lost address %s (has %v)", h, d.users(h), ip, st.ips)
+				}
+			}
+		}
+	}
+}
+
+// checkStore is I2.
+func (d *driver) checkStore(recs map[string]recView, mounts mountTable) {
+	d.count("I2")
+	byAtt := map[string]*holder{}
+	for _, h := range d.holders {
+		byAtt[h.att] = h
+		obs := pinNone
+		if r, ok := recs[h.att]; ok {
+			obs = pinState(r.State)
+		}
+		if obs != h.pin {
+			d.violation("I2", "the record of %s is %s, the model says %s", h, obs, h.pin)
+		}
+		if h.pin != pinNone && !mounts.pinned(d.e.pinPath(h.att), h.nsid) {
+			d.violation("I2", "%s has a %s record but no pin of %v at %s", h, h.pin, h.nsid, d.e.pinPath(h.att))
+		}
+	}
+	for att, r := range recs {
+		if byAtt[att] == nil {
+			d.violation("I2", "record %s (%s) belongs to no holder the model knows", att, r.State)
+		}
+	}
+	pins, _ := os.ReadDir(filepath.Join(d.e.pinDir, "pins"))
+	for _, p := range pins {
+		if strings.HasPrefix(p.Name(), ".tmp-") {
+			continue
+		}
+		if h := byAtt[p.Name()]; h == nil || h.pin == pinNone {
+			d.violation("I2", "pin file %s has no record", p.Name())
+		}
+	}
+	for cl := range clusterNamespaces {
+		var cands []*holder
+		for _, h := range d.holders {
+			if h.cluster == cl && h.pin != pinNone {
+				cands = append(cands, h)
+			}
+		}
+		sort.SliceStable(cands, func(i, j int) bool {
+			ci, cj := recs[cands[i].att].Created, recs[cands[j].att].Created
+			if !ci.Equal(cj) {
+				return ci.Before(cj)
+			}
+			return cands[i].att < cands[j].att
+		})
+		var target *holder
+		for _, h := range cands {
+			if h.pin == pinActive {
+				target = h
+			}
+		}
+		if target == nil {
+			for _, h := range cands {
+				target = h
+			}
+		}
+		for _, l := range d.e.links(cl) {
+			d.checkLink(l, target)
+		}
+	}
+}
+
+func (d *driver) checkLink(link string, target *holder) {
+	dest, err := os.Readlink(link)
+	if target == nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			d.violation("I2", "link %s exists (-> %q, %v) but its cluster has no pin", link, dest, err)
+		}
+		return
+	}
+	if err != nil {
+		d.violation("I2", "link %s: %v; want it to lead to %s", link, err, target)
+		return
+	}
+	if !filepath.IsAbs(dest) {
+		dest = filepath.Join(filepath.Dir(link), dest)
+	}
+	if want := d.e.pinPath(target.att); filepath.Clean(dest) != want {
+		d.violation("I2", "link %s leads to %s, want %s (%s, the newest %s pin of its cluster)", link, dest, want, target, target.pin)
+		return
+	}
+	if id, err := hosttest.NSIDOf(link); err != nil || id != target.nsid {
+		d.violation("I2", "link %s leads to %v (err %v), want the netns %v of %s", link, id, err, target.nsid, target)
+	}
+}
+
+// checkEmpty is I3.
+func (d *driver) checkEmpty() {
+	d.count("I3")
+	var left []string
+	recs, _ := os.ReadDir(filepath.Join(d.e.stateDir, "records"))
+	for _, r := range recs {
+		left = append(left, "record "+r.Name())
+	}
+	pins, _ := os.ReadDir(filepath.Join(d.e.pinDir, "pins"))
+	for _, p := range pins {
+		left = append(left, "pin file "+p.Name())
+	}
+	for _, m := range d.mounts() {
+		if under(m.Mountpoint, d.e.work) && (strings.HasPrefix(m.Root, "net:[") || under(m.Mountpoint, filepath.Join(d.e.pinDir, "pins"))) {
+			left = append(left, fmt.Sprintf("mount %s of %s", m.Mountpoint, m.Root))
+		}
+	}
+	for cl := range clusterNamespaces {
+		for _, l := range d.e.links(cl) {
+			if _, err := os.Lstat(l); !errors.Is(err, fs.ErrNotExist) {
+				left = append(left, "link "+l)
+			}
+		}
+	}
+	if len(left) > 0 {
+		d.violation("I3", "after every client left, every holder was deleted and GC ran, there is still: %s", strings.Join(left, "; "))
+	}
+}
+
+// snapshot is what the store has on the host, to tell whether a refused
+// operation changed anything.
+type snapshot struct {
+	records, pins, mounts, links string
+}
+
+// diff says what changed between two snapshots, one line per part.
+func (s snapshot) diff(after snapshot) string {
+	var b strings.Builder
+	for _, p := range []struct{ name, before, after string }{
+		{"records", s.records, after.records}, {"pins", s.pins, after.pins},
+		{"mounts", s.mounts, after.mounts}, {"links", s.links, after.links},
+	} {
+		if p.before != p.after {
+			fmt.Fprintf(&b, "\n  %s before: %s\n  %s after:  %s", p.name, summary(p.before), p.name, summary(p.after))
+		}
+	}
+	return b.String()
+}
+
+var stateField = regexp.MustCompile(`"state": "([a-z]+)"`)
+
+// summary shortens records to name(state) and paths to their last part.
+func summary(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		name, rest, _ := strings.Cut(l, " ")
+		if m := stateField.FindStringSubmatch(rest); m != nil {
+			out = append(out, name+"("+m[1]+")")
+		} else if l != "" {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return "(none)"
+	}
+	return strings.Join(out, " ")
+}
+
+func (d *driver) snapshot() snapshot {
+	var s snapshot
+	var lines []string
+	recs, _ := os.ReadDir(filepath.Join(d.e.stateDir, "records"))
+	for _, r := range recs {
+		data, _ := os.ReadFile(filepath.Join(d.e.stateDir, "records", r.Name()))
+		lines = append(lines, r.Name()+" "+strings.Join(strings.Fields(string(data)), " "))
+	}
+	s.records = strings.Join(lines, "\n")
+	lines = nil
+	pins, _ := os.ReadDir(filepath.Join(d.e.pinDir, "pins"))
+	for _, p := range pins {
+		lines = append(lines, p.Name())
+	}
+	s.pins = strings.Join(lines, " ")
+	lines = nil
+	for _, m := range d.mounts() {
+		if under(m.Mountpoint, d.e.pinDir) {
+			lines = append(lines, strings.TrimPrefix(m.Mountpoint, d.e.work+"/")+"="+m.Root)
+		}
+	}
+	sort.Strings(lines)
+	s.mounts = strings.Join(lines, " ")
+	lines = nil
+	for cl := range clusterNamespaces {
+		for _, l := range d.e.links(cl) {
+			dest, err := os.Readlink(l)
+			if err != nil {
+				dest = "absent"
+			}
+			lines = append(lines, strings.TrimPrefix(l, d.e.work+"/")+"->"+dest)
+		}
+	}
+	s.links = strings.Join(lines, " ")
+	return s
+}

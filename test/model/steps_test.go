@@ -1,0 +1,695 @@
+package model
+
+// The step set. Every verb, command and state of the plugin joins this one
+// table: a step checks its own preconditions (returning false when it does
+// not apply), acts on the host through the real binary or the kernel, says
+// what it did in the step log and updates the model.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+)
+
+type stepDef struct {
+	name   string
+	weight int
+	run    func(d *driver) bool
+}
+
+const (
+	maxAlive   = 10 // holders the runtime knows at once
+	maxClients = 10
+)
+
+var stepTable = []stepDef{
+	{"add", 6, func(d *driver) bool {
+		if len(d.alive()) >= maxAlive {
+			return false
+		}
+		d.add(d.newHolder(), "")
+		return true
+	}},
+	{"add-retry", 2, func(d *driver) bool {
+		hs := d.filter(func(h *holder) bool { return h.rt == rtRunning || h.rt == rtAdding })
+		if len(hs) == 0 {
+			return false
+		}
+		d.add(pick(d, hs), "")
+		return true
+	}},
+	{"del", 6, func(d *driver) bool {
+		hs := d.alive()
+		if len(hs) == 0 {
+			return false
+		}
+		d.del(pick(d, hs), "")
+		return true
+	}},
+	{"gc", 3, func(d *driver) bool { d.gc(""); return true }},
+	{"check", 2, func(d *driver) bool {
+		hs := d.filter(func(h *holder) bool { return h.rt == rtRunning })
+		if len(hs) == 0 {
+			return false
+		}
+		d.check(pick(d, hs))
+		return true
+	}},
+	{"status", 1, func(d *driver) bool {
+		r := d.e.cni(cniCall{verb: "STATUS"}, "")
+		d.logf("STATUS -> %s", r)
+		d.count("I5")
+		if r.rc != 0 || r.killed {
+			d.violation("I5", "STATUS failed: %s", r)
+		}
+		return true
+	}},
+	{"add-nonholder", 1, func(d *driver) bool {
+		hs := d.alive()
+		if len(hs) == 0 {
+			return false
+		}
+		h := pick(d, hs)
+		before := d.snapshot()
+		c := cniCall{verb: "ADD", containerID: fmt.Sprintf("app%d", d.step), netnsPath: h.netnsPath,
+			podNS: clusterNamespaces[h.cluster], podName: fmt.Sprintf("app-%d", d.step), podUID: uid(d), prevIPs: h.ips}
+		r := d.e.cni(c, "")
+		c.verb = "DEL"
+		r2 := d.e.cni(c, "")
+		d.logf("ADD, DEL of a pod that is no holder (%s/%s) in the netns of %s -> %s, %s", c.podNS, c.podName, h, r, r2)
+		d.count("I4")
+		if r.rc != 0 || r2.rc != 0 || r.killed || r2.killed {
+			d.violation("I4", "a pod that is no holder must pass through: ADD %s, DEL %s", r, r2)
+		}
+		if after := d.snapshot(); after != before {
+			d.violation("I4", "a pod that is no holder changed the store:%s", before.diff(after))
+		}
+		return true
+	}},
+	{"claim-foreign", 1, func(d *driver) bool { d.claimForeign(); return true }},
+	{"cli-list", 1, func(d *driver) bool {
+		r := d.e.cli(d.e.pinDir, "", "--json", "list")
+		d.logf("netns-pin list -> %s", r)
+		if d.noStore(r) {
+			return true
+		}
+		d.count("I5")
+		if r.rc != 0 || r.killed {
+			d.violation("I5", "list failed: %s", r)
+		}
+		d.repaired = true
+		return true
+	}},
+	{"cli-inuse", 2, func(d *driver) bool {
+		hs := d.filter(func(h *holder) bool { return h.pin != pinNone || h.uncertain })
+		if len(hs) == 0 {
+			return false
+		}
+		d.cliInUse(pick(d, hs))
+		return true
+	}},
+	{"cli-gc", 2, func(d *driver) bool { d.cliGC(""); return true }},
+	{"cli-release", 2, func(d *driver) bool {
+		hs := d.filter(func(h *holder) bool { return h.pin != pinNone || h.uncertain })
+		if len(hs) == 0 {
+			return false
+		}
+		d.cliRelease(pick(d, hs), "")
+		return true
+	}},
+	{"cli-wrong-pindir", 1, func(d *driver) bool { d.cliWrongPinDir(); return true }},
+	{"proc-enter", 5, func(d *driver) bool {
+		if len(d.clients) >= maxClients {
+			return false
+		}
+		cl := d.rng.IntN(len(clusterNamespaces))
+		link := pick(d, d.e.links(cl))
+		p := startProc(d.t, link)
+		if p == nil {
+			d.logf("nsenter --net=%s: no netns there", link)
+			return true
+		}
+		id, err := hosttest.NSIDOf(p.netnsPath())
+		h := d.holderByNetns(id)
+		if err != nil || h == nil {
+			p.stop()
+			d.logf("nsenter --net=%s entered %v (err %v)", link, id, err)
+			d.violation("I2", "link %s led to a netns no holder has: %v", link, id)
+			return true
+		}
+		d.nextC++
+		c := &client{id: d.nextC, kind: "proc", h: h, p: p}
+		d.clients = append(d.clients, c)
+		d.logf("nsenter --net=%s sleep: %s", link, c)
+		return true
+	}},
+	{"proc-leave", 4, func(d *driver) bool { return d.clientLeaves("proc") }},
+	{"rbd-map", 4, func(d *driver) bool { return d.kernelClient("rbd") }},
+	{"rbd-unmap", 3, func(d *driver) bool { return d.clientLeaves("rbd") }},
+	{"cephfs-mount", 3, func(d *driver) bool { return d.kernelClient("cephfs") }},
+	{"cephfs-umount", 3, func(d *driver) bool { return d.clientLeaves("cephfs") }},
+	{"addr-add", 2, func(d *driver) bool {
+		hs := d.filter(func(h *holder) bool { return h.rt != rtGone && len(h.ips) < 4 })
+		if len(hs) == 0 {
+			return false
+		}
+		h := pick(d, hs)
+		ip := d.newIP()
+		require.NoError(d.t, withNetlink(h.netnsPath, func(nh *netlinkHandle) error { return addrChange(nh, ip, true) }))
+		h.ips = append(h.ips, ip)
+		d.logf("ip addr add %s dev %s in %s", ip, ifName, h)
+		return true
+	}},
+	{"addr-del", 2, func(d *driver) bool {
+		// An address a Ceph kernel client uses goes only if the record
+		// has it from ADD: the plugin cannot know of an address that came
+		// and went between two of its runs.
+		type cand struct {
+			h  *holder
+			ip string
+		}
+		var cs []cand
+		for _, h := range d.alive() {
+			for _, ip := range h.ips {
+				used := slices.ContainsFunc(d.clients, func(c *client) bool { return c.h == h && c.ip == ip })
+				if !used || slices.Contains(h.addIPs, ip) {
+					cs = append(cs, cand{h, ip})
+				}
+			}
+		}
+		if len(cs) == 0 {
+			return false
+		}
+		c := pick(d, cs)
+		require.NoError(d.t, withNetlink(c.h.netnsPath, func(nh *netlinkHandle) error { return addrChange(nh, c.ip, false) }))
+		c.h.ips = slices.DeleteFunc(c.h.ips, func(s string) bool { return s == c.ip })
+		d.logf("ip addr del %s dev %s in %s", c.ip, ifName, c.h)
+		return true
+	}},
+	{"runtime-forgets", 1, func(d *driver) bool {
+		// CRI-O 1.32+ after a failed DEL: removes its netns file, marks
+		// the network stopped and never retries; only GC and the
+		// operator's gc can release the pin now.
+		hs := d.filter(func(h *holder) bool { return h.rt == rtDeleting })
+		if len(hs) == 0 {
+			return false
+		}
+		h := pick(d, hs)
+		hosttest.MustRun(d.t, "ip", "netns", "del", h.netnsName)
+		h.rt = rtGone
+		d.logf("the runtime forgets %s: its netns file is removed, DEL is not retried", h)
+		return true
+	}},
+	{"umount-pin", 1, func(d *driver) bool {
+		// Only a pin whose netns something else still holds (the
+		// runtime's netns file, a process): the fixture Ceph clients do
+		// not hold a netns the way the kernel's do.
+		mounts := d.mounts()
+		hs := d.filter(func(h *holder) bool {
+			return mounts.pinned(d.e.pinPath(h.att), h.nsid) &&
+				(h.rt != rtGone || slices.ContainsFunc(d.clients, func(c *client) bool { return c.h == h && c.p != nil }))
+		})
+		if len(hs) == 0 {
+			return false
+		}
+		h := pick(d, hs)
+		unmountAll(d.t, d.e.pinPath(h.att))
+		h.unmounted, h.uncertain, h.allowed = true, true, nil
+		d.dirty = true
+		d.logf("umount -l %s (%s, in use by %v)", d.e.pinPath(h.att), h, d.users(h))
+		return true
+	}},
+	{"crash", 3, func(d *driver) bool {
+		// A failpoint named add-* is reached by ADD, del-* by a release
+		// (DEL, GC, the operator's gc and release); others by anything.
+		fp := pick(d, d.fps)
+		ops := []int{0, 1, 2, 3, 4, 5}
+		switch {
+		case strings.HasPrefix(fp, "add-"):
+			ops = []int{0, 1}
+		case strings.HasPrefix(fp, "del-"):
+			ops = []int{2, 3, 4, 5}
+		}
+		hasRetry := d.filter(func(h *holder) bool { return h.rt == rtRunning || h.rt == rtAdding })
+		hasPin := d.filter(func(h *holder) bool { return h.pin != pinNone || h.uncertain })
+		switch op := pick(d, ops); {
+		case op == 0 && len(d.alive()) < maxAlive:
+			d.add(d.newHolder(), fp)
+		case op == 1 && len(hasRetry) > 0:
+			d.add(pick(d, hasRetry), fp)
+		case op == 2 && len(d.alive()) > 0:
+			d.del(pick(d, d.alive()), fp)
+		case op == 3:
+			d.gc(fp)
+		case op == 4:
+			d.cliGC(fp)
+		case op == 5 && len(hasPin) > 0:
+			d.cliRelease(pick(d, hasPin), fp)
+		default:
+			return false
+		}
+		return true
+	}},
+	{"reboot", 1, func(d *driver) bool {
+		if d.rng.IntN(3) != 0 { // rarer than the others
+			return false
+		}
+		d.reboot()
+		return true
+	}},
+	{"drain-all", 1, func(d *driver) bool {
+		if d.rng.IntN(2) != 0 {
+			return false
+		}
+		d.drainAll()
+		return true
+	}},
+}
+
+func uid(d *driver) string {
+	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", d.rng.Uint32(), d.rng.IntN(1<<16), d.rng.IntN(1<<12), d.rng.IntN(1<<12), d.rng.Uint64()&(1<<48-1))
+}
+
+// newHolder makes a holder pod's netns with its interface and address;
+// one in five claims its cluster with args.cni.pinCluster instead of
+// matching a holders rule.
+func (d *driver) newHolder() *holder {
+	d.nextH++
+	cl := d.rng.IntN(len(clusterNamespaces))
+	h := &holder{id: d.nextH, cluster: cl, podNS: clusterNamespaces[cl], podUID: uid(d), rt: rtAdding, pin: pinNone}
+	h.podName = fmt.Sprintf("holder-%d", h.id)
+	if d.rng.IntN(5) == 0 {
+		h.podName, h.claim = fmt.Sprintf("claimer-%d", h.id), clusterOf(cl)
+	}
+	h.cid = fmt.Sprintf("h%d", h.id)
+	h.att = h.cid + "." + ifName
+	h.netnsName = fmt.Sprintf("npm-%s-%d", d.e.runID, h.id)
+	h.netnsPath = filepath.Join("/run/netns", h.netnsName)
+	h.ips = []string{d.newIP()}
+	d.holders = append(d.holders, h)
+	h.nsid = d.e.makeNetns(h.netnsName, h.ips)
+	return h
+}
+
+// add runs ADD for h, with a failpoint armed when fp is set.
+func (d *driver) add(h *holder, fp string) {
+	prev, wasUncertain := h.pin, h.uncertain
+	r := d.e.cni(h.call("ADD"), fp)
+	again := ""
+	if h.rt != rtAdding || prev != pinNone || wasUncertain {
+		again = " again"
+	}
+	d.logf("ADD%s %s%s -> %s", again, h, fpNote(fp), r)
+	if r.killed {
+		h.rt = rtAdding
+		h.uncertain, h.allowed = true, nil
+		if prev == pinNone || wasUncertain {
+			// Whatever record comes of it is not the one the model saw
+			// made: no address is known to be recorded.
+			h.addIPs = nil
+		}
+		d.dirty = true
+		return
+	}
+	d.count("I5")
+	if r.rc != 0 {
+		d.violation("I5", "ADD of holder %s failed: %s", h, r)
+		return
+	}
+	d.repaired = true
+	h.rt = rtRunning
+	switch {
+	case wasUncertain:
+		h.allowed = []pinState{pinActive, pinDraining}
+	case prev == pinNone:
+		h.pin = pinActive
+		h.addIPs = slices.Clone(h.ips)
+	}
+}
+
+func fpNote(fp string) string {
+	if fp == "" {
+		return ""
+	}
+	return " [failpoint " + fp + "]"
+}
+
+// del runs DEL for h; on success the chain's earlier plugins and the
+// runtime tear the netns down.
+func (d *driver) del(h *holder, fp string) {
+	_, err := os.Lstat(d.e.recordPath(h.att))
+	hadRecord := err == nil
+	inUse := d.inUse(h)
+	r := d.e.cni(h.call("DEL"), fp)
+	d.logf("DEL %s%s (in use by %v) -> %s", h, fpNote(fp), d.users(h), r)
+	if r.killed {
+		h.rt = rtDeleting
+		h.uncertain, h.allowed = true, nil
+		d.dirty = true
+		return
+	}
+	d.repaired = hadRecord
+	d.count("I5")
+	switch {
+	case r.rc == 0:
+		// Released, or nothing was pinned: the chain goes on with its
+		// DEL. If a client still uses the netns, I1 sees it next.
+		h.rt, h.pin, h.uncertain, h.allowed, h.unmounted = rtGone, pinNone, false, nil, false
+		d.e.tearDownNetns(h.netnsName)
+	case r.code == 11 && inUse:
+		h.rt, h.pin, h.uncertain, h.allowed, h.unmounted = rtDeleting, pinDraining, false, nil, false
+	case r.code == 11:
+		h.rt = rtDeleting
+		d.violation("I5", "DEL of %s refused although nothing uses its netns: %s", h, r)
+	default:
+		h.rt = rtDeleting
+		d.violation("I5", "DEL of %s failed with something else than code 11: %s", h, r)
+	}
+}
+
+// gc runs CNI GC with the attachments the runtime knows: running and
+// adding holders, and half of the deleting ones (CRI-O forgets them).
+func (d *driver) gc(fp string) {
+	var valid []map[string]any
+	var names []string
+	stale := map[*holder]bool{}
+	for _, h := range d.holders {
+		if h.rt == rtRunning || h.rt == rtAdding || (h.rt == rtDeleting && d.rng.IntN(2) == 0) {
+			valid = append(valid, map[string]any{"containerID": h.cid, "ifname": ifName})
+			names = append(names, fmt.Sprintf("h%d", h.id))
+		} else {
+			stale[h] = true
+		}
+	}
+	r := d.e.cni(cniCall{verb: "GC", valid: valid}, fp)
+	d.logf("GC valid=%v%s -> %s", names, fpNote(fp), r)
+	if r.killed {
+		d.crashedAll()
+		return
+	}
+	d.count("I5")
+	if r.rc != 0 {
+		d.violation("I5", "GC failed: %s", r)
+		return
+	}
+	d.repaired = true
+	for h := range stale {
+		d.collected(h)
+	}
+}
+
+// collected: h went through a release attempt that is not DEL (GC, the
+// operator's gc): kept while in use, released otherwise.
+func (d *driver) collected(h *holder) {
+	if h.uncertain {
+		return // the observation after the step decides
+	}
+	if h.pin == pinNone {
+		return
+	}
+	if d.inUse(h) {
+		h.pin = pinDraining
+	} else {
+		h.pin = pinNone
+	}
+}
+
+// crashedAll: an operation that may touch every record was killed.
+func (d *driver) crashedAll() {
+	for _, h := range d.holders {
+		if h.pin != pinNone || h.uncertain {
+			h.uncertain, h.allowed = true, nil
+		}
+	}
+	d.dirty = true
+}
+
+func (d *driver) check(h *holder) {
+	r := d.e.cni(h.call("CHECK"), "")
+	d.logf("CHECK %s -> %s", h, r)
+	if d.dirty || h.uncertain {
+		return
+	}
+	d.count("I5")
+	switch {
+	case r.killed:
+		d.violation("I5", "CHECK killed without a failpoint")
+	case h.pin == pinNone && r.rc == 0:
+		d.violation("I5", "CHECK of %s passed, but it has no pin", h)
+	case h.pin != pinNone && r.rc != 0:
+		d.violation("I5", "CHECK of %s (%s) failed: %s", h, h.pin, r)
+	}
+}
+
+func (d *driver) cliGC(fp string) {
+	r := d.e.cli(d.e.pinDir, fp, "gc")
+	d.logf("netns-pin gc%s -> %s", fpNote(fp), r)
+	if d.noStore(r) {
+		return
+	}
+	if r.killed {
+		d.crashedAll()
+		return
+	}
+	d.count("I5")
+	if r.rc != 0 {
+		d.violation("I5", "netns-pin gc failed: %s", r)
+		return
+	}
+	d.repaired = true
+	for _, h := range d.holders {
+		if h.pin == pinDraining && !h.uncertain {
+			d.collected(h)
+		}
+	}
+}
+
+// cliRelease runs `netns-pin release <attachment>` without --force: it
+// must refuse while the netns is in use and release it otherwise.
+func (d *driver) cliRelease(h *holder, fp string) {
+	prev := h.pin
+	r := d.e.cli(d.e.pinDir, fp, "release", h.att)
+	d.logf("netns-pin release %s (%s, in use by %v)%s -> %s", h.att, h, d.users(h), fpNote(fp), r)
+	if d.noStore(r) {
+		return
+	}
+	if r.killed {
+		h.uncertain, h.allowed = true, nil
+		d.dirty = true
+		return
+	}
+	d.repaired = true
+	d.count("I5")
+	switch {
+	case h.uncertain:
+		// The observation after the step decides.
+	case r.rc == 0:
+		h.pin = pinNone
+	case d.inUse(h):
+		// Refused; it may have been marked draining as a DEL would.
+		h.uncertain, h.allowed = true, []pinState{prev, pinDraining}
+	case prev != pinNone:
+		d.violation("I5", "release of %s refused although nothing uses it: %s", h, r)
+	}
+}
+
+// cliInUse runs `netns-pin inuse <attachment>`: it must report references
+// exactly when the model has clients on the netns.
+func (d *driver) cliInUse(h *holder) {
+	r := d.e.cli(d.e.pinDir, "", "--json", "inuse", h.att)
+	d.logf("netns-pin inuse %s (%s, in use by %v) -> %s", h.att, h, d.users(h), r)
+	if d.noStore(r) {
+		return
+	}
+	d.repaired = !r.killed
+	if r.rc != 0 || r.killed {
+		return // no record: I1 and I2 judge whether that is right
+	}
+	var reports []struct {
+		References []json.RawMessage `json:"references"`
+	}
+	require.NoError(d.t, json.Unmarshal([]byte(r.stdout), &reports), "inuse --json printed %q", r.stdout)
+	d.count("I5")
+	if len(reports) != 1 {
+		d.violation("I5", "inuse %s: want one report, got %s", h.att, r.stdout)
+		return
+	}
+	if got, want := len(reports[0].References) > 0, d.inUse(h); got != want {
+		d.violation("I5", "inuse %s says in use=%v, but the clients are %v: %s", h.att, got, d.users(h), strings.TrimSpace(r.stdout))
+	}
+}
+
+// cliWrongPinDir runs a command with a --pin-dir other than the one the
+// records were made under: it must fail and change nothing.
+func (d *driver) cliWrongPinDir() {
+	cmds := [][]string{{"list"}, {"gc"}, {"inuse", clusterOf(0)}}
+	if hs := d.filter(func(h *holder) bool { return h.pin != pinNone }); len(hs) > 0 {
+		h := pick(d, hs)
+		cmds = append(cmds, []string{"inuse", h.att}, []string{"release", h.att})
+	}
+	cmd := pick(d, cmds)
+	before := d.snapshot()
+	r := d.e.cli(d.e.wrongPinDir, "", cmd...)
+	d.logf("netns-pin --pin-dir %s %s -> %s", d.e.wrongPinDir, strings.Join(cmd, " "), r)
+	d.count("I4")
+	after := d.snapshot()
+	if before.records != "" && r.rc == 0 {
+		d.violation("I4", "netns-pin %s with a wrong --pin-dir succeeded: %s", strings.Join(cmd, " "), strings.TrimSpace(r.stdout))
+	}
+	if after != before {
+		d.violation("I4", "netns-pin %s with a wrong --pin-dir changed the store:%s", strings.Join(cmd, " "), before.diff(after))
+		d.crashedAll() // only when the violation is ignored: let repair decide
+	}
+}
+
+// claimForeign: a pod claims, with args.cni.pinCluster, a cluster of
+// another namespace; ADD must fail and change nothing.
+func (d *driver) claimForeign() {
+	ns := d.rng.IntN(len(clusterNamespaces))
+	other := (ns + 1 + d.rng.IntN(len(clusterNamespaces)-1)) % len(clusterNamespaces)
+	name := fmt.Sprintf("npm-%s-f%d", d.e.runID, d.step)
+	ip := d.newIP()
+	d.e.makeNetns(name, []string{ip})
+	defer hosttest.MustRun(d.t, "ip", "netns", "del", name)
+	c := cniCall{verb: "ADD", containerID: fmt.Sprintf("f%d", d.step), netnsPath: filepath.Join("/run/netns", name),
+		podNS: clusterNamespaces[ns], podName: fmt.Sprintf("claimer-f%d", d.step), podUID: uid(d),
+		claim: clusterOf(other), prevIPs: []string{ip}}
+	before := d.snapshot()
+	r := d.e.cni(c, "")
+	d.logf("ADD %s/%s claiming %s (another namespace's cluster) -> %s", c.podNS, c.podName, c.claim, r)
+	d.count("I4")
+	after := d.snapshot()
+	if r.rc == 0 {
+		d.violation("I4", "a claim of another namespace's cluster was accepted")
+	}
+	if after != before {
+		d.violation("I4", "a refused claim changed the store:%s", before.diff(after))
+	}
+	if r.rc == 0 {
+		// Only when the violation is ignored: take it back.
+		c.verb = "DEL"
+		r := d.e.cni(c, "")
+		d.logf("DEL of the accepted claim -> %s", r)
+		d.repaired = true
+	}
+}
+
+// kernelClient maps an rbd image or mounts CephFS through a cluster's
+// link: the client lives in the netns the link leads to and the monitors
+// see it at one of that netns's addresses.
+func (d *driver) kernelClient(kind string) bool {
+	if len(d.clients) >= maxClients {
+		return false
+	}
+	cl := d.rng.IntN(len(clusterNamespaces))
+	link := pick(d, d.e.links(cl))
+	id, err := hosttest.NSIDOf(link)
+	if err != nil {
+		d.logf("%s through %s: no netns there", kind, link)
+		return true
+	}
+	h := d.holderByNetns(id)
+	if h == nil {
+		d.violation("I2", "link %s led to a netns no holder has: %v", link, id)
+		return true
+	}
+	if len(h.ips) == 0 {
+		d.logf("%s through %s: %s has no address", kind, link, h)
+		return true
+	}
+	d.nextC++
+	c := &client{id: d.nextC, kind: kind, h: h, ip: pick(d, h.ips)}
+	if kind == "rbd" {
+		c.dir = d.e.rbdMap(c.id, c.ip)
+	} else {
+		c.dir = d.e.cephfsMount(c.id, c.ip)
+	}
+	d.clients = append(d.clients, c)
+	d.logf("%s through %s: %s", kind, link, c)
+	return true
+}
+
+func (d *driver) clientLeaves(kind string) bool {
+	var cs []*client
+	for _, c := range d.clients {
+		if c.kind == kind {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) == 0 {
+		return false
+	}
+	c := pick(d, cs)
+	d.stopClient(c)
+	d.logf("%s leaves", c)
+	return true
+}
+
+// noStore: before the first pin there is no stateDir, and the command line
+// must say so and create nothing.
+func (d *driver) noStore(r result) bool {
+	if _, err := os.Stat(d.e.stateDir); err == nil {
+		return false
+	}
+	d.count("I5")
+	if r.rc == 0 || r.killed {
+		d.violation("I5", "a command without a stateDir did not fail: %s", r)
+	}
+	return true
+}
+
+func (d *driver) stopClient(c *client) {
+	if c.p != nil {
+		c.p.stop()
+	}
+	if c.dir != "" {
+		require.NoError(d.t, os.RemoveAll(c.dir))
+	}
+	d.clients = slices.DeleteFunc(d.clients, func(o *client) bool { return o == c })
+}
+
+// reboot: a new boot id, every pin and pinDir's own mount gone, every
+// client and every pod's netns gone.
+func (d *driver) reboot() {
+	for len(d.clients) > 0 {
+		d.stopClient(d.clients[0])
+	}
+	entries, _ := os.ReadDir(filepath.Join(d.e.pinDir, "pins"))
+	for _, en := range entries {
+		unmountAll(d.t, filepath.Join(d.e.pinDir, "pins", en.Name()))
+	}
+	unmountAll(d.t, d.e.pinDir)
+	for _, h := range d.holders {
+		if _, err := os.Lstat(h.netnsPath); err == nil {
+			hosttest.MustRun(d.t, "ip", "netns", "del", h.netnsName)
+		}
+		h.rt, h.pin, h.uncertain, h.allowed, h.unmounted = rtGone, pinNone, false, nil, false
+	}
+	d.boot++
+	d.e.writeBootID(d.boot)
+	d.dirty = true
+	d.logf("reboot (boot %d)", d.boot)
+}
+
+// drainAll: every client leaves, the runtime deletes every pod, GC and the
+// operator's gc run; then nothing may be left (I3).
+func (d *driver) drainAll() {
+	for len(d.clients) > 0 {
+		d.stopClient(d.clients[0])
+	}
+	d.logf("drain: every client left")
+	for _, h := range d.alive() {
+		d.del(h, "")
+	}
+	d.gc("")
+	d.cliGC("")
+	d.checkAll()
+	d.checkEmpty()
+}
