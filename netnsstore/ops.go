@@ -91,9 +91,9 @@ func (s *Store) load() (*view, error) {
 
 // Pin pins the netns of an attachment and points the cluster's links at
 // it: intent record, bind mount, addresses, links, active record. Pinning
-// an attachment that is already pinned to the same netns completes what is
-// missing (an interrupted ADD, a pin unmounted from outside) and is
-// otherwise a no-op.
+// an attachment that is already pinned to the same netns is a no-op but
+// for what is missing: an interrupted ADD is completed, a pin unmounted
+// from outside is made again.
 func (s *Store) Pin(req PinRequest) (*Record, error) {
 	name, err := AttachmentName(req.ContainerID, req.IfName)
 	if err != nil {
@@ -113,9 +113,12 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 		switch {
 		case r != nil && r.NetnsID() != srcID:
 			return fmt.Errorf("attachment %s is pinned to %v, not to %s (%v)", name, r.NetnsID(), req.NetnsPath, srcID)
-		case r != nil && r.State == StateActive && s.pinnedAs(r):
-			out = r // repeated ADD; repair made sure the links follow the rule
-			return nil
+		case r != nil && r.State != StateIntent:
+			// A repeated ADD: a no-op for a whole record, whatever DEL
+			// decided meanwhile; a pin lost on the way is made again from
+			// the runtime's netns.
+			out = r
+			return s.repinFrom(v, r, &handleFile{src, req.NetnsPath})
 		case r == nil:
 			r = &Record{
 				Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
@@ -144,6 +147,21 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 		return nil
 	})
 	return out, err
+}
+
+// repinFrom mounts r's pin again from src when it was lost; a record that
+// was kept unpinned becomes draining again.
+func (s *Store) repinFrom(v *view, r *Record, src *handleFile) error {
+	if s.pinnedAs(r) {
+		return nil
+	}
+	if err := s.mountPin(src.File, r.NetnsID(), r.Attachment); err != nil {
+		return err
+	}
+	if r.State == StateUnpinned || r.State == StateReleasing {
+		r.State = StateDraining
+	}
+	return errors.Join(s.writeRecord(r), s.relink(r.Cluster, v.recs))
 }
 
 // activate mounts r's pin from src (a no-op when it is mounted), records
@@ -236,12 +254,7 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	failpoint.Hit("del-links-moved")
 	path := ""
 	if h != nil {
-		path = h.path
-		// A netns we hold lists its addresses; should it fail, the recorded
-		// ones still count.
-		if ips, err := GlobalAddrs(int(h.Fd())); err == nil {
-			r.IPs = unionAddrs(r.IPs, ips)
-		}
+		path, r.IPs = h.path, s.addrsNow(h, r)
 	}
 	uses, err := s.inUse(r, path)
 	if err == nil && len(uses) == 0 {

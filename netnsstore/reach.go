@@ -53,6 +53,30 @@ func (s *Store) reach(r *Record, hint string) *handleFile {
 	return nil
 }
 
+// CheckTarget says what the in-use check of r looks at, as a release
+// would: a file that is r's netns now ("" when nothing reaches it), and the
+// addresses recorded together with those the netns has now. For commands
+// that report without changing anything.
+func (s *Store) CheckTarget(r *Record) (netnsPath string, ips []string) {
+	h := s.reach(r, "")
+	defer h.Close()
+	if h == nil {
+		return "", r.IPs
+	}
+	return h.path, s.addrsNow(h, r)
+}
+
+// addrsNow is the union of r's recorded addresses and those its netns,
+// open at h, has now. A netns that is held always lists its addresses;
+// should it fail, the recorded ones still count.
+func (s *Store) addrsNow(h *handleFile, r *Record) []string {
+	ips, err := GlobalAddrs(int(h.Fd()))
+	if err != nil {
+		return r.IPs
+	}
+	return unionAddrs(r.IPs, ips)
+}
+
 // reachByProcess opens r's netns through a process the in-use check found
 // inside it. A netns's identity is reused once it dies, so it is accepted
 // only while it still has one of r's recorded addresses (or r recorded

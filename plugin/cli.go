@@ -29,7 +29,7 @@ commands:
                                 draining pins that nothing uses any more
   release <attachment> --force  release a pin now; without --force only when
                                 nothing uses it, else says what it would cut
-  sweep [--interval 10s]        node loop until SIGTERM: finish the teardowns
+  sweep [--interval 10s|--once] node loop until SIGTERM: finish the teardowns
                                 that a runtime abandoned, once nothing uses
                                 their netns (JSON log on stderr or logFile)
   version                       print the version
@@ -191,11 +191,11 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		if r.Attachment != what && r.Cluster != what {
 			continue
 		}
-		path := r.PinPath
-		if r.State == netnsstore.StateUnpinned {
-			path = "" // its pin was lost; processes and clients still tell
-		}
-		refs, err := inuse.Check(inUseTarget(r, path), c.InUseOptions())
+		// What a DEL would check: the addresses the netns has now too.
+		path, ips := s.CheckTarget(r)
+		t := *r
+		t.IPs = ips
+		refs, err := inuse.Check(inUseTarget(&t, path), c.InUseOptions())
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.Attachment, err)
 		}
@@ -298,8 +298,9 @@ func runSweep(c *conf.Config, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	interval := fs.Duration("interval", 10*time.Second, "time between rounds")
+	once := fs.Bool("once", false, "run one round and exit (1 if it failed)")
 	if fs.Parse(args) != nil || fs.NArg() != 0 || *interval <= 0 {
-		fmt.Fprintln(stderr, "usage: netns-pin sweep [--interval 10s]")
+		fmt.Fprintln(stderr, "usage: netns-pin sweep [--interval 10s | --once]")
 		return 2
 	}
 	log, closeLog := newLogger(c, "component", "sweep")
@@ -323,12 +324,20 @@ func runSweep(c *conf.Config, args []string, stderr io.Writer) int {
 				log.Error("sweep: open the store", "error", err)
 			}
 		}
+		var err error
 		if s != nil {
-			findings, err := s.FinishAbandoned()
+			var findings []netnsstore.Finding
+			findings, err = s.FinishAbandoned()
 			if err != nil {
 				log.Error("sweep round", "error", err)
 			}
 			log.Debug("sweep round", "abandoned", len(findings))
+		}
+		if *once {
+			if err != nil {
+				return 1
+			}
+			return 0
 		}
 		select {
 		case <-ctx.Done():

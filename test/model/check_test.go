@@ -88,6 +88,12 @@ func (d *driver) checkAll() {
 	recs := d.records()
 	mounts := d.mounts()
 	if d.repaired {
+		// Every repairing operation settles an unpinned record again.
+		for _, h := range d.holders {
+			if h.pin == pinUnpinned && !h.uncertain {
+				h.uncertain, h.allowed = true, []pinState{pinUnpinned, pinDraining, pinNone}
+			}
+		}
 		d.resolve(recs)
 		d.dirty = false
 	}
@@ -110,10 +116,14 @@ func (d *driver) resolve(recs map[string]recView) {
 		}
 		d.count("I2")
 		switch {
-		case obs != pinNone && obs != pinActive && obs != pinDraining:
+		case obs != pinNone && obs != pinActive && obs != pinDraining && obs != pinUnpinned:
 			d.violation("I2", "after a repairing operation the record of %s is still %q", h, obs)
 		case obs == pinNone && d.inUse(h):
 			d.violation("I1", "the record of %s is gone while %v use its netns", h, d.users(h))
+		case obs == pinUnpinned && !d.inUse(h):
+			d.violation("I2", "the record of %s is unpinned although nothing uses its netns", h)
+		case obs == pinUnpinned && runtimeHolds(h):
+			d.violation("I2", "the record of %s is unpinned although the runtime's %s still leads to its netns", h, h.netnsPath)
 		case len(h.allowed) > 0 && !slices.Contains(h.allowed, obs):
 			d.violation("I2", "the record of %s is %s, want one of %v", h, obs, h.allowed)
 		}
@@ -123,6 +133,13 @@ func (d *driver) resolve(recs map[string]recView) {
 		}
 		h.pin, h.uncertain, h.allowed, h.unmounted = obs, false, nil, false
 	}
+}
+
+// runtimeHolds reports whether the runtime's netns file of h still is its
+// netns: then nothing excuses a lost pin.
+func runtimeHolds(h *holder) bool {
+	id, err := hosttest.NSIDOf(h.netnsPath)
+	return err == nil && id == h.nsid
 }
 
 // checkInUse is I1.
@@ -144,7 +161,7 @@ func (d *driver) checkInUse(mounts mountTable) {
 		d.count("I1")
 		pin := d.e.pinPath(h.att)
 		pinned := mounts.pinned(pin, h.nsid)
-		if !pinned && !h.unmounted {
+		if !pinned && !h.unmounted && h.pin != pinUnpinned {
 			d.violation("I1", "%s is in use by %v but its netns %v is no longer pinned at %s", h, d.users(h), h.nsid, pin)
 		}
 		var paths []string
@@ -153,8 +170,12 @@ func (d *driver) checkInUse(mounts mountTable) {
 		}
 		paths = append(paths, h.netnsPath)
 		for _, c := range d.clients {
-			if c.h == h && c.p != nil {
+			switch {
+			case c.h != h:
+			case c.p != nil:
 				paths = append(paths, c.p.netnsPath())
+			case c.ref != "":
+				paths = append(paths, c.ref)
 			}
 		}
 		var st netnsState
@@ -194,7 +215,7 @@ func (d *driver) checkStore(recs map[string]recView, mounts mountTable) {
 		if obs != h.pin {
 			d.violation("I2", "the record of %s is %s, the model says %s", h, obs, h.pin)
 		}
-		if h.pin != pinNone && !mounts.pinned(d.e.pinPath(h.att), h.nsid) {
+		if h.pin != pinNone && h.pin != pinUnpinned && !mounts.pinned(d.e.pinPath(h.att), h.nsid) {
 			d.violation("I2", "%s has a %s record but no pin of %v at %s", h, h.pin, h.nsid, d.e.pinPath(h.att))
 		}
 	}
@@ -215,7 +236,7 @@ func (d *driver) checkStore(recs map[string]recView, mounts mountTable) {
 	for cl := range clusterNamespaces {
 		var cands []*holder
 		for _, h := range d.holders {
-			if h.cluster == cl && h.pin != pinNone {
+			if h.cluster == cl && (h.pin == pinActive || h.pin == pinDraining) {
 				cands = append(cands, h)
 			}
 		}

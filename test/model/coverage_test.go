@@ -22,10 +22,10 @@ var (
 	verbSteps = map[string]string{"Add": "add", "Del": "del", "Check": "check", "GC": "gc", "Status": "status"}
 	// commandSteps: operator command -> the step that runs it ("" for
 	// commands that touch no state).
-	commandSteps = map[string]string{"list": "cli-list", "inuse": "cli-inuse", "gc": "cli-gc", "release": "cli-release", "version": ""}
+	commandSteps = map[string]string{"list": "cli-list", "inuse": "cli-inuse", "gc": "cli-gc", "release": "cli-release", "sweep": "sweep", "version": ""}
 	// Record states: whole ones are the model's pinState; transient ones
 	// exist only between a crash and the next repairing operation.
-	wholeStates     = []string{string(pinActive), string(pinDraining)}
+	wholeStates     = []string{string(pinActive), string(pinDraining), string(pinUnpinned)}
 	transientStates = []string{"intent", "releasing"}
 )
 

@@ -491,6 +491,20 @@ func (e *env) cephfsMount(gid int, ip string) string {
 	return dir
 }
 
+// holdNetns stands for the reference a Ceph kernel client keeps on the
+// netns it was made in (libceph's get_net in ceph_messenger_init): a bind
+// mount of the netns outside pinDir, which no process, record or runtime
+// path leads the plugin to. The netns and its interface live while it
+// does, as they would with a real krbd device or CephFS mount.
+func (e *env) holdNetns(id int, link string) string {
+	e.t.Helper()
+	p := filepath.Join(e.work, "kernel-refs", fmt.Sprintf("c%d", id))
+	require.NoError(e.t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(e.t, os.WriteFile(p, nil, 0o444))
+	require.NoError(e.t, unix.Mount(link, p, "", unix.MS_BIND, ""), "bind %s to %s", link, p)
+	return p
+}
+
 // unmountAll lazily unmounts every mount stacked at path.
 func unmountAll(t *testing.T, path string) {
 	t.Helper()

@@ -53,6 +53,10 @@ const (
 	pinNone     pinState = "none"
 	pinActive   pinState = "active"
 	pinDraining pinState = "draining"
+	// pinUnpinned: in use, its pin unmounted from outside, and nothing the
+	// plugin can reach holds the netns (only kernel clients do): kept,
+	// without a pin, never a link target.
+	pinUnpinned pinState = "unpinned"
 )
 
 // holder is a holder pod's attachment.
@@ -97,6 +101,7 @@ type client struct {
 	ip   string // rbd, cephfs: the address the monitors saw
 	p    *proc
 	dir  string // rbd, cephfs: the fixture directory
+	ref  string // rbd, cephfs: the kernel's reference on the netns (see holdNetns)
 }
 
 func (c *client) String() string {

@@ -208,14 +208,10 @@ var stepTable = []stepDef{
 		return true
 	}},
 	{"umount-pin", 1, func(d *driver) bool {
-		// Only a pin whose netns something else still holds (the
-		// runtime's netns file, a process): the fixture Ceph clients do
-		// not hold a netns the way the kernel's do.
+		// Any pin: what still holds its netns (the runtime's file, a
+		// process, a kernel client) keeps it alive.
 		mounts := d.mounts()
-		hs := d.filter(func(h *holder) bool {
-			return mounts.pinned(d.e.pinPath(h.att), h.nsid) &&
-				(h.rt != rtGone || slices.ContainsFunc(d.clients, func(c *client) bool { return c.h == h && c.p != nil }))
-		})
+		hs := d.filter(func(h *holder) bool { return mounts.pinned(d.e.pinPath(h.att), h.nsid) })
 		if len(hs) == 0 {
 			return false
 		}
@@ -226,16 +222,19 @@ var stepTable = []stepDef{
 		d.logf("umount -l %s (%s, in use by %v)", d.e.pinPath(h.att), h, d.users(h))
 		return true
 	}},
+	{"sweep", 2, func(d *driver) bool { d.sweep(""); return true }},
 	{"crash", 3, func(d *driver) bool {
 		// A failpoint named add-* is reached by ADD, del-* by a release
 		// (DEL, GC, the operator's gc and release); others by anything.
 		fp := pick(d, d.fps)
-		ops := []int{0, 1, 2, 3, 4, 5}
+		ops := []int{0, 1, 2, 3, 4, 5, 6}
 		switch {
 		case strings.HasPrefix(fp, "add-"):
 			ops = []int{0, 1}
 		case strings.HasPrefix(fp, "del-"):
-			ops = []int{2, 3, 4, 5}
+			ops = []int{2, 3, 4, 5, 6}
+		case strings.HasPrefix(fp, "sweep-"):
+			ops = []int{6}
 		}
 		hasRetry := d.filter(func(h *holder) bool { return h.rt == rtRunning || h.rt == rtAdding })
 		hasPin := d.filter(func(h *holder) bool { return h.pin != pinNone || h.uncertain })
@@ -252,6 +251,8 @@ var stepTable = []stepDef{
 			d.cliGC(fp)
 		case op == 5 && len(hasPin) > 0:
 			d.cliRelease(pick(d, hasPin), fp)
+		case op == 6:
+			d.sweep(fp)
 		default:
 			return false
 		}
@@ -328,6 +329,8 @@ func (d *driver) add(h *holder, fp string) {
 	switch {
 	case wasUncertain:
 		h.allowed = []pinState{pinActive, pinDraining}
+	case prev == pinUnpinned:
+		h.pin = pinDraining // pinned again from the runtime's netns
 	case prev == pinNone:
 		h.pin = pinActive
 		h.addIPs = slices.Clone(h.ips)
@@ -363,6 +366,10 @@ func (d *driver) del(h *holder, fp string) {
 		// DEL. If a client still uses the netns, I1 sees it next.
 		h.rt, h.pin, h.uncertain, h.allowed, h.unmounted = rtGone, pinNone, false, nil, false
 		d.e.tearDownNetns(h.netnsName)
+	case r.code == 11 && inUse && (h.pin == pinUnpinned || h.unmounted):
+		// Kept: pinned again from CNI_NETNS or a process inside it,
+		// else unpinned.
+		h.rt, h.uncertain, h.allowed = rtDeleting, true, []pinState{pinDraining, pinUnpinned}
 	case r.code == 11 && inUse:
 		h.rt, h.pin, h.uncertain, h.allowed, h.unmounted = rtDeleting, pinDraining, false, nil, false
 	case r.code == 11:
@@ -414,10 +421,14 @@ func (d *driver) collected(h *holder) {
 	if h.pin == pinNone {
 		return
 	}
-	if d.inUse(h) {
-		h.pin = pinDraining
-	} else {
+	switch {
+	case !d.inUse(h):
 		h.pin = pinNone
+	case h.pin == pinUnpinned:
+		// Kept; pinned again if a process inside it leads to it.
+		h.uncertain, h.allowed = true, []pinState{pinDraining, pinUnpinned}
+	default:
+		h.pin = pinDraining
 	}
 }
 
@@ -465,7 +476,33 @@ func (d *driver) cliGC(fp string) {
 	}
 	d.repaired = true
 	for _, h := range d.holders {
-		if h.pin == pinDraining && !h.uncertain {
+		if (h.pin == pinDraining || h.pin == pinUnpinned) && !h.uncertain {
+			d.collected(h)
+		}
+	}
+}
+
+// sweep runs one round of the node sweeper (`netns-pin sweep --once`): a
+// holder the runtime forgot (its netns file is gone) is released once
+// nothing uses it; everything else is left to the runtime and to GC.
+func (d *driver) sweep(fp string) {
+	r := d.e.cli(d.e.pinDir, fp, "sweep", "--once")
+	d.logf("netns-pin sweep --once%s -> %s", fpNote(fp), r)
+	if r.killed {
+		d.crashedAll()
+		return
+	}
+	d.count("I5")
+	if r.rc != 0 {
+		d.violation("I5", "netns-pin sweep --once failed: %s", r)
+		return
+	}
+	if _, err := os.Stat(d.e.stateDir); err != nil {
+		return // nothing was ever pinned: the sweeper waits
+	}
+	d.repaired = true
+	for _, h := range d.holders {
+		if h.rt == rtGone && (h.pin == pinDraining || h.pin == pinUnpinned) && !h.uncertain {
 			d.collected(h)
 		}
 	}
@@ -494,7 +531,7 @@ func (d *driver) cliRelease(h *holder, fp string) {
 		h.pin = pinNone
 	case d.inUse(h):
 		// Refused; it may have been marked draining as a DEL would.
-		h.uncertain, h.allowed = true, []pinState{prev, pinDraining}
+		h.uncertain, h.allowed = true, []pinState{prev, pinDraining, pinUnpinned}
 	case prev != pinNone:
 		d.violation("I5", "release of %s refused although nothing uses it: %s", h, r)
 	}
@@ -611,6 +648,7 @@ func (d *driver) kernelClient(kind string) bool {
 	} else {
 		c.dir = d.e.cephfsMount(c.id, c.ip)
 	}
+	c.ref = d.e.holdNetns(c.id, link)
 	d.clients = append(d.clients, c)
 	d.logf("%s through %s: %s", kind, link, c)
 	return true
@@ -651,6 +689,10 @@ func (d *driver) stopClient(c *client) {
 	}
 	if c.dir != "" {
 		require.NoError(d.t, os.RemoveAll(c.dir))
+	}
+	if c.ref != "" {
+		unmountAll(d.t, c.ref)
+		require.NoError(d.t, os.Remove(c.ref))
 	}
 	d.clients = slices.DeleteFunc(d.clients, func(o *client) bool { return o == c })
 }
