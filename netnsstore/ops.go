@@ -113,10 +113,11 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 		switch {
 		case r != nil && r.NetnsID() != srcID:
 			return fmt.Errorf("attachment %s is pinned to %v, not to %s (%v)", name, r.NetnsID(), req.NetnsPath, srcID)
-		case r != nil && r.State != StateIntent:
+		case r != nil && r.State != StateIntent && r.State != StateReleasing:
 			// A repeated ADD: a no-op for a whole record, whatever DEL
 			// decided meanwhile; a pin lost on the way is made again from
-			// the runtime's netns.
+			// the runtime's netns. (An interrupted ADD, or a release that
+			// an ADD interrupts, is completed below.)
 			out = r
 			return s.repinFrom(v, r, &handleFile{src, req.NetnsPath})
 		case r == nil:
@@ -136,7 +137,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 			failpoint.Hit("add-intent-written")
 		}
 		if err := s.activate(v, r, &handleFile{src, req.NetnsPath}); err != nil {
-			if r.State != StateIntent {
+			if r.State != StateIntent && r.State != StateReleasing {
 				return err // a pin that was whole before this ADD stays as it was
 			}
 			// An ADD that fails is undone like a DEL: its links may have
@@ -158,7 +159,7 @@ func (s *Store) repinFrom(v *view, r *Record, src *handleFile) error {
 	if err := s.mountPin(src.File, r.NetnsID(), r.Attachment); err != nil {
 		return err
 	}
-	if r.State == StateUnpinned || r.State == StateReleasing {
+	if r.State == StateUnpinned {
 		r.State = StateDraining
 	}
 	return errors.Join(s.writeRecord(r), s.relink(r.Cluster, v.recs))
