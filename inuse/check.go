@@ -55,7 +55,7 @@ type Options struct {
 	// Unattributed is the policy for clients whose netns cannot be told;
 	// empty means PolicyBlock.
 	Unattributed Policy
-	// Timeout bounds a check; zero means DefaultTimeout. A check reads
+	// Timeout bounds a check; zero means 10 seconds. A check reads
 	// kernel files only, in milliseconds, but a kernel call that never
 	// returns must not hang the CNI DEL that runs it: Check then returns an
 	// error naming the file it was blocked on.
@@ -67,16 +67,10 @@ const (
 	DefaultSysfs   = "/sys"
 	DefaultDebugfs = "/sys/kernel/debug"
 	DefaultProc    = "/proc"
-	DefaultTimeout = 10 * time.Second
+	defaultTimeout = 10 * time.Second
 )
 
-// DefaultOptions returns the options a zero Options stands for.
-func DefaultOptions() Options {
-	o, _ := Options{}.withDefaults()
-	return o
-}
-
-var defaultPorts = MustParsePorts(DefaultCephPorts)
+var defaultPorts = mustParsePorts(DefaultCephPorts)
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Sysfs == "" {
@@ -92,7 +86,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.CephPorts = defaultPorts
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
+		o.Timeout = defaultTimeout
 	}
 	p, err := ParsePolicy(string(o.Unattributed))
 	if err != nil {
@@ -263,7 +257,7 @@ func (c *checker) ceph() error {
 		if c.claimed[i].Load() || !existsAt(dfd, name) {
 			continue // an rbd device's client, or gone
 		}
-		fsid, id, _ := ParseClientDirName(name)
+		fsid, id, _ := parseClientDirName(name)
 		c.unattributed = append(c.unattributed, Reference{
 			Kind: KindCephClient, ClusterFSID: fsid, ClientID: id,
 			Reason: "debugfs client without status and without rbd device (CephFS before Linux 5.11, or rbd client between map and unmap)",
@@ -298,7 +292,7 @@ func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
 	res := make([]result, len(names))
 	describe := func(i int) string { return "read " + filepath.Join(dir, names[i], "status") }
 	err = c.parallel(len(names), describe, func(w, i int) error {
-		fsid, id, ok := ParseClientDirName(names[i])
+		fsid, id, ok := parseClientDirName(names[i])
 		if !ok {
 			return nil
 		}
@@ -311,7 +305,7 @@ func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
 		default:
 			return fmt.Errorf("read %s: %w", filepath.Join(dir, names[i], "status"), err)
 		}
-		st, err := ParseStatus(string(data))
+		st, err := parseStatus(string(data))
 		if err != nil {
 			res[i] = result{unattributed, Reference{
 				Kind: KindCephClient, ClusterFSID: fsid, ClientID: id,
@@ -422,7 +416,7 @@ func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, erro
 	case !ok:
 		ref = Reference{Kind: KindCephClient, Reason: "rbd device without client_addr (Linux before 4.9)"}
 	default:
-		ca, perr := ParseClientAddr(raw)
+		ca, perr := parseClientAddr(raw)
 		switch {
 		case perr != nil:
 			ref = Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "unreadable client_addr: " + perr.Error()}
@@ -565,7 +559,7 @@ func (c *checker) cephMounts(data []byte, seen map[[2]uint32]bool) {
 			Kind: KindCephClient, Source: m.Source, Mountpoint: m.Mountpoint,
 			Reason: "CephFS kernel mount, no debugfs to tell its netns",
 		}
-		if cs, err := ParseCephSource(m.Source, m.SuperOptions); err == nil {
+		if cs, err := parseCephSource(m.Source, m.SuperOptions); err == nil {
 			ref.ClusterFSID, ref.Monitors = cs.FSID, cs.Monitors
 		}
 		c.unattributed = append(c.unattributed, ref)

@@ -196,7 +196,7 @@ const (
 )
 
 // tcp writes <proc>/thread-self/net/tcp and tcp6 from socket descriptions.
-func (f *fixture) tcp(v4, v6 []TCPSocket) {
+func (f *fixture) tcp(v4, v6 []tcpSocket) {
 	f.tb.Helper()
 	var b4, b6 strings.Builder
 	b4.WriteString(tcpHeader)
@@ -214,7 +214,7 @@ func (f *fixture) tcp(v4, v6 []TCPSocket) {
 // tcpLine formats a socket like net/ipv4/tcp_ipv4.c get_tcp4_sock and
 // net/ipv6/tcp_ipv6.c get_tcp6_sock: each 32-bit word of the address in host
 // byte order with %08X.
-func tcpLine(sl int, s TCPSocket) string {
+func tcpLine(sl int, s tcpSocket) string {
 	return fmt.Sprintf("%4d: %s %s %02X 00000000:00000000 00:00000000 00000000 %5d        0 %d 1 0000000000000000 20 4 30 10 -1\n",
 		sl, hexAddrPort(s.Local), hexAddrPort(s.Remote), s.State, s.UID, s.Inode)
 }

@@ -22,7 +22,7 @@ import (
 // candidate sockets (TCP to a Ceph port, not listening, with a socket inode)
 // are the processes' file descriptors read to find who holds them.
 func (c *checker) processesAndSockets() error {
-	var cands []TCPSocket
+	var cands []tcpSocket
 	if c.t.NetnsPath != "" {
 		var err error
 		if cands, err = c.readSockets(); err != nil {
@@ -63,7 +63,7 @@ func (c *checker) processesAndSockets() error {
 // /proc/self/net, which follows the thread-group leader's; ns.NetNS.Do runs
 // the read on a locked OS thread that has entered the netns and restores it
 // (or lets the thread die) afterwards.
-func (c *checker) readSockets() ([]TCPSocket, error) {
+func (c *checker) readSockets() ([]tcpSocket, error) {
 	c.progress.set("open netns " + c.t.NetnsPath)
 	netns, err := ns.GetNS(c.t.NetnsPath)
 	if err != nil {
@@ -108,7 +108,7 @@ func (c *checker) readSockets() ([]TCPSocket, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cands []TCPSocket
+	var cands []tcpSocket
 	for i, data := range tables {
 		first := true
 		for line := range linesOf(data) {
@@ -119,11 +119,11 @@ func (c *checker) readSockets() ([]TCPSocket, error) {
 			if len(bytes.TrimSpace(line)) == 0 {
 				continue
 			}
-			s, err := ParseTCPLine(string(line))
+			s, err := parseTCPLine(string(line))
 			if err != nil {
 				return nil, fmt.Errorf("%s in netns %s: %w", paths[i], c.t.NetnsPath, err)
 			}
-			if s.State != TCPListen && s.Inode != 0 && c.o.CephPorts.Contains(s.Remote.Port()) {
+			if s.State != tcpListen && s.Inode != 0 && c.o.CephPorts.Contains(s.Remote.Port()) {
 				cands = append(cands, s)
 			}
 		}
@@ -163,7 +163,7 @@ func (c *checker) noTCPSockets() bool {
 // candidate sockets, the processes holding them. It returns which candidates
 // some process holds (including the holder pod's own processes: their
 // sockets are not kernel sockets either).
-func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
+func (c *checker) processes(cands []tcpSocket) ([]bool, error) {
 	held := make([]bool, len(cands))
 	var index map[uint64]int
 	if len(cands) > 0 {

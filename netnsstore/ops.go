@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/failpoint"
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // PinRequest describes a holder attachment to pin.
@@ -49,7 +50,7 @@ func (v *view) drop(attachment string) { v.recs = withoutRecord(v.recs, attachme
 
 // blocked says why nothing may be released: a record that cannot be read
 // may be of the same cluster, its pin the target of the links that a
-// release would move or remove. It wraps ErrCheckFailed: not known to be
+// release would move or remove. It wraps errCheckFailed: not known to be
 // unused is in use.
 func (v *view) blocked() error {
 	if len(v.bad) == 0 {
@@ -60,7 +61,7 @@ func (v *view) blocked() error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return fmt.Errorf("%w: no pin is released while a record cannot be used (%d): %w", ErrCheckFailed, len(names), v.bad[names[0]])
+	return fmt.Errorf("%w: no pin is released while a record cannot be used (%d): %w", errCheckFailed, len(names), v.bad[names[0]])
 }
 
 // op runs fn under the store's lock, after reading every record and
@@ -155,7 +156,7 @@ func (s *Store) activate(v *view, r *Record, src *handleFile) error {
 		return err
 	}
 	failpoint.Hit("add-pin-mounted")
-	ips, err := GlobalAddrs(int(src.Fd()))
+	ips, err := nsinfo.GlobalAddrs(int(src.Fd()))
 	if err != nil {
 		return fmt.Errorf("pin %s: %w", r.Attachment, err)
 	}
@@ -179,12 +180,12 @@ func (s *Store) activate(v *view, r *Record, src *handleFile) error {
 // record: settle decides, with del.Netns (the DEL's CNI_NETNS) as one more
 // way to reach the netns if its pin was lost; del is kept in the record at
 // the first refusal. In use, an *InUseError; when the check cannot tell,
-// an error wrapping ErrCheckFailed. del may be nil (the operator's CLI).
+// an error wrapping errCheckFailed. del may be nil (the operator's CLI).
 func (s *Store) Release(attachment string, del *Teardown) (*Record, error) {
 	var out *Record
 	err := s.op(attachment, func(v *view) error {
 		if err := v.bad[attachment]; err != nil {
-			return fmt.Errorf("%w: %w", ErrCheckFailed, err)
+			return fmt.Errorf("%w: %w", errCheckFailed, err)
 		}
 		if out = v.get(attachment); out == nil {
 			return nil
@@ -239,7 +240,7 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 		path = h.path
 		// A netns we hold lists its addresses; should it fail, the recorded
 		// ones still count.
-		if ips, err := GlobalAddrs(int(h.Fd())); err == nil {
+		if ips, err := nsinfo.GlobalAddrs(int(h.Fd())); err == nil {
 			r.IPs = unionAddrs(r.IPs, ips)
 		}
 	}
@@ -293,7 +294,7 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 		return err
 	}
 	if checkErr != nil {
-		return fmt.Errorf("%w for %s: %w", ErrCheckFailed, r.Attachment, checkErr)
+		return fmt.Errorf("%w for %s: %w", errCheckFailed, r.Attachment, checkErr)
 	}
 	if first {
 		s.log.Warn("release refused: still in use", "attachment", r.Attachment, "cluster", r.Cluster, "state", r.State, "references", r.References)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"slices"
 	"strconv"
+
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // handleFile is an open network namespace and the path it was opened by.
@@ -76,7 +78,7 @@ func (s *Store) reachByProcess(r *Record, uses []Use) *handleFile {
 }
 
 func hasRecordedAddr(f *os.File, recorded []string) bool {
-	ips, err := GlobalAddrs(int(f.Fd()))
+	ips, err := nsinfo.GlobalAddrs(int(f.Fd()))
 	if err != nil {
 		return false
 	}

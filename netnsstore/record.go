@@ -43,8 +43,8 @@ const (
 // while one exists, and DEL answers "try again later".
 const recordFormat = 2
 
-// ErrNewerFormat is wrapped when a record was written by a newer netns-pin.
-var ErrNewerFormat = errors.New("record of a newer format")
+// errNewerFormat is wrapped when a record was written by a newer netns-pin.
+var errNewerFormat = errors.New("record of a newer format")
 
 // Record is what the store remembers of one pinned attachment.
 type Record struct {
@@ -158,7 +158,7 @@ func HasRecord(stateDir, attachment string) (bool, error) {
 // readRecord returns the record of an attachment, or nil when none exists.
 // A record of format 1 is upgraded in place (the caller holds the lock); one
 // of another pinDir is ErrOtherPinDir and one of a newer format
-// ErrNewerFormat, both untouched.
+// errNewerFormat, both untouched.
 func (s *Store) readRecord(attachment string) (*Record, error) {
 	fd, err := openat2(s.recordsFd, attachment+recordSuffix, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
@@ -182,7 +182,7 @@ func (s *Store) readRecord(attachment string) (*Record, error) {
 			writer = "an unknown version"
 		}
 		return nil, fmt.Errorf("record %s: %w %d, written by netns-pin %s; this netns-pin (%s) reads formats up to %d: upgrade it",
-			attachment, ErrNewerFormat, r.Format, writer, s.writerName(), recordFormat)
+			attachment, errNewerFormat, r.Format, writer, s.writerName(), recordFormat)
 	}
 	if r.Attachment != attachment {
 		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)

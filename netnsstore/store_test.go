@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -62,7 +63,7 @@ func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
 	require.NoError(t, testutils.UnmountNS(n))
 	f, id, err := OpenNetns(link)
 	require.NoError(t, err)
-	addrs, err := GlobalAddrs(int(f.Fd()))
+	addrs, err := nsinfo.GlobalAddrs(int(f.Fd()))
 	f.Close()
 	require.NoError(t, err)
 	assert.Equal(t, orig, id)
