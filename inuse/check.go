@@ -32,6 +32,7 @@
 package inuse
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -41,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -504,7 +506,7 @@ func (c *checker) mountinfo() error {
 		return fmt.Errorf("read %s: %w", c.o.Proc, err)
 	}
 	seenNS := map[[2]uint64]bool{}
-	seen := map[[2]uint32]bool{}
+	seen := map[[2]int]bool{}
 	for _, pid := range pids {
 		// A mount namespace whose identity cannot be read (PID 1 of an
 		// outer container, an LSM) is read anyway: it may hold a mount.
@@ -533,13 +535,15 @@ func (c *checker) mountinfo() error {
 }
 
 // cephMounts adds the ceph mounts of one mountinfo text, skipping the
-// superblocks (major:minor) already in seen.
-func (c *checker) cephMounts(data []byte, seen map[[2]uint32]bool) {
+// superblocks (major:minor) already in seen. Each line that names the ceph
+// type is parsed on its own: a line that does not parse is still a ceph
+// mount, reported without its details, and the other lines are unaffected.
+func (c *checker) cephMounts(data []byte, seen map[[2]int]bool) {
 	for line := range linesOf(data) {
 		if !containsCephFSType(line) {
 			continue
 		}
-		m, err := ParseMountinfoLine(string(line))
+		mounts, err := mountinfo.GetMountsFromReader(bytes.NewReader(line), mountinfo.FSTypeFilter("ceph"))
 		if err != nil {
 			// Unknown format: the line is still a ceph mount.
 			c.unattributed = append(c.unattributed, Reference{
@@ -548,20 +552,19 @@ func (c *checker) cephMounts(data []byte, seen map[[2]uint32]bool) {
 			})
 			continue
 		}
-		if m.FSType != "ceph" {
-			continue
+		for _, m := range mounts {
+			if seen[[2]int{m.Major, m.Minor}] {
+				continue
+			}
+			seen[[2]int{m.Major, m.Minor}] = true
+			ref := Reference{
+				Kind: KindCephClient, Source: m.Source, Mountpoint: m.Mountpoint,
+				Reason: "CephFS kernel mount, no debugfs to tell its netns",
+			}
+			if cs, err := parseCephSource(m.Source, m.VFSOptions); err == nil {
+				ref.ClusterFSID, ref.Monitors = cs.FSID, cs.Monitors
+			}
+			c.unattributed = append(c.unattributed, ref)
 		}
-		if seen[[2]uint32{m.Major, m.Minor}] {
-			continue
-		}
-		seen[[2]uint32{m.Major, m.Minor}] = true
-		ref := Reference{
-			Kind: KindCephClient, Source: m.Source, Mountpoint: m.Mountpoint,
-			Reason: "CephFS kernel mount, no debugfs to tell its netns",
-		}
-		if cs, err := parseCephSource(m.Source, m.SuperOptions); err == nil {
-			ref.ClusterFSID, ref.Monitors = cs.FSID, cs.Monitors
-		}
-		c.unattributed = append(c.unattributed, ref)
 	}
 }

@@ -1,10 +1,12 @@
 package inuse
 
 import (
+	"bytes"
 	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -192,55 +194,71 @@ func TestParseClientDirName(t *testing.T) {
 	}
 }
 
-func TestParseMountinfoLine(t *testing.T) {
-	m, err := ParseMountinfoLine(mountOld)
-	require.NoError(t, err)
-	assert.Equal(t, MountinfoEntry{
-		MountID: 301, ParentID: 22, Major: 0, Minor: 61, Root: "/",
-		Mountpoint:   "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount",
-		MountOptions: "rw,relatime", Optional: []string{"shared:120"}, FSType: "ceph",
-		Source:       "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid",
-		SuperOptions: "rw,name=csi-cephfs-node,secret=<hidden>,fsid=" + fsidA + ",acl,mds_namespace=myfs",
-	}, m)
+// cephMountRefs runs the mountinfo part of the check over text.
+func cephMountRefs(text string) []Reference {
+	c := &checker{}
+	c.cephMounts([]byte(text), map[[2]int]bool{})
+	return c.unattributed
+}
 
-	m, err = ParseMountinfoLine(mountNew + "\n")
-	require.NoError(t, err)
-	assert.Equal(t, "/mnt/with space", m.Mountpoint)
-	assert.Equal(t, "admin@"+fsidB+".myfs=/volumes/x", m.Source)
+func TestCephMounts(t *testing.T) {
+	const reason = "CephFS kernel mount, no debugfs to tell its netns"
+	assert.Equal(t, []Reference{{
+		Kind: KindCephClient, Source: "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid",
+		Mountpoint:  "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount",
+		ClusterFSID: fsidA, Monitors: []string{"10.0.0.1:6789", "10.0.0.2:6789"}, Reason: reason,
+	}}, cephMountRefs(mountOld))
 
-	// No optional fields; several optional fields; escapes everywhere.
-	m, err = ParseMountinfoLine(`40 22 0:70 /a\134b /m\011n rw - ceph 10.0.0.1:6789:/ rw`)
-	require.NoError(t, err)
-	assert.Nil(t, m.Optional)
-	assert.Equal(t, `/a\b`, m.Root)
-	assert.Equal(t, "/m\tn", m.Mountpoint)
-	m, err = ParseMountinfoLine(`41 22 0:71 / /m rw shared:1 master:2 propagate_from:3 - ceph 10.0.0.1:6789:/ rw`)
-	require.NoError(t, err)
-	assert.Equal(t, []string{"shared:1", "master:2", "propagate_from:3"}, m.Optional)
-	// Without super options (not printed by very old kernels).
-	m, err = ParseMountinfoLine(`42 22 0:72 / /m rw - ceph 10.0.0.1:6789:/`)
-	require.NoError(t, err)
-	assert.Equal(t, "", m.SuperOptions)
-	// Incomplete escapes are kept.
-	m, err = ParseMountinfoLine(`43 22 0:72 / /m\04 rw - ceph s o`)
-	require.NoError(t, err)
-	assert.Equal(t, `/m\04`, m.Mountpoint)
+	refs := cephMountRefs(mountNew + "\n")
+	require.Len(t, refs, 1)
+	assert.Equal(t, "/mnt/with space", refs[0].Mountpoint)
+	assert.Equal(t, "admin@"+fsidB+".myfs=/volumes/x", refs[0].Source)
 
+	// Lines of other types are not read; a bind mount of a superblock
+	// already seen (same major:minor) is the same client.
+	assert.Empty(t, cephMountRefs(baseMountinfo))
+	assert.Len(t, cephMountRefs(mountOld+"\n"+mountOldBind+"\n"), 1)
+
+	// No optional fields; several optional fields; escapes; incomplete
+	// escapes are kept.
+	for in, mountpoint := range map[string]string{
+		`40 22 0:70 /a\134b /m\011n rw - ceph 10.0.0.1:6789:/ rw`:                         "/m\tn",
+		`41 22 0:71 / /m rw shared:1 master:2 propagate_from:3 - ceph 10.0.0.1:6789:/ rw`: "/m",
+		`43 22 0:72 / /m\04 rw - ceph s o`:                                                `/m\04`,
+	} {
+		refs := cephMountRefs(in)
+		require.Len(t, refs, 1, in)
+		assert.Equal(t, mountpoint, refs[0].Mountpoint, in)
+		assert.Equal(t, reason, refs[0].Reason, in)
+	}
+
+	// A ceph line that does not parse is still a ceph mount: reported
+	// with the parse error, and the lines after it are still read.
 	for _, in := range []string{
-		"",
-		"garbage",
-		"1 2 0:3 / /m rw",                      // no separator
-		"1 2 0:3 / /m rw -",                    // nothing after it
-		"1 2 0:3 / /m rw - ceph",               // no source
+		"1 2 03 / /m rw - ceph s o",                 // device
+		"1 2 0:3 / - ceph s o",                      // separator too early
+		"42 22 0:72 / /m rw - ceph 10.0.0.1:6789:/", // no super options
+	} {
+		refs := cephMountRefs(in + "\n" + mountOld)
+		require.Len(t, refs, 2, in)
+		assert.Equal(t, Reference{Kind: KindCephClient, Source: in, Reason: refs[0].Reason}, refs[0], in)
+		assert.True(t, strings.HasPrefix(refs[0].Reason, reason+", "), "%q: %s", in, refs[0].Reason)
+		assert.Equal(t, "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount", refs[1].Mountpoint, in)
+	}
+	// Lines that do not name the ceph type are no ceph mounts.
+	for _, in := range []string{"", "garbage", "1 2 0:3 / /m rw", "1 2 0:3 / /m rw -", "1 2 0:3 / /m rw - ceph", "1 2 0:3 / /m rw - ext4 s o"} {
+		assert.Empty(t, cephMountRefs(in), "%q", in)
+	}
+	// Fields the kernel never prints wrong still leave a ceph mount counted.
+	for _, in := range []string{
 		"x 2 0:3 / /m rw - ceph s o",           // mount id
 		"1 x 0:3 / /m rw - ceph s o",           // parent id
-		"1 2 03 / /m rw - ceph s o",            // device
 		"1 2 0:x / /m rw - ceph s o",           // minor
-		"1 2 0:3 / - ceph s o",                 // separator too early
 		"1 2 99999999999:3 / /m rw - ceph s o", // major overflow
 	} {
-		_, err := ParseMountinfoLine(in)
-		assert.Error(t, err, "%q", in)
+		refs := cephMountRefs(in)
+		require.Len(t, refs, 1, in)
+		assert.Equal(t, KindCephClient, refs[0].Kind, in)
 	}
 }
 
@@ -431,14 +449,31 @@ func FuzzParseStatus(f *testing.F) {
 	})
 }
 
-func FuzzParseMountinfoLine(f *testing.F) {
+// FuzzCephMounts: whatever a mountinfo text holds, every line naming the
+// ceph type is at most one reference, and one that does not parse is
+// exactly one.
+func FuzzCephMounts(f *testing.F) {
 	for _, s := range []string{mountOld, mountOldBind, mountNew, baseMountinfo, "1 2 0:3 / /m rw - ceph \\"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		m, err := ParseMountinfoLine(s)
-		if err == nil {
-			_, _ = parseCephSource(m.Source, m.SuperOptions)
+		lines := 0
+		for line := range linesOf([]byte(s)) {
+			if !containsCephFSType(line) {
+				continue
+			}
+			lines++
+			refs := cephMountRefs(string(line))
+			require.LessOrEqual(t, len(refs), 1)
+			if _, err := mountinfo.GetMountsFromReader(bytes.NewReader(line), nil); err != nil {
+				require.Len(t, refs, 1)
+				require.Equal(t, string(line), refs[0].Source)
+			}
+		}
+		refs := cephMountRefs(s)
+		require.LessOrEqual(t, len(refs), lines)
+		for _, r := range refs {
+			require.Equal(t, KindCephClient, r.Kind)
 		}
 	})
 }
