@@ -19,7 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 type hostileCase struct {
@@ -142,7 +143,7 @@ func TestHostileInputsAreRefusedAndChangeNothing(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{
-				"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "hostile-" + hosttest.RandHex(6), "CNI_NETNS": other.Path,
+				"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "hostile-" + host.RandHex(6), "CNI_NETNS": other.Path,
 				"CNI_IFNAME": ifName, "CNI_PATH": c.env.cniPath, "CNI_ARGS": cniArgsString(holderArgs()),
 			}
 			for k, v := range tc.env {

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // 64 plugin processes at once doing ADD, CHECK and DEL across 8 clusters and
@@ -41,10 +41,7 @@ func TestStress64ProcessesAcross8Clusters(t *testing.T) {
 	// Every 8th holder has a client process in its netns: its DEL is refused.
 	busy := map[int]*exec.Cmd{}
 	for i := 0; i < procs; i += 8 {
-		cmd := exec.Command("nsenter", "--net="+nets[i].Path, "--", "sleep", "600")
-		require.NoError(t, cmd.Start())
-		busy[i] = cmd
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		busy[i] = hosttest.StartInNetns(t, nets[i].Path, "sleep", "600")
 	}
 
 	run := func(i int, verb string) (types.Error, error) {
