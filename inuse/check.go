@@ -259,7 +259,7 @@ func (c *checker) ceph() error {
 		if c.claimed[i].Load() || !existsAt(dfd, name) {
 			continue // an rbd device's client, or gone
 		}
-		fsid, id, _ := parseClientDirName(name)
+		fsid, id, _ := parseClientDirName(name) // indexed only when it parsed
 		c.unattributed = append(c.unattributed, Reference{
 			Kind: KindCephClient, ClusterFSID: fsid, ClientID: id,
 			Reason: "debugfs client without status and without rbd device (CephFS before Linux 5.11, or rbd client between map and unmap)",

@@ -149,7 +149,11 @@ func (c *checker) noTCPSockets() bool {
 		for line := range linesOf(data) {
 			fields := strings.Fields(string(line))
 			if len(fields) >= 3 && fields[0] == f.key && fields[1] == "inuse" {
-				inuse, _ = strconv.Atoi(fields[2])
+				n, err := strconv.Atoi(fields[2])
+				if err != nil {
+					return false // unreadable: the table is read
+				}
+				inuse = n
 			}
 		}
 		if inuse != 0 {

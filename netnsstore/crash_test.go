@@ -281,15 +281,18 @@ func assertConsistent(t *testing.T, s *Store) {
 	for _, n := range names {
 		assert.Contains(t, owned, n, "pin file %s has a record", n)
 	}
-	_ = filepath.Walk(s.PinDir, func(p string, fi os.FileInfo, err error) error {
+	require.NoError(t, filepath.Walk(s.PinDir, func(p string, fi os.FileInfo, err error) error {
 		if err != nil || fi.Mode()&os.ModeSymlink == 0 || strings.Contains(filepath.Base(p), tmpPrefix) {
-			return nil
+			return err
 		}
-		target, _ := os.Readlink(p)
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
 		r, ok := owned[filepath.Base(target)]
 		if assert.True(t, ok, "link %s -> %s points at a recorded pin", p, target) {
 			assert.Contains(t, []State{StateActive, StateDraining}, r.State)
 		}
 		return nil
-	})
+	}))
 }

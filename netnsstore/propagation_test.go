@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // A csi node plugin container has its own mount namespace in which the
@@ -27,7 +29,7 @@ func TestPinsPropagateToAnotherMountNamespace(t *testing.T) {
 
 	csi := exec.Command("unshare", "--mount", "--propagation", "slave", "sleep", "600")
 	require.NoError(t, csi.Start())
-	t.Cleanup(func() { _ = csi.Process.Kill(); _ = csi.Wait() })
+	t.Cleanup(func() { assert.NoError(t, host.Stop(csi)) })
 	self, err := os.Readlink("/proc/self/ns/mnt")
 	require.NoError(t, err)
 	mntNS := "/proc/" + strconv.Itoa(csi.Process.Pid) + "/ns/mnt"

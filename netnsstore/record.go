@@ -127,8 +127,7 @@ func (s *Store) writeRecord(r *Record) error {
 	}
 	unix.Close(fd)
 	if werr != nil {
-		_ = unix.Unlinkat(s.recordsFd, tmp, 0)
-		return fmt.Errorf("write record %s: %w", name, werr)
+		return fmt.Errorf("write record %s: %w", name, errors.Join(werr, unlinkIfExists(s.recordsFd, tmp)))
 	}
 	if err := unix.Renameat(s.recordsFd, tmp, s.recordsFd, name); err != nil {
 		return fmt.Errorf("rename record %s: %w", name, err)
@@ -233,7 +232,9 @@ func (s *Store) records() (rs []*Record, bad map[string]error, err error) {
 	for _, n := range names {
 		if strings.HasPrefix(n, tmpPrefix) {
 			// A crash between write and rename; the old record (if any)
-			// is still whole, so the leftover is just removed.
+			// is still whole, so the leftover is just removed. It is no
+			// record: one that cannot be removed is left for the next
+			// listing, and the error does not count.
 			_ = unix.Unlinkat(s.recordsFd, n, 0)
 			continue
 		}

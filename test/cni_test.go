@@ -577,8 +577,8 @@ func assertNoLink(t *testing.T, link string) {
 	t.Helper()
 	_, err := os.Lstat(link)
 	if err == nil {
-		target, _ := os.Readlink(link)
-		t.Errorf("link %s still exists (-> %q)", link, target)
+		target, err := os.Readlink(link)
+		t.Errorf("link %s still exists (-> %q, readlink: %v)", link, target, err)
 	} else {
 		assert.True(t, os.IsNotExist(err), "lstat %s: %v", link, err)
 	}

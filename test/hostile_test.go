@@ -217,7 +217,8 @@ func TestPlantedSymlinksAreNotFollowed(t *testing.T) {
 			data, rerr := os.ReadFile(victim)
 			require.NoError(t, rerr)
 			assert.Equal(t, "precious", string(data))
-			entries, _ := os.ReadDir(victimDir)
+			entries, rerr := os.ReadDir(victimDir)
+			require.NoError(t, rerr)
 			assert.Len(t, entries, 1, "nothing written into the victim folder")
 			assert.Empty(t, hosttest.MountsUnder(t, victimDir), "nothing mounted on the victim")
 			if plant.name == "pin" {
@@ -231,7 +232,9 @@ func TestPlantedSymlinksAreNotFollowed(t *testing.T) {
 			require.Error(t, err, "ADD through a planted symlink at the %s", plant.name)
 			t.Logf("refused: %v", err)
 			assert.NotContains(t, strings.Join(hosttest.MountsUnder(t, c.work), " "), a.containerID, "no pin left mounted")
-			_ = os.Remove(p)
+			if rerr := os.Remove(p); rerr != nil && !os.IsNotExist(rerr) {
+				t.Errorf("cleanup: %v", rerr)
+			}
 		})
 	}
 }
