@@ -69,6 +69,14 @@ func (v *view) blocked() error {
 // attachment fn itself settles. This is the preamble of every operation
 // that may change the store.
 func (s *Store) op(skip string, fn func(v *view) error) error {
+	return s.locked(func(v *view) error {
+		s.repair(v, skip)
+		return fn(v)
+	})
+}
+
+// locked runs fn under the store's lock with every record read.
+func (s *Store) locked(fn func(v *view) error) error {
 	unlock, err := s.lock()
 	if err != nil {
 		return err
@@ -78,7 +86,6 @@ func (s *Store) op(skip string, fn func(v *view) error) error {
 	if err != nil {
 		return err
 	}
-	s.repair(v, skip)
 	return fn(v)
 }
 
@@ -410,15 +417,10 @@ func (s *Store) List() ([]*Record, error) {
 // is active or draining, its pin is a mount of the netns at netnsPath, and
 // every link of its cluster follows the link rule.
 func (s *Store) Check(attachment, netnsPath string) error {
-	unlock, err := s.lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	v, err := s.load()
-	if err != nil {
-		return err
-	}
+	return s.locked(func(v *view) error { return s.check(v, attachment, netnsPath) })
+}
+
+func (s *Store) check(v *view, attachment, netnsPath string) error {
 	if err := v.bad[attachment]; err != nil {
 		return err
 	}

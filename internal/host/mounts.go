@@ -33,15 +33,7 @@ func ReadMountinfo(path string, filter mountinfo.FilterFunc) ([]*mountinfo.Info,
 // MountsUnder returns the mount points at dir or below it, in this mount
 // namespace; a path mounted several times appears several times.
 func MountsUnder(dir string) ([]string, error) {
-	ms, err := ReadMountinfo(SelfMountinfo, mountinfo.PrefixFilter(dir))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(ms))
-	for _, m := range ms {
-		out = append(out, m.Mountpoint)
-	}
-	return out, nil
+	return mountpoints(SelfMountinfo, mountinfo.PrefixFilter(dir))
 }
 
 // NsfsMountsOf returns the mount points of nsfs mounts (pins) of the
@@ -49,7 +41,12 @@ func MountsUnder(dir string) ([]string, error) {
 // namespace of a mountinfo file.
 func NsfsMountsOf(mountinfoPath string, ino uint64) ([]string, error) {
 	want := "net:[" + strconv.FormatUint(ino, 10) + "]"
-	ms, err := ReadMountinfo(mountinfoPath, func(m *mountinfo.Info) (skip, stop bool) { return m.Root != want, false })
+	return mountpoints(mountinfoPath, func(m *mountinfo.Info) (skip, stop bool) { return m.Root != want, false })
+}
+
+// mountpoints lists the mount points of the entries filter keeps.
+func mountpoints(mountinfoPath string, filter mountinfo.FilterFunc) ([]string, error) {
+	ms, err := ReadMountinfo(mountinfoPath, filter)
 	if err != nil {
 		return nil, err
 	}
