@@ -411,23 +411,10 @@ func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, erro
 	if err != nil {
 		return Reference{}, err
 	}
-	var ref Reference
-	switch {
-	case !ok && !existsAt(fd, id):
+	if !ok && !existsAt(fd, id) {
 		return Reference{}, nil // unmapped while we looked
-	case !ok:
-		ref = Reference{Kind: KindCephClient, Reason: "rbd device without client_addr (Linux before 4.9)"}
-	default:
-		ca, perr := parseClientAddr(raw)
-		switch {
-		case perr != nil:
-			ref = Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "unreadable client_addr: " + perr.Error()}
-		case ca.AddrPort.Addr().IsUnspecified():
-			ref = Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "rbd client has no address yet"}
-		case c.ours(ca.AddrPort.Addr()):
-			ref = Reference{Kind: KindRBD, ClientAddr: raw, Addr: ca.AddrPort.Addr().Unmap()}
-		}
 	}
+	ref := c.rbdClient(raw, ok)
 	if ref.Kind == KindCephClient && c.o.Unattributed != PolicyBlock {
 		ref = Reference{} // unattributed clients are ignored
 	}
@@ -468,22 +455,37 @@ func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, erro
 	}
 	ref.Device = "rbd" + id
 	ref.ClusterFSID, ref.ClientID = fsid, cid
-	if ref.Pool, _, err = attr("pool"); err != nil {
-		return Reference{}, err
-	}
-	if ref.PoolNamespace, _, err = attr("pool_ns"); err != nil {
-		return Reference{}, err
-	}
-	if ref.Image, _, err = attr("name"); err != nil {
-		return Reference{}, err
-	}
-	if ref.Snap, _, err = attr("current_snap"); err != nil {
-		return Reference{}, err
+	for _, a := range []struct {
+		name string
+		dst  *string
+	}{{"pool", &ref.Pool}, {"pool_ns", &ref.PoolNamespace}, {"name", &ref.Image}, {"current_snap", &ref.Snap}} {
+		if *a.dst, _, err = attr(a.name); err != nil {
+			return Reference{}, err
+		}
 	}
 	if ref.Snap == "-" {
 		ref.Snap = ""
 	}
 	return ref, nil
+}
+
+// rbdClient tells from an rbd device's client_addr (ok: the attribute
+// exists) whether its client is the pin's (KindRBD), cannot be attributed
+// (KindCephClient), or is another netns's (no kind).
+func (c *checker) rbdClient(raw string, ok bool) Reference {
+	if !ok {
+		return Reference{Kind: KindCephClient, Reason: "rbd device without client_addr (Linux before 4.9)"}
+	}
+	ca, err := parseClientAddr(raw)
+	switch {
+	case err != nil:
+		return Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "unreadable client_addr: " + err.Error()}
+	case ca.AddrPort.Addr().IsUnspecified():
+		return Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "rbd client has no address yet"}
+	case c.ours(ca.AddrPort.Addr()):
+		return Reference{Kind: KindRBD, ClientAddr: raw, Addr: ca.AddrPort.Addr().Unmap()}
+	}
+	return Reference{}
 }
 
 // mountinfo reports the CephFS kernel mounts of every mount namespace
