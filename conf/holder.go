@@ -80,22 +80,20 @@ var (
 
 // validateLabel checks a DNS-1123 label, the rule for namespace names.
 func validateLabel(s string) error {
-	if len(s) == 0 || len(s) > 63 {
-		return fmt.Errorf("must be 1 to 63 characters, got %d", len(s))
-	}
-	if !labelRe.MatchString(s) {
-		return errors.New("must be a DNS-1123 label: lower case letters, digits and '-', starting and ending with a letter or digit")
-	}
-	return nil
+	return validateDNSName(s, 63, labelRe, "a DNS-1123 label: lower case letters, digits and '-', starting and ending with a letter or digit")
 }
 
 // validateSubdomain checks a DNS-1123 subdomain, the rule for object names.
 func validateSubdomain(s string) error {
-	if len(s) == 0 || len(s) > 253 {
-		return fmt.Errorf("must be 1 to 253 characters, got %d", len(s))
+	return validateDNSName(s, 253, subdomainRe, "a DNS-1123 subdomain: lower case letters, digits, '-' and '.', each part starting and ending with a letter or digit")
+}
+
+func validateDNSName(s string, maxLen int, re *regexp.Regexp, rule string) error {
+	if len(s) == 0 || len(s) > maxLen {
+		return fmt.Errorf("must be 1 to %d characters, got %d", maxLen, len(s))
 	}
-	if !subdomainRe.MatchString(s) {
-		return errors.New("must be a DNS-1123 subdomain: lower case letters, digits, '-' and '.', each part starting and ending with a letter or digit")
+	if !re.MatchString(s) {
+		return errors.New("must be " + rule)
 	}
 	return nil
 }

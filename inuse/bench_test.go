@@ -77,11 +77,11 @@ func benchFixture(b *testing.B, n int) *fixture {
 	}
 	f.mountinfo(strings.Join(mounts, "\n"))
 	ap := netip.MustParseAddrPort
-	var socks []TCPSocket
+	var socks []tcpSocket
 	for i := range 16 {
-		socks = append(socks, TCPSocket{Local: ap(fmt.Sprintf("192.168.20.5:%d", 40000+i)), Remote: ap(fmt.Sprintf("10.0.0.%d:%d", 1+i%3, 6800+i)), State: TCPEstablished, Inode: uint64(1000 + i)})
+		socks = append(socks, tcpSocket{Local: ap(fmt.Sprintf("192.168.20.5:%d", 40000+i)), Remote: ap(fmt.Sprintf("10.0.0.%d:%d", 1+i%3, 6800+i)), State: tcpEstablished, Inode: uint64(1000 + i)})
 	}
-	socks = append(socks, TCPSocket{Local: ap("192.168.20.5:39999"), Remote: ap("10.0.0.1:443"), State: TCPEstablished, Inode: 999})
+	socks = append(socks, tcpSocket{Local: ap("192.168.20.5:39999"), Remote: ap("10.0.0.1:443"), State: tcpEstablished, Inode: 999})
 	f.tcp(socks, nil)
 	for pid := 100; pid < 164; pid++ {
 		p := proc{Comm: fmt.Sprintf("daemon%d", pid), Netns: f.other, FDs: map[int]string{3: "socket:[77]", 4: "anon_inode:[eventfd]", 5: "/var/log/x.log"}}

@@ -32,6 +32,7 @@
 package inuse
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -41,6 +42,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +57,7 @@ type Options struct {
 	// Unattributed is the policy for clients whose netns cannot be told;
 	// empty means PolicyBlock.
 	Unattributed Policy
-	// Timeout bounds a check; zero means DefaultTimeout. A check reads
+	// Timeout bounds a check; zero means 10 seconds. A check reads
 	// kernel files only, in milliseconds, but a kernel call that never
 	// returns must not hang the CNI DEL that runs it: Check then returns an
 	// error naming the file it was blocked on.
@@ -67,16 +69,10 @@ const (
 	DefaultSysfs   = "/sys"
 	DefaultDebugfs = "/sys/kernel/debug"
 	DefaultProc    = "/proc"
-	DefaultTimeout = 10 * time.Second
+	defaultTimeout = 10 * time.Second
 )
 
-// DefaultOptions returns the options a zero Options stands for.
-func DefaultOptions() Options {
-	o, _ := Options{}.withDefaults()
-	return o
-}
-
-var defaultPorts = MustParsePorts(DefaultCephPorts)
+var defaultPorts = mustParsePorts(DefaultCephPorts)
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Sysfs == "" {
@@ -92,7 +88,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.CephPorts = defaultPorts
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
+		o.Timeout = defaultTimeout
 	}
 	p, err := ParsePolicy(string(o.Unattributed))
 	if err != nil {
@@ -263,7 +259,7 @@ func (c *checker) ceph() error {
 		if c.claimed[i].Load() || !existsAt(dfd, name) {
 			continue // an rbd device's client, or gone
 		}
-		fsid, id, _ := ParseClientDirName(name)
+		fsid, id, _ := parseClientDirName(name) // indexed only when it parsed
 		c.unattributed = append(c.unattributed, Reference{
 			Kind: KindCephClient, ClusterFSID: fsid, ClientID: id,
 			Reason: "debugfs client without status and without rbd device (CephFS before Linux 5.11, or rbd client between map and unmap)",
@@ -298,7 +294,7 @@ func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
 	res := make([]result, len(names))
 	describe := func(i int) string { return "read " + filepath.Join(dir, names[i], "status") }
 	err = c.parallel(len(names), describe, func(w, i int) error {
-		fsid, id, ok := ParseClientDirName(names[i])
+		fsid, id, ok := parseClientDirName(names[i])
 		if !ok {
 			return nil
 		}
@@ -311,7 +307,7 @@ func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
 		default:
 			return fmt.Errorf("read %s: %w", filepath.Join(dir, names[i], "status"), err)
 		}
-		st, err := ParseStatus(string(data))
+		st, err := parseStatus(string(data))
 		if err != nil {
 			res[i] = result{unattributed, Reference{
 				Kind: KindCephClient, ClusterFSID: fsid, ClientID: id,
@@ -415,23 +411,10 @@ func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, erro
 	if err != nil {
 		return Reference{}, err
 	}
-	var ref Reference
-	switch {
-	case !ok && !existsAt(fd, id):
+	if !ok && !existsAt(fd, id) {
 		return Reference{}, nil // unmapped while we looked
-	case !ok:
-		ref = Reference{Kind: KindCephClient, Reason: "rbd device without client_addr (Linux before 4.9)"}
-	default:
-		ca, perr := ParseClientAddr(raw)
-		switch {
-		case perr != nil:
-			ref = Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "unreadable client_addr: " + perr.Error()}
-		case ca.AddrPort.Addr().IsUnspecified():
-			ref = Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "rbd client has no address yet"}
-		case c.ours(ca.AddrPort.Addr()):
-			ref = Reference{Kind: KindRBD, ClientAddr: raw, Addr: ca.AddrPort.Addr().Unmap()}
-		}
 	}
+	ref := c.rbdClient(raw, ok)
 	if ref.Kind == KindCephClient && c.o.Unattributed != PolicyBlock {
 		ref = Reference{} // unattributed clients are ignored
 	}
@@ -472,22 +455,37 @@ func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, erro
 	}
 	ref.Device = "rbd" + id
 	ref.ClusterFSID, ref.ClientID = fsid, cid
-	if ref.Pool, _, err = attr("pool"); err != nil {
-		return Reference{}, err
-	}
-	if ref.PoolNamespace, _, err = attr("pool_ns"); err != nil {
-		return Reference{}, err
-	}
-	if ref.Image, _, err = attr("name"); err != nil {
-		return Reference{}, err
-	}
-	if ref.Snap, _, err = attr("current_snap"); err != nil {
-		return Reference{}, err
+	for _, a := range []struct {
+		name string
+		dst  *string
+	}{{"pool", &ref.Pool}, {"pool_ns", &ref.PoolNamespace}, {"name", &ref.Image}, {"current_snap", &ref.Snap}} {
+		if *a.dst, _, err = attr(a.name); err != nil {
+			return Reference{}, err
+		}
 	}
 	if ref.Snap == "-" {
 		ref.Snap = ""
 	}
 	return ref, nil
+}
+
+// rbdClient tells from an rbd device's client_addr (ok: the attribute
+// exists) whether its client is the pin's (KindRBD), cannot be attributed
+// (KindCephClient), or is another netns's (no kind).
+func (c *checker) rbdClient(raw string, ok bool) Reference {
+	if !ok {
+		return Reference{Kind: KindCephClient, Reason: "rbd device without client_addr (Linux before 4.9)"}
+	}
+	ca, err := parseClientAddr(raw)
+	switch {
+	case err != nil:
+		return Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "unreadable client_addr: " + err.Error()}
+	case ca.AddrPort.Addr().IsUnspecified():
+		return Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "rbd client has no address yet"}
+	case c.ours(ca.AddrPort.Addr()):
+		return Reference{Kind: KindRBD, ClientAddr: raw, Addr: ca.AddrPort.Addr().Unmap()}
+	}
+	return Reference{}
 }
 
 // mountinfo reports the CephFS kernel mounts of every mount namespace
@@ -510,7 +508,7 @@ func (c *checker) mountinfo() error {
 		return fmt.Errorf("read %s: %w", c.o.Proc, err)
 	}
 	seenNS := map[[2]uint64]bool{}
-	seen := map[[2]uint32]bool{}
+	seen := map[[2]int]bool{}
 	for _, pid := range pids {
 		// A mount namespace whose identity cannot be read (PID 1 of an
 		// outer container, an LSM) is read anyway: it may hold a mount.
@@ -539,13 +537,15 @@ func (c *checker) mountinfo() error {
 }
 
 // cephMounts adds the ceph mounts of one mountinfo text, skipping the
-// superblocks (major:minor) already in seen.
-func (c *checker) cephMounts(data []byte, seen map[[2]uint32]bool) {
+// superblocks (major:minor) already in seen. Each line that names the ceph
+// type is parsed on its own: a line that does not parse is still a ceph
+// mount, reported without its details, and the other lines are unaffected.
+func (c *checker) cephMounts(data []byte, seen map[[2]int]bool) {
 	for line := range linesOf(data) {
 		if !containsCephFSType(line) {
 			continue
 		}
-		m, err := ParseMountinfoLine(string(line))
+		mounts, err := mountinfo.GetMountsFromReader(bytes.NewReader(line), mountinfo.FSTypeFilter("ceph"))
 		if err != nil {
 			// Unknown format: the line is still a ceph mount.
 			c.unattributed = append(c.unattributed, Reference{
@@ -554,20 +554,19 @@ func (c *checker) cephMounts(data []byte, seen map[[2]uint32]bool) {
 			})
 			continue
 		}
-		if m.FSType != "ceph" {
-			continue
+		for _, m := range mounts {
+			if seen[[2]int{m.Major, m.Minor}] {
+				continue
+			}
+			seen[[2]int{m.Major, m.Minor}] = true
+			ref := Reference{
+				Kind: KindCephClient, Source: m.Source, Mountpoint: m.Mountpoint,
+				Reason: "CephFS kernel mount, no debugfs to tell its netns",
+			}
+			if cs, err := parseCephSource(m.Source, m.VFSOptions); err == nil {
+				ref.ClusterFSID, ref.Monitors = cs.FSID, cs.Monitors
+			}
+			c.unattributed = append(c.unattributed, ref)
 		}
-		if seen[[2]uint32{m.Major, m.Minor}] {
-			continue
-		}
-		seen[[2]uint32{m.Major, m.Minor}] = true
-		ref := Reference{
-			Kind: KindCephClient, Source: m.Source, Mountpoint: m.Mountpoint,
-			Reason: "CephFS kernel mount, no debugfs to tell its netns",
-		}
-		if cs, err := ParseCephSource(m.Source, m.SuperOptions); err == nil {
-			ref.ClusterFSID, ref.Monitors = cs.FSID, cs.Monitors
-		}
-		c.unattributed = append(c.unattributed, ref)
 	}
 }

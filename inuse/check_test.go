@@ -326,26 +326,26 @@ func TestCheckProcesses(t *testing.T) {
 func TestCheckSockets(t *testing.T) {
 	f := newFixture(t)
 	ap := netip.MustParseAddrPort
-	f.tcp([]TCPSocket{
+	f.tcp([]tcpSocket{
 		// Kernel client to a monitor: nobody holds inode 1001.
-		{Local: ap("192.168.20.5:41234"), Remote: ap("10.0.0.1:6789"), State: TCPEstablished, Inode: 1001},
+		{Local: ap("192.168.20.5:41234"), Remote: ap("10.0.0.1:6789"), State: tcpEstablished, Inode: 1001},
 		// Held by a process outside the netns (it setns'd, connected, left).
-		{Local: ap("192.168.20.5:41236"), Remote: ap("10.0.0.3:6801"), State: TCPEstablished, Inode: 1002},
-		{Local: ap("192.168.20.5:41238"), Remote: ap("10.0.0.3:6802"), State: TCPEstablished, Inode: 1003},
+		{Local: ap("192.168.20.5:41236"), Remote: ap("10.0.0.3:6801"), State: tcpEstablished, Inode: 1002},
+		{Local: ap("192.168.20.5:41238"), Remote: ap("10.0.0.3:6802"), State: tcpEstablished, Inode: 1003},
 		// Held by a process inside the netns.
-		{Local: ap("192.168.20.5:41240"), Remote: ap("10.0.0.1:3300"), State: TCPEstablished, Inode: 1004},
+		{Local: ap("192.168.20.5:41240"), Remote: ap("10.0.0.1:3300"), State: tcpEstablished, Inode: 1004},
 		// Held by the holder pod: not a kernel socket, not a reference.
-		{Local: ap("192.168.20.5:41242"), Remote: ap("10.0.0.1:3300"), State: TCPEstablished, Inode: 1005},
+		{Local: ap("192.168.20.5:41242"), Remote: ap("10.0.0.1:3300"), State: tcpEstablished, Inode: 1005},
 		// Not candidates: a listener on a Ceph port, a TIME_WAIT (inode 0),
 		// a connection to a non-Ceph port, an incoming connection to 6789.
-		{Local: ap("0.0.0.0:6789"), Remote: ap("0.0.0.0:0"), State: TCPListen, Inode: 2001},
+		{Local: ap("0.0.0.0:6789"), Remote: ap("0.0.0.0:0"), State: tcpListen, Inode: 2001},
 		{Local: ap("192.168.20.5:41250"), Remote: ap("10.0.0.1:6789"), State: 0x06, Inode: 0},
-		{Local: ap("192.168.20.5:41252"), Remote: ap("10.0.0.9:443"), State: TCPEstablished, Inode: 2002},
-		{Local: ap("192.168.20.5:6789"), Remote: ap("10.0.0.7:50000"), State: TCPEstablished, Inode: 2003},
-	}, []TCPSocket{
+		{Local: ap("192.168.20.5:41252"), Remote: ap("10.0.0.9:443"), State: tcpEstablished, Inode: 2002},
+		{Local: ap("192.168.20.5:6789"), Remote: ap("10.0.0.7:50000"), State: tcpEstablished, Inode: 2003},
+	}, []tcpSocket{
 		{Local: ap("[fd00::17]:50000"), Remote: ap("[fd00::1]:3300"), State: 0x02 /* SYN_SENT */, Inode: 1101},
-		{Local: ap("[::ffff:192.168.20.5]:50002"), Remote: ap("[::ffff:10.0.0.2]:7300"), State: TCPEstablished, Inode: 1102},
-		{Local: ap("[::]:3300"), Remote: ap("[::]:0"), State: TCPListen, Inode: 2101},
+		{Local: ap("[::ffff:192.168.20.5]:50002"), Remote: ap("[::ffff:10.0.0.2]:7300"), State: tcpEstablished, Inode: 1102},
+		{Local: ap("[::]:3300"), Remote: ap("[::]:0"), State: tcpListen, Inode: 2101},
 	})
 	tg := f.selfTarget(ourIP4)
 	f.process(300, proc{Comm: "rbd", Netns: f.other, FDs: map[int]string{3: "socket:[1003]", 4: "socket:[1002]", 5: "socket:[1002]", 6: "socket:[99999]"}})
@@ -368,7 +368,7 @@ func TestCheckSockets(t *testing.T) {
 	// Other Ceph ports: only 6789 counts now; process 301 is still in
 	// the netns.
 	o := f.options(PolicyBlock)
-	o.CephPorts = MustParsePorts("6789")
+	o.CephPorts = mustParsePorts("6789")
 	assert.Equal(t, []string{"process 301 (ceph-fuse)", "kernel socket 192.168.20.5:41234 -> 10.0.0.1:6789"}, strs(check(t, tg, o)))
 
 	// No tcp6 (IPv6 disabled) is fine.
@@ -425,14 +425,16 @@ func TestCheckDeterministic(t *testing.T) {
 	assert.Equal(t, []Kind{KindRBD, KindCephFS, KindCephClient, KindProcess}, kinds)
 }
 
+// TestDefaultOptions: the options a zero Options stands for.
 func TestDefaultOptions(t *testing.T) {
-	o := DefaultOptions()
+	o, err := Options{}.withDefaults()
+	require.NoError(t, err)
 	assert.Equal(t, "/sys", o.Sysfs)
 	assert.Equal(t, "/sys/kernel/debug", o.Debugfs)
 	assert.Equal(t, "/proc", o.Proc)
 	assert.Equal(t, DefaultCephPorts, o.CephPorts.String())
 	assert.Equal(t, PolicyBlock, o.Unattributed)
-	assert.Equal(t, DefaultTimeout, o.Timeout)
+	assert.Equal(t, defaultTimeout, o.Timeout)
 }
 
 // TestCheckTimeout: a kernel call that never returns must not hang the

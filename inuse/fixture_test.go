@@ -12,14 +12,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/cephfixture"
 )
 
 // fixture builds sysfs, debugfs and procfs trees laid out like the kernel's
-// under a temporary directory:
+// under a temporary directory (sysfs and debugfs with package cephfixture):
 //
-//	sys/devices/rbd/<id>/{client_addr,client_id,cluster_fsid,pool,pool_ns,name,current_snap,...}
-//	sys/bus/rbd/devices/<id> -> ../../../devices/rbd/<id>
-//	debug/ceph/<fsid>.client<gid>/{monc,osdc,client_options[,status]}
+//	sys/..., debug/ceph/...
 //	proc/1/mountinfo
 //	proc/<pid>/{comm,cgroup,ns/net -> <netns>,fd/<n> -> socket:[ino]}
 //	proc/thread-self/net/{tcp,tcp6}
@@ -75,80 +75,31 @@ const baseMountinfo = `22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/vda rw
 
 func (f *fixture) write(path, content string) {
 	f.tb.Helper()
-	require.NoError(f.tb, os.MkdirAll(filepath.Dir(path), 0o755))
-	require.NoError(f.tb, os.WriteFile(path, []byte(content), 0o644))
+	require.NoError(f.tb, cephfixture.Write(path, content))
 }
 
 func (f *fixture) symlink(target, path string) {
 	f.tb.Helper()
-	require.NoError(f.tb, os.MkdirAll(filepath.Dir(path), 0o755))
-	require.NoError(f.tb, os.Symlink(target, path))
+	require.NoError(f.tb, cephfixture.Symlink(target, path))
 }
 
-// rbdDev is an rbd device's sysfs attributes; attributes listed in Omit are
-// not created (older kernels), all others end in "\n" unless NoNewline.
-type rbdDev struct {
-	ClientAddr, ClientID, FSID string
-	Pool, PoolNS, Name, Snap   string
-	Omit                       []string
-	NoNewline                  bool
-}
+// rbdDev is an rbd device's sysfs attributes.
+type rbdDev = cephfixture.RBDDev
 
 func (f *fixture) rbd(id int, d rbdDev) {
 	f.tb.Helper()
-	dir := filepath.Join(f.sysfs, "devices", "rbd", strconv.Itoa(id))
-	nl := "\n"
-	if d.NoNewline {
-		nl = ""
-	}
-	attrs := map[string]string{
-		"client_addr": d.ClientAddr, "client_id": d.ClientID, "cluster_fsid": d.FSID,
-		"pool": d.Pool, "pool_ns": d.PoolNS, "name": d.Name, "current_snap": d.Snap,
-		// Extra attributes the checker does not read.
-		"size": "1073741824", "major": "251", "minor": strconv.Itoa(id * 16),
-		"features": "0x000000000000003d", "image_id": "1a2b3c4d5e6f", "pool_id": "2",
-		"snap_id": "18446744073709551614", "parent": "(no parent image)",
-	}
-	if d.Snap == "" {
-		attrs["current_snap"] = "-"
-	}
-	for k, v := range attrs {
-		if contains(d.Omit, k) {
-			continue
-		}
-		f.write(filepath.Join(dir, k), v+nl)
-	}
-	require.NoError(f.tb, os.MkdirAll(filepath.Join(dir, "power"), 0o755))
-	f.symlink(filepath.Join("..", "..", "..", "devices", "rbd", strconv.Itoa(id)),
-		filepath.Join(f.sysfs, "bus", "rbd", "devices", strconv.Itoa(id)))
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
+	require.NoError(f.tb, cephfixture.RBD(f.sysfs, id, d))
 }
 
 // debugfsClient creates <debugfs>/ceph/<fsid>.client<gid>/; status "" means
 // no status file (an rbd client, or CephFS before Linux 5.11).
 func (f *fixture) debugfsClient(fsid string, gid int, status string) {
 	f.tb.Helper()
-	dir := filepath.Join(f.debugfs, "ceph", fmt.Sprintf("%s.client%d", fsid, gid))
-	f.write(filepath.Join(dir, "monc"), "have monmap 2 want 3+\nhave osdmap 42\n")
-	f.write(filepath.Join(dir, "osdc"), "REQUESTS 0 homeless 0\nLINGER REQUESTS\n")
-	f.write(filepath.Join(dir, "client_options"), "name=admin,secret=<hidden>\n")
-	if status != "" {
-		f.write(filepath.Join(dir, "status"), status)
-	}
+	require.NoError(f.tb, cephfixture.DebugfsClient(f.debugfs, fsid, gid, status))
 }
 
 // cephfsStatus is fs/ceph/debugfs.c status_show's output.
-func cephfsStatus(gid int, addr string) string {
-	return fmt.Sprintf("instance: client.%d (3)%s/3527561932\nblocklisted: false\n", gid, addr)
-}
+func cephfsStatus(gid int, addr string) string { return cephfixture.CephFSStatus(gid, addr) }
 
 // noDebugfs removes <debugfs>/ceph, as when debugfs is not mounted.
 func (f *fixture) noDebugfs() {
@@ -196,7 +147,7 @@ const (
 )
 
 // tcp writes <proc>/thread-self/net/tcp and tcp6 from socket descriptions.
-func (f *fixture) tcp(v4, v6 []TCPSocket) {
+func (f *fixture) tcp(v4, v6 []tcpSocket) {
 	f.tb.Helper()
 	var b4, b6 strings.Builder
 	b4.WriteString(tcpHeader)
@@ -214,7 +165,7 @@ func (f *fixture) tcp(v4, v6 []TCPSocket) {
 // tcpLine formats a socket like net/ipv4/tcp_ipv4.c get_tcp4_sock and
 // net/ipv6/tcp_ipv6.c get_tcp6_sock: each 32-bit word of the address in host
 // byte order with %08X.
-func tcpLine(sl int, s TCPSocket) string {
+func tcpLine(sl int, s tcpSocket) string {
 	return fmt.Sprintf("%4d: %s %s %02X 00000000:00000000 00:00000000 00000000 %5d        0 %d 1 0000000000000000 20 4 30 10 -1\n",
 		sl, hexAddrPort(s.Local), hexAddrPort(s.Remote), s.State, s.UID, s.Inode)
 }

@@ -13,67 +13,67 @@ import (
 // they never panic and return an error naming the bad part, so they can be
 // fuzzed and so one odd file never takes the whole check down with it.
 
-// ClientAddr is a Ceph entity address as libceph prints it: the IP and port
+// entityAddr is a Ceph entity address as libceph prints it: the IP and port
 // the client is known by, and the nonce that tells client instances apart.
-type ClientAddr struct {
+type entityAddr struct {
 	AddrPort netip.AddrPort
 	Nonce    uint32
 }
 
 // String prints the address the way the kernel does ("%pISpc/%u").
-func (c ClientAddr) String() string {
+func (c entityAddr) String() string {
 	return c.AddrPort.String() + "/" + strconv.FormatUint(uint64(c.Nonce), 10)
 }
 
-// ParseClientAddr parses the rbd sysfs attribute client_addr, printed by
+// parseClientAddr parses the rbd sysfs attribute client_addr, printed by
 // drivers/block/rbd.c with "%pISpc/%u": "10.244.1.17:0/3527561932" or
 // "[fd00::17]:0/3527561932". Trailing blanks and newlines are ignored. An
 // address the kernel could not print (a blank address prints as "(einval)"
 // on current kernels) is an error: such a client cannot be attributed.
-func ParseClientAddr(s string) (ClientAddr, error) {
+func parseClientAddr(s string) (entityAddr, error) {
 	s = strings.TrimRight(s, " \t\r\n")
 	i := strings.LastIndexByte(s, '/')
 	if i < 0 {
-		return ClientAddr{}, fmt.Errorf("client address %q: no /nonce", s)
+		return entityAddr{}, fmt.Errorf("client address %q: no /nonce", s)
 	}
 	ap, err := netip.ParseAddrPort(s[:i])
 	if err != nil {
-		return ClientAddr{}, fmt.Errorf("client address %q: %w", s, err)
+		return entityAddr{}, fmt.Errorf("client address %q: %w", s, err)
 	}
 	nonce, err := strconv.ParseUint(s[i+1:], 10, 32)
 	if err != nil {
-		return ClientAddr{}, fmt.Errorf("client address %q: nonce %q is not a 32-bit number", s, s[i+1:])
+		return entityAddr{}, fmt.Errorf("client address %q: nonce %q is not a 32-bit number", s, s[i+1:])
 	}
-	return ClientAddr{AddrPort: ap, Nonce: uint32(nonce)}, nil
+	return entityAddr{AddrPort: ap, Nonce: uint32(nonce)}, nil
 }
 
-// Status is the content of a CephFS client's debugfs "status" file
+// clientStatus is the content of a CephFS client's debugfs "status" file
 // (fs/ceph/debugfs.c status_show, Linux >= 5.11):
 //
 //	instance: client.4161 (3)10.244.1.17:0/3527561932
 //	blocklisted: false
 //
 // The "(3)" is the entity address type (3 = "any", i.e. msgr1 and msgr2).
-type Status struct {
+type clientStatus struct {
 	EntityType  string // "client"
 	GID         uint64 // global id, 4161
 	AddrType    uint32
-	Addr        ClientAddr
+	Addr        entityAddr
 	Blocklisted bool
 }
 
 // ClientID returns the client in the form the rbd client_id attribute and
 // the debugfs directory name use: "client4161".
-func (s Status) ClientID() string {
+func (s clientStatus) ClientID() string {
 	return s.EntityType + strconv.FormatUint(s.GID, 10)
 }
 
-// ParseStatus parses a debugfs ceph client "status" file. The instance line is
+// parseStatus parses a debugfs ceph client "status" file. The instance line is
 // required; "blocklisted" is optional (and accepted under its pre-5.11
 // spelling "blacklisted", should a backport print that); unknown lines are
 // ignored so later kernels can add fields.
-func ParseStatus(s string) (Status, error) {
-	var st Status
+func parseStatus(s string) (clientStatus, error) {
+	var st clientStatus
 	seenInstance := false
 	for line := range strings.Lines(s) {
 		line = strings.TrimRight(line, " \t\r\n")
@@ -85,12 +85,12 @@ func ParseStatus(s string) (Status, error) {
 		switch key {
 		case "instance":
 			if seenInstance {
-				return Status{}, fmt.Errorf("status: second instance line %q", line)
+				return clientStatus{}, fmt.Errorf("status: second instance line %q", line)
 			}
 			seenInstance = true
 			var err error
 			if st, err = parseInstance(val); err != nil {
-				return Status{}, fmt.Errorf("status: instance %q: %w", val, err)
+				return clientStatus{}, fmt.Errorf("status: instance %q: %w", val, err)
 			}
 		case "blocklisted", "blacklisted":
 			switch val {
@@ -99,54 +99,54 @@ func ParseStatus(s string) (Status, error) {
 			case "false":
 				st.Blocklisted = false
 			default:
-				return Status{}, fmt.Errorf("status: %s %q is not true or false", key, val)
+				return clientStatus{}, fmt.Errorf("status: %s %q is not true or false", key, val)
 			}
 		}
 	}
 	if !seenInstance {
-		return Status{}, errors.New("status: no instance line")
+		return clientStatus{}, errors.New("status: no instance line")
 	}
 	return st, nil
 }
 
 // parseInstance parses "client.4161 (3)10.244.1.17:0/3527561932".
-func parseInstance(v string) (Status, error) {
+func parseInstance(v string) (clientStatus, error) {
 	name, addr, ok := strings.Cut(v, " ")
 	if !ok {
-		return Status{}, errors.New("want \"<type>.<id> (<addrtype>)<addr>\"")
+		return clientStatus{}, errors.New("want \"<type>.<id> (<addrtype>)<addr>\"")
 	}
 	typ, id, ok := strings.Cut(name, ".")
 	if !ok || typ == "" {
-		return Status{}, fmt.Errorf("entity name %q: want <type>.<id>", name)
+		return clientStatus{}, fmt.Errorf("entity name %q: want <type>.<id>", name)
 	}
 	gid, err := strconv.ParseUint(id, 10, 64)
 	if err != nil {
-		return Status{}, fmt.Errorf("entity name %q: id is not a number", name)
+		return clientStatus{}, fmt.Errorf("entity name %q: id is not a number", name)
 	}
 	addr = strings.TrimSpace(addr)
 	if !strings.HasPrefix(addr, "(") {
-		return Status{}, fmt.Errorf("address %q: want (<type>) prefix", addr)
+		return clientStatus{}, fmt.Errorf("address %q: want (<type>) prefix", addr)
 	}
 	end := strings.IndexByte(addr, ')')
 	if end < 0 {
-		return Status{}, fmt.Errorf("address %q: unterminated (<type>)", addr)
+		return clientStatus{}, fmt.Errorf("address %q: unterminated (<type>)", addr)
 	}
 	at, err := strconv.ParseUint(addr[1:end], 10, 32)
 	if err != nil {
-		return Status{}, fmt.Errorf("address %q: type is not a number", addr)
+		return clientStatus{}, fmt.Errorf("address %q: type is not a number", addr)
 	}
-	ca, err := ParseClientAddr(addr[end+1:])
+	ca, err := parseClientAddr(addr[end+1:])
 	if err != nil {
-		return Status{}, err
+		return clientStatus{}, err
 	}
-	return Status{EntityType: typ, GID: gid, AddrType: uint32(at), Addr: ca}, nil
+	return clientStatus{EntityType: typ, GID: gid, AddrType: uint32(at), Addr: ca}, nil
 }
 
-// ParseClientDirName splits a debugfs ceph client directory name,
+// parseClientDirName splits a debugfs ceph client directory name,
 // "<fsid>.client<gid>" (net/ceph/debugfs.c ceph_debugfs_client_init), into the
 // cluster fsid and the client id "client<gid>" as the rbd client_id attribute
 // prints it.
-func ParseClientDirName(name string) (fsid, clientID string, ok bool) {
+func parseClientDirName(name string) (fsid, clientID string, ok bool) {
 	i := strings.LastIndex(name, ".client")
 	if i <= 0 {
 		return "", "", false
@@ -163,92 +163,8 @@ func ParseClientDirName(name string) (fsid, clientID string, ok bool) {
 	return name[:i], name[i+1:], true
 }
 
-// MountinfoEntry is one line of /proc/<pid>/mountinfo (proc(5)).
-type MountinfoEntry struct {
-	MountID, ParentID int
-	Major, Minor      uint32
-	Root              string
-	Mountpoint        string
-	MountOptions      string
-	Optional          []string
-	FSType            string
-	Source            string
-	SuperOptions      string
-}
-
-// ParseMountinfoLine parses one mountinfo line:
-//
-//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-//
-// Root, mount point and source are unescaped (the kernel prints space, tab,
-// newline and backslash as \ooo).
-func ParseMountinfoLine(line string) (MountinfoEntry, error) {
-	line = strings.TrimRight(line, "\r\n")
-	f := strings.Split(line, " ")
-	sep := -1
-	for i := 6; i < len(f); i++ {
-		if f[i] == "-" {
-			sep = i
-			break
-		}
-	}
-	if len(f) < 6 || sep < 0 {
-		return MountinfoEntry{}, fmt.Errorf("mountinfo line %q: want at least 6 fields and a \"-\" separator", line)
-	}
-	if len(f) < sep+3 {
-		return MountinfoEntry{}, fmt.Errorf("mountinfo line %q: want filesystem type and source after \"-\"", line)
-	}
-	var m MountinfoEntry
-	var err error
-	if m.MountID, err = strconv.Atoi(f[0]); err != nil {
-		return MountinfoEntry{}, fmt.Errorf("mountinfo line %q: mount id %q is not a number", line, f[0])
-	}
-	if m.ParentID, err = strconv.Atoi(f[1]); err != nil {
-		return MountinfoEntry{}, fmt.Errorf("mountinfo line %q: parent id %q is not a number", line, f[1])
-	}
-	maj, min, ok := strings.Cut(f[2], ":")
-	ma, err1 := strconv.ParseUint(maj, 10, 32)
-	mi, err2 := strconv.ParseUint(min, 10, 32)
-	if !ok || err1 != nil || err2 != nil {
-		return MountinfoEntry{}, fmt.Errorf("mountinfo line %q: device %q is not major:minor", line, f[2])
-	}
-	m.Major, m.Minor = uint32(ma), uint32(mi)
-	m.Root = unescapeMount(f[3])
-	m.Mountpoint = unescapeMount(f[4])
-	m.MountOptions = f[5]
-	if sep > 6 {
-		m.Optional = f[6:sep]
-	}
-	m.FSType = f[sep+1]
-	m.Source = unescapeMount(f[sep+2])
-	if len(f) > sep+3 {
-		m.SuperOptions = strings.Join(f[sep+3:], " ")
-	}
-	return m, nil
-}
-
-// unescapeMount undoes the kernel's \ooo escaping (fs/proc_namespace.c).
-func unescapeMount(s string) string {
-	if strings.IndexByte(s, '\\') < 0 {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			v := (s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0')
-			b.WriteByte(v)
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
-
-// CephSource is what a CephFS kernel mount says about its cluster.
-type CephSource struct {
+// cephSource is what a CephFS kernel mount says about its cluster.
+type cephSource struct {
 	Monitors []string // "10.0.0.1:6789", "[fd00::1]:3300"
 	User     string   // cephx user without "client.", when known
 	FSID     string   // when known
@@ -256,7 +172,7 @@ type CephSource struct {
 	Path     string   // path inside the file system
 }
 
-// ParseCephSource parses the source and super options of a "ceph" mountinfo
+// parseCephSource parses the source and super options of a "ceph" mountinfo
 // entry. Two syntaxes exist:
 //
 //	10.0.0.1:6789,10.0.0.2:6789:/path      (monitors in the source)
@@ -264,8 +180,8 @@ type CephSource struct {
 //
 // In the new syntax the monitors come from the "mon_addr=" super option,
 // separated by '/'.
-func ParseCephSource(source, superOptions string) (CephSource, error) {
-	var cs CephSource
+func parseCephSource(source, superOptions string) (cephSource, error) {
+	var cs cephSource
 	var monAddr string
 	for opt := range strings.SplitSeq(superOptions, ",") {
 		k, v, _ := strings.Cut(opt, "=")
@@ -281,11 +197,11 @@ func ParseCephSource(source, superOptions string) (CephSource, error) {
 	if at := strings.IndexByte(source, '@'); at >= 0 && !strings.Contains(source[:at], ":/") {
 		spec, path, ok := strings.Cut(source[at+1:], "=")
 		if !ok || !strings.HasPrefix(path, "/") {
-			return CephSource{}, fmt.Errorf("ceph source %q: want <user>@<fsid>.<fs>=/<path>", source)
+			return cephSource{}, fmt.Errorf("ceph source %q: want <user>@<fsid>.<fs>=/<path>", source)
 		}
 		fsid, fsname, ok := strings.Cut(spec, ".")
 		if !ok || fsname == "" {
-			return CephSource{}, fmt.Errorf("ceph source %q: want <fsid>.<fs> after @", source)
+			return cephSource{}, fmt.Errorf("ceph source %q: want <fsid>.<fs> after @", source)
 		}
 		if user := source[:at]; user != "" {
 			cs.User = user
@@ -297,7 +213,7 @@ func ParseCephSource(source, superOptions string) (CephSource, error) {
 		if monAddr != "" {
 			for m := range strings.SplitSeq(monAddr, "/") {
 				if m == "" {
-					return CephSource{}, fmt.Errorf("ceph mount option mon_addr=%q: empty monitor address", monAddr)
+					return cephSource{}, fmt.Errorf("ceph mount option mon_addr=%q: empty monitor address", monAddr)
 				}
 				cs.Monitors = append(cs.Monitors, m)
 			}
@@ -306,11 +222,11 @@ func ParseCephSource(source, superOptions string) (CephSource, error) {
 	}
 	i := strings.Index(source, ":/")
 	if i <= 0 {
-		return CephSource{}, fmt.Errorf("ceph source %q: want <mon>[,<mon>...]:/<path> or <user>@<fsid>.<fs>=/<path>", source)
+		return cephSource{}, fmt.Errorf("ceph source %q: want <mon>[,<mon>...]:/<path> or <user>@<fsid>.<fs>=/<path>", source)
 	}
 	for m := range strings.SplitSeq(source[:i], ",") {
 		if m == "" {
-			return CephSource{}, fmt.Errorf("ceph source %q: empty monitor address", source)
+			return cephSource{}, fmt.Errorf("ceph source %q: empty monitor address", source)
 		}
 		cs.Monitors = append(cs.Monitors, m)
 	}
@@ -320,12 +236,12 @@ func ParseCephSource(source, superOptions string) (CephSource, error) {
 
 // TCP socket states as /proc/net/tcp prints them (include/net/tcp_states.h).
 const (
-	TCPEstablished uint8 = 0x01
-	TCPListen      uint8 = 0x0A
+	tcpEstablished uint8 = 0x01
+	tcpListen      uint8 = 0x0A
 )
 
-// TCPSocket is one line of /proc/net/tcp or /proc/net/tcp6.
-type TCPSocket struct {
+// tcpSocket is one line of /proc/net/tcp or /proc/net/tcp6.
+type tcpSocket struct {
 	Local, Remote netip.AddrPort
 	State         uint8
 	UID           uint32
@@ -334,14 +250,14 @@ type TCPSocket struct {
 	Inode uint64
 }
 
-// ParseTCPLine parses one entry of /proc/net/tcp or tcp6 (not the header):
+// parseTCPLine parses one entry of /proc/net/tcp or tcp6 (not the header):
 //
 //	0: 0100007F:1A85 0100007F:A3C2 01 00000000:00000000 00:00000000 00000000 0 0 12345 ...
 //
 // Addresses are printed by net/ipv4/tcp_ipv4.c and net/ipv6/tcp_ipv6.c as the
 // 32-bit words of the network-order address formatted with %08X in host byte
 // order: one word for IPv4, four for IPv6; ports are plain %04X.
-func ParseTCPLine(line string) (TCPSocket, error) {
+func parseTCPLine(line string) (tcpSocket, error) {
 	var f [10]string
 	n := 0
 	for i := 0; i < len(line) && n < len(f); {
@@ -359,31 +275,31 @@ func ParseTCPLine(line string) (TCPSocket, error) {
 		i = j
 	}
 	if n < len(f) || !strings.HasSuffix(f[0], ":") {
-		return TCPSocket{}, fmt.Errorf("tcp line %q: want \"<sl>: <local> <remote> <st> ... <inode>\"", line)
+		return tcpSocket{}, fmt.Errorf("tcp line %q: want \"<sl>: <local> <remote> <st> ... <inode>\"", line)
 	}
-	var s TCPSocket
+	var s tcpSocket
 	var err error
 	if s.Local, err = parseHexAddrPort(f[1]); err != nil {
-		return TCPSocket{}, fmt.Errorf("tcp line %q: local address: %w", line, err)
+		return tcpSocket{}, fmt.Errorf("tcp line %q: local address: %w", line, err)
 	}
 	if s.Remote, err = parseHexAddrPort(f[2]); err != nil {
-		return TCPSocket{}, fmt.Errorf("tcp line %q: remote address: %w", line, err)
+		return tcpSocket{}, fmt.Errorf("tcp line %q: remote address: %w", line, err)
 	}
 	if s.Local.Addr().Is4() != s.Remote.Addr().Is4() {
-		return TCPSocket{}, fmt.Errorf("tcp line %q: local and remote address families differ", line)
+		return tcpSocket{}, fmt.Errorf("tcp line %q: local and remote address families differ", line)
 	}
 	st, err := strconv.ParseUint(f[3], 16, 8)
 	if err != nil {
-		return TCPSocket{}, fmt.Errorf("tcp line %q: state %q is not a hex byte", line, f[3])
+		return tcpSocket{}, fmt.Errorf("tcp line %q: state %q is not a hex byte", line, f[3])
 	}
 	s.State = uint8(st)
 	uid, err := strconv.ParseUint(f[7], 10, 32)
 	if err != nil {
-		return TCPSocket{}, fmt.Errorf("tcp line %q: uid %q is not a number", line, f[7])
+		return tcpSocket{}, fmt.Errorf("tcp line %q: uid %q is not a number", line, f[7])
 	}
 	s.UID = uint32(uid)
 	if s.Inode, err = strconv.ParseUint(f[9], 10, 64); err != nil {
-		return TCPSocket{}, fmt.Errorf("tcp line %q: inode %q is not a number", line, f[9])
+		return tcpSocket{}, fmt.Errorf("tcp line %q: inode %q is not a number", line, f[9])
 	}
 	return s, nil
 }

@@ -1,10 +1,12 @@
 package inuse
 
 import (
+	"bytes"
 	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -47,7 +49,7 @@ func TestParsePorts(t *testing.T) {
 }
 
 func TestPortsContains(t *testing.T) {
-	p := MustParsePorts(DefaultCephPorts)
+	p := mustParsePorts(DefaultCephPorts)
 	for port, want := range map[uint16]bool{
 		0: false, 1: false, 3299: false, 3300: true, 3301: false, 6789: true,
 		6799: false, 6800: true, 7000: true, 7300: true, 7301: false, 65535: false,
@@ -56,8 +58,8 @@ func TestPortsContains(t *testing.T) {
 	}
 	assert.False(t, Ports{}.Contains(6789))
 	assert.True(t, Ports{}.IsEmpty())
-	assert.True(t, MustParsePorts("1-65535").Contains(65535))
-	assert.Panics(t, func() { MustParsePorts("x") })
+	assert.True(t, mustParsePorts("1-65535").Contains(65535))
+	assert.Panics(t, func() { mustParsePorts("x") })
 }
 
 func TestPortsText(t *testing.T) {
@@ -110,7 +112,7 @@ func TestParseClientAddr(t *testing.T) {
 		{in: "10.244.1.17:99999/1", err: "10.244.1.17:99999"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			ca, err := ParseClientAddr(tc.in)
+			ca, err := parseClientAddr(tc.in)
 			if tc.err != "" {
 				assert.ErrorContains(t, err, tc.err)
 				return
@@ -127,28 +129,28 @@ func TestParseStatus(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   string
-		want Status
+		want clientStatus
 		err  string
 	}{
 		{
 			name: "ipv4",
 			in:   "instance: client.4161 (3)10.244.1.17:0/3527561932\nblocklisted: false\n",
-			want: Status{EntityType: "client", GID: 4161, AddrType: 3, Addr: ClientAddr{netip.MustParseAddrPort("10.244.1.17:0"), 3527561932}},
+			want: clientStatus{EntityType: "client", GID: 4161, AddrType: 3, Addr: entityAddr{netip.MustParseAddrPort("10.244.1.17:0"), 3527561932}},
 		},
 		{
 			name: "ipv6 blocklisted extra lines",
 			in:   "instance: client.18446744073709551615 (3)[fd00::17]:0/1\nblocklisted: true\nmds_sessions: 2\n\n",
-			want: Status{EntityType: "client", GID: 18446744073709551615, AddrType: 3, Addr: ClientAddr{netip.MustParseAddrPort("[fd00::17]:0"), 1}, Blocklisted: true},
+			want: clientStatus{EntityType: "client", GID: 18446744073709551615, AddrType: 3, Addr: entityAddr{netip.MustParseAddrPort("[fd00::17]:0"), 1}, Blocklisted: true},
 		},
 		{
 			name: "old name, no trailing newline",
 			in:   "instance: client.7 (2)10.0.0.5:0/9\nblacklisted: true",
-			want: Status{EntityType: "client", GID: 7, AddrType: 2, Addr: ClientAddr{netip.MustParseAddrPort("10.0.0.5:0"), 9}, Blocklisted: true},
+			want: clientStatus{EntityType: "client", GID: 7, AddrType: 2, Addr: entityAddr{netip.MustParseAddrPort("10.0.0.5:0"), 9}, Blocklisted: true},
 		},
 		{
 			name: "instance only",
 			in:   "instance: client.7 (3)10.0.0.5:0/9",
-			want: Status{EntityType: "client", GID: 7, AddrType: 3, Addr: ClientAddr{netip.MustParseAddrPort("10.0.0.5:0"), 9}},
+			want: clientStatus{EntityType: "client", GID: 7, AddrType: 3, Addr: entityAddr{netip.MustParseAddrPort("10.0.0.5:0"), 9}},
 		},
 		{name: "empty", in: "", err: "no instance line"},
 		{name: "no instance", in: "blocklisted: false\n", err: "no instance line"},
@@ -163,7 +165,7 @@ func TestParseStatus(t *testing.T) {
 		{name: "bad blocklisted", in: "instance: client.7 (3)10.0.0.5:0/9\nblocklisted: maybe\n", err: "maybe"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, err := ParseStatus(tc.in)
+			st, err := parseStatus(tc.in)
 			if tc.err != "" {
 				assert.ErrorContains(t, err, tc.err)
 				return
@@ -172,7 +174,7 @@ func TestParseStatus(t *testing.T) {
 			assert.Equal(t, tc.want, st)
 		})
 	}
-	st, err := ParseStatus(cephfsStatus(4161, "10.0.0.1:0"))
+	st, err := parseStatus(cephfsStatus(4161, "10.0.0.1:0"))
 	require.NoError(t, err)
 	assert.Equal(t, "client4161", st.ClientID())
 }
@@ -182,103 +184,119 @@ func TestParseClientDirName(t *testing.T) {
 		fsidA + ".client4161": {fsidA, "client4161"},
 		"x.client.client1":    {"x.client", "client1"},
 	} {
-		fsid, id, ok := ParseClientDirName(in)
+		fsid, id, ok := parseClientDirName(in)
 		assert.True(t, ok, in)
 		assert.Equal(t, want, [2]string{fsid, id})
 	}
 	for _, in := range []string{"", ".client1", fsidA, fsidA + ".client", fsidA + ".clientx", fsidA + ".client1a", "README"} {
-		_, _, ok := ParseClientDirName(in)
+		_, _, ok := parseClientDirName(in)
 		assert.False(t, ok, in)
 	}
 }
 
-func TestParseMountinfoLine(t *testing.T) {
-	m, err := ParseMountinfoLine(mountOld)
-	require.NoError(t, err)
-	assert.Equal(t, MountinfoEntry{
-		MountID: 301, ParentID: 22, Major: 0, Minor: 61, Root: "/",
-		Mountpoint:   "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount",
-		MountOptions: "rw,relatime", Optional: []string{"shared:120"}, FSType: "ceph",
-		Source:       "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid",
-		SuperOptions: "rw,name=csi-cephfs-node,secret=<hidden>,fsid=" + fsidA + ",acl,mds_namespace=myfs",
-	}, m)
+// cephMountRefs runs the mountinfo part of the check over text.
+func cephMountRefs(text string) []Reference {
+	c := &checker{}
+	c.cephMounts([]byte(text), map[[2]int]bool{})
+	return c.unattributed
+}
 
-	m, err = ParseMountinfoLine(mountNew + "\n")
-	require.NoError(t, err)
-	assert.Equal(t, "/mnt/with space", m.Mountpoint)
-	assert.Equal(t, "admin@"+fsidB+".myfs=/volumes/x", m.Source)
+func TestCephMounts(t *testing.T) {
+	const reason = "CephFS kernel mount, no debugfs to tell its netns"
+	assert.Equal(t, []Reference{{
+		Kind: KindCephClient, Source: "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid",
+		Mountpoint:  "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount",
+		ClusterFSID: fsidA, Monitors: []string{"10.0.0.1:6789", "10.0.0.2:6789"}, Reason: reason,
+	}}, cephMountRefs(mountOld))
 
-	// No optional fields; several optional fields; escapes everywhere.
-	m, err = ParseMountinfoLine(`40 22 0:70 /a\134b /m\011n rw - ceph 10.0.0.1:6789:/ rw`)
-	require.NoError(t, err)
-	assert.Nil(t, m.Optional)
-	assert.Equal(t, `/a\b`, m.Root)
-	assert.Equal(t, "/m\tn", m.Mountpoint)
-	m, err = ParseMountinfoLine(`41 22 0:71 / /m rw shared:1 master:2 propagate_from:3 - ceph 10.0.0.1:6789:/ rw`)
-	require.NoError(t, err)
-	assert.Equal(t, []string{"shared:1", "master:2", "propagate_from:3"}, m.Optional)
-	// Without super options (not printed by very old kernels).
-	m, err = ParseMountinfoLine(`42 22 0:72 / /m rw - ceph 10.0.0.1:6789:/`)
-	require.NoError(t, err)
-	assert.Equal(t, "", m.SuperOptions)
-	// Incomplete escapes are kept.
-	m, err = ParseMountinfoLine(`43 22 0:72 / /m\04 rw - ceph s o`)
-	require.NoError(t, err)
-	assert.Equal(t, `/m\04`, m.Mountpoint)
+	refs := cephMountRefs(mountNew + "\n")
+	require.Len(t, refs, 1)
+	assert.Equal(t, "/mnt/with space", refs[0].Mountpoint)
+	assert.Equal(t, "admin@"+fsidB+".myfs=/volumes/x", refs[0].Source)
 
+	// Lines of other types are not read; a bind mount of a superblock
+	// already seen (same major:minor) is the same client.
+	assert.Empty(t, cephMountRefs(baseMountinfo))
+	assert.Len(t, cephMountRefs(mountOld+"\n"+mountOldBind+"\n"), 1)
+
+	// No optional fields; several optional fields; escapes; incomplete
+	// escapes are kept.
+	for in, mountpoint := range map[string]string{
+		`40 22 0:70 /a\134b /m\011n rw - ceph 10.0.0.1:6789:/ rw`:                         "/m\tn",
+		`41 22 0:71 / /m rw shared:1 master:2 propagate_from:3 - ceph 10.0.0.1:6789:/ rw`: "/m",
+		`43 22 0:72 / /m\04 rw - ceph s o`:                                                `/m\04`,
+	} {
+		refs := cephMountRefs(in)
+		require.Len(t, refs, 1, in)
+		assert.Equal(t, mountpoint, refs[0].Mountpoint, in)
+		assert.Equal(t, reason, refs[0].Reason, in)
+	}
+
+	// A ceph line that does not parse is still a ceph mount: reported
+	// with the parse error, and the lines after it are still read.
 	for _, in := range []string{
-		"",
-		"garbage",
-		"1 2 0:3 / /m rw",                      // no separator
-		"1 2 0:3 / /m rw -",                    // nothing after it
-		"1 2 0:3 / /m rw - ceph",               // no source
+		"1 2 03 / /m rw - ceph s o",                 // device
+		"1 2 0:3 / - ceph s o",                      // separator too early
+		"42 22 0:72 / /m rw - ceph 10.0.0.1:6789:/", // no super options
+	} {
+		refs := cephMountRefs(in + "\n" + mountOld)
+		require.Len(t, refs, 2, in)
+		assert.Equal(t, Reference{Kind: KindCephClient, Source: in, Reason: refs[0].Reason}, refs[0], in)
+		assert.True(t, strings.HasPrefix(refs[0].Reason, reason+", "), "%q: %s", in, refs[0].Reason)
+		assert.Equal(t, "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount", refs[1].Mountpoint, in)
+	}
+	// Lines that do not name the ceph type are no ceph mounts.
+	for _, in := range []string{"", "garbage", "1 2 0:3 / /m rw", "1 2 0:3 / /m rw -", "1 2 0:3 / /m rw - ceph", "1 2 0:3 / /m rw - ext4 s o"} {
+		assert.Empty(t, cephMountRefs(in), "%q", in)
+	}
+	// Fields the kernel never prints wrong still leave a ceph mount counted.
+	for _, in := range []string{
 		"x 2 0:3 / /m rw - ceph s o",           // mount id
 		"1 x 0:3 / /m rw - ceph s o",           // parent id
-		"1 2 03 / /m rw - ceph s o",            // device
 		"1 2 0:x / /m rw - ceph s o",           // minor
-		"1 2 0:3 / - ceph s o",                 // separator too early
 		"1 2 99999999999:3 / /m rw - ceph s o", // major overflow
 	} {
-		_, err := ParseMountinfoLine(in)
-		assert.Error(t, err, "%q", in)
+		refs := cephMountRefs(in)
+		require.Len(t, refs, 1, in)
+		assert.Equal(t, KindCephClient, refs[0].Kind, in)
 	}
 }
 
 func TestParseCephSource(t *testing.T) {
 	for _, tc := range []struct {
 		name, src, opts string
-		want            CephSource
+		want            cephSource
 		err             string
 	}{
 		{
 			name: "old syntax",
 			src:  "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/x", opts: "rw,name=csi,secret=<hidden>,fsid=" + fsidA,
-			want: CephSource{Monitors: []string{"10.0.0.1:6789", "10.0.0.2:6789"}, User: "csi", FSID: fsidA, Path: "/volumes/csi/x"},
+			want: cephSource{Monitors: []string{"10.0.0.1:6789", "10.0.0.2:6789"}, User: "csi", FSID: fsidA, Path: "/volumes/csi/x"},
 		},
 		{
 			name: "old syntax ipv6 root",
 			src:  "[fd00::1]:3300,[fd00::2]:3300:/", opts: "rw",
-			want: CephSource{Monitors: []string{"[fd00::1]:3300", "[fd00::2]:3300"}, Path: "/"},
+			want: cephSource{Monitors: []string{"[fd00::1]:3300", "[fd00::2]:3300"}, Path: "/"},
 		},
 		{
 			name: "old syntax hostname",
 			src:  "mon.example.org:/", opts: "",
-			want: CephSource{Monitors: []string{"mon.example.org"}, Path: "/"},
+			want: cephSource{Monitors: []string{"mon.example.org"}, Path: "/"},
 		},
 		{
 			name: "new syntax",
 			src:  "admin@" + fsidB + ".myfs=/volumes/x", opts: "rw,name=admin,secret=<hidden>,mon_addr=10.0.0.1:3300/10.0.0.2:3300",
-			want: CephSource{Monitors: []string{"10.0.0.1:3300", "10.0.0.2:3300"}, User: "admin", FSID: fsidB, FSName: "myfs", Path: "/volumes/x"},
+			want: cephSource{Monitors: []string{"10.0.0.1:3300", "10.0.0.2:3300"}, User: "admin", FSID: fsidB, FSName: "myfs", Path: "/volumes/x"},
 		},
 		{
 			name: "new syntax fs name with dots, no fsid, no mon_addr",
 			src:  "u@.my.fs=/", opts: "rw",
-			want: CephSource{User: "u", FSName: "my.fs", Path: "/"},
+			want: cephSource{User: "u", FSName: "my.fs", Path: "/"},
 		},
 		{
 			name: "new syntax unknown fsid",
 			src:  "u@?.a=/", opts: "mon_addr=[fd00::1]:3300",
-			want: CephSource{User: "u", FSName: "a", Path: "/", Monitors: []string{"[fd00::1]:3300"}},
+			want: cephSource{User: "u", FSName: "a", Path: "/", Monitors: []string{"[fd00::1]:3300"}},
 		},
 		{name: "empty", src: "", err: "want"},
 		{name: "no path", src: "10.0.0.1:6789", err: "want"},
@@ -290,7 +308,7 @@ func TestParseCephSource(t *testing.T) {
 		{name: "new empty mon", src: "u@f.a=/", opts: "mon_addr=1.2.3.4//5.6.7.8", err: "empty monitor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs, err := ParseCephSource(tc.src, tc.opts)
+			cs, err := parseCephSource(tc.src, tc.opts)
 			if tc.err != "" {
 				assert.ErrorContains(t, err, tc.err)
 				return
@@ -304,18 +322,18 @@ func TestParseCephSource(t *testing.T) {
 func TestParseTCPLine(t *testing.T) {
 	for _, tc := range []struct {
 		name, in string
-		want     TCPSocket
+		want     tcpSocket
 		err      string
 	}{
 		{
 			name: "ipv4 established",
 			in:   "   3: 0514A8C0:A0D2 0100000A:1A85 01 00000000:00000000 02:000A7B1C 00000000     0        0 123456 2 ffff8880 20 4 30 10 -1",
-			want: TCPSocket{Local: netip.MustParseAddrPort("192.168.20.5:41170"), Remote: netip.MustParseAddrPort("10.0.0.1:6789"), State: TCPEstablished, Inode: 123456},
+			want: tcpSocket{Local: netip.MustParseAddrPort("192.168.20.5:41170"), Remote: netip.MustParseAddrPort("10.0.0.1:6789"), State: tcpEstablished, Inode: 123456},
 		},
 		{
 			name: "ipv4 listen",
 			in:   "   0: 0100007F:1A85 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 42 1 0000000000000000 100 0 0 10 0\n",
-			want: TCPSocket{Local: netip.MustParseAddrPort("127.0.0.1:6789"), Remote: netip.MustParseAddrPort("0.0.0.0:0"), State: TCPListen, UID: 1000, Inode: 42},
+			want: tcpSocket{Local: netip.MustParseAddrPort("127.0.0.1:6789"), Remote: netip.MustParseAddrPort("0.0.0.0:0"), State: tcpListen, UID: 1000, Inode: 42},
 		},
 		{
 			name: "ipv6",
@@ -323,12 +341,12 @@ func TestParseTCPLine(t *testing.T) {
 			// machine (amd64, arm64) prints.
 			// fd00::17 -> words fd000000 00000000 00000000 00000017 printed little-endian.
 			in:   "   0: 000000FD000000000000000017000000:C350 000000FD000000000000000001000000:0CE4 02 00000000:00000000 00:00000000 00000000     0        0 7 1 0000000000000000 20 4 30 10 -1",
-			want: TCPSocket{Local: netip.MustParseAddrPort("[fd00::17]:50000"), Remote: netip.MustParseAddrPort("[fd00::1]:3300"), State: 2, Inode: 7},
+			want: tcpSocket{Local: netip.MustParseAddrPort("[fd00::17]:50000"), Remote: netip.MustParseAddrPort("[fd00::1]:3300"), State: 2, Inode: 7},
 		},
 		{
 			name: "ipv4-mapped ipv6, time wait inode 0",
 			in:   "  12: 0000000000000000FFFF00000514A8C0:C352 0000000000000000FFFF00000200000A:1C84 06 00000000:00000000 03:00001770 00000000     0        0 0 3 0000000000000000",
-			want: TCPSocket{Local: netip.MustParseAddrPort("[::ffff:192.168.20.5]:50002"), Remote: netip.MustParseAddrPort("[::ffff:10.0.0.2]:7300"), State: 6},
+			want: tcpSocket{Local: netip.MustParseAddrPort("[::ffff:192.168.20.5]:50002"), Remote: netip.MustParseAddrPort("[::ffff:10.0.0.2]:7300"), State: 6},
 		},
 		{name: "empty", in: "", err: "want"},
 		{name: "header", in: tcpHeader, err: ""},
@@ -346,7 +364,7 @@ func TestParseTCPLine(t *testing.T) {
 		{name: "bad inode", in: "0: 0100007F:1A85 00000000:0000 0A 0:0 0:0 0 0 0 -1", err: "inode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := ParseTCPLine(tc.in)
+			s, err := parseTCPLine(tc.in)
 			if tc.name == "header" {
 				assert.Error(t, err, "the header is not a socket")
 				return
@@ -364,11 +382,11 @@ func TestParseTCPLine(t *testing.T) {
 // TestParseTCPLineRoundTrip checks the parser against the fixture's writer,
 // which formats addresses the way the kernel does on this machine.
 func TestParseTCPLineRoundTrip(t *testing.T) {
-	for _, s := range []TCPSocket{
+	for _, s := range []tcpSocket{
 		{Local: netip.MustParseAddrPort("10.1.2.3:1"), Remote: netip.MustParseAddrPort("10.3.2.1:65535"), State: 1, UID: 65534, Inode: 1<<40 + 3},
 		{Local: netip.MustParseAddrPort("[2001:db8::1:2:3]:443"), Remote: netip.MustParseAddrPort("[fe80::1]:6800"), State: 8, Inode: 1},
 	} {
-		got, err := ParseTCPLine(tcpLine(0, s))
+		got, err := parseTCPLine(tcpLine(0, s))
 		require.NoError(t, err)
 		assert.Equal(t, s, got)
 	}
@@ -410,9 +428,9 @@ func FuzzParseClientAddr(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		ca, err := ParseClientAddr(s)
+		ca, err := parseClientAddr(s)
 		if err == nil {
-			again, err := ParseClientAddr(ca.String())
+			again, err := parseClientAddr(ca.String())
 			require.NoError(t, err)
 			require.Equal(t, ca, again)
 		}
@@ -424,21 +442,38 @@ func FuzzParseStatus(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		st, err := ParseStatus(s)
+		st, err := parseStatus(s)
 		if err == nil {
 			require.True(t, st.Addr.AddrPort.IsValid())
 		}
 	})
 }
 
-func FuzzParseMountinfoLine(f *testing.F) {
+// FuzzCephMounts: whatever a mountinfo text holds, every line naming the
+// ceph type is at most one reference, and one that does not parse is
+// exactly one.
+func FuzzCephMounts(f *testing.F) {
 	for _, s := range []string{mountOld, mountOldBind, mountNew, baseMountinfo, "1 2 0:3 / /m rw - ceph \\"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		m, err := ParseMountinfoLine(s)
-		if err == nil {
-			_, _ = ParseCephSource(m.Source, m.SuperOptions)
+		lines := 0
+		for line := range linesOf([]byte(s)) {
+			if !containsCephFSType(line) {
+				continue
+			}
+			lines++
+			refs := cephMountRefs(string(line))
+			require.LessOrEqual(t, len(refs), 1)
+			if _, err := mountinfo.GetMountsFromReader(bytes.NewReader(line), nil); err != nil {
+				require.Len(t, refs, 1)
+				require.Equal(t, string(line), refs[0].Source)
+			}
+		}
+		refs := cephMountRefs(s)
+		require.LessOrEqual(t, len(refs), lines)
+		for _, r := range refs {
+			require.Equal(t, KindCephClient, r.Kind)
 		}
 	})
 }
@@ -448,7 +483,7 @@ func FuzzParseCephSource(f *testing.F) {
 	f.Add("u@fsid.fs=/p", "mon_addr=1.2.3.4:3300/5.6.7.8:3300")
 	f.Add("@.=", ",,=")
 	f.Fuzz(func(t *testing.T, src, opts string) {
-		cs, err := ParseCephSource(src, opts)
+		cs, err := parseCephSource(src, opts)
 		if err == nil {
 			require.True(t, strings.HasPrefix(cs.Path, "/"))
 		}
@@ -460,7 +495,7 @@ func FuzzParseTCPLine(f *testing.F) {
 	f.Add("   0: 000000FD000000000000000017000000:C350 000000FD000000000000000001000000:0CE4 02 00000000:00000000 00:00000000 00000000     0        0 7 1")
 	f.Add(tcpHeader)
 	f.Fuzz(func(t *testing.T, s string) {
-		sock, err := ParseTCPLine(s)
+		sock, err := parseTCPLine(s)
 		if err == nil {
 			require.True(t, sock.Local.IsValid())
 			require.True(t, sock.Remote.IsValid())

@@ -77,8 +77,8 @@ func parsePort(s string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// MustParsePorts is ParsePorts for constants; it panics on error.
-func MustParsePorts(s string) Ports {
+// mustParsePorts is ParsePorts for constants; it panics on error.
+func mustParsePorts(s string) Ports {
 	p, err := ParsePorts(s)
 	if err != nil {
 		panic(err)

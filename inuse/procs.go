@@ -22,7 +22,7 @@ import (
 // candidate sockets (TCP to a Ceph port, not listening, with a socket inode)
 // are the processes' file descriptors read to find who holds them.
 func (c *checker) processesAndSockets() error {
-	var cands []TCPSocket
+	var cands []tcpSocket
 	if c.t.NetnsPath != "" {
 		var err error
 		if cands, err = c.readSockets(); err != nil {
@@ -63,7 +63,7 @@ func (c *checker) processesAndSockets() error {
 // /proc/self/net, which follows the thread-group leader's; ns.NetNS.Do runs
 // the read on a locked OS thread that has entered the netns and restores it
 // (or lets the thread die) afterwards.
-func (c *checker) readSockets() ([]TCPSocket, error) {
+func (c *checker) readSockets() ([]tcpSocket, error) {
 	c.progress.set("open netns " + c.t.NetnsPath)
 	netns, err := ns.GetNS(c.t.NetnsPath)
 	if err != nil {
@@ -108,7 +108,7 @@ func (c *checker) readSockets() ([]TCPSocket, error) {
 	if err != nil {
 		return nil, err
 	}
-	var cands []TCPSocket
+	var cands []tcpSocket
 	for i, data := range tables {
 		first := true
 		for line := range linesOf(data) {
@@ -119,11 +119,11 @@ func (c *checker) readSockets() ([]TCPSocket, error) {
 			if len(bytes.TrimSpace(line)) == 0 {
 				continue
 			}
-			s, err := ParseTCPLine(string(line))
+			s, err := parseTCPLine(string(line))
 			if err != nil {
 				return nil, fmt.Errorf("%s in netns %s: %w", paths[i], c.t.NetnsPath, err)
 			}
-			if s.State != TCPListen && s.Inode != 0 && c.o.CephPorts.Contains(s.Remote.Port()) {
+			if s.State != tcpListen && s.Inode != 0 && c.o.CephPorts.Contains(s.Remote.Port()) {
 				cands = append(cands, s)
 			}
 		}
@@ -149,7 +149,11 @@ func (c *checker) noTCPSockets() bool {
 		for line := range linesOf(data) {
 			fields := strings.Fields(string(line))
 			if len(fields) >= 3 && fields[0] == f.key && fields[1] == "inuse" {
-				inuse, _ = strconv.Atoi(fields[2])
+				n, err := strconv.Atoi(fields[2])
+				if err != nil {
+					return false // unreadable: the table is read
+				}
+				inuse = n
 			}
 		}
 		if inuse != 0 {
@@ -163,7 +167,7 @@ func (c *checker) noTCPSockets() bool {
 // candidate sockets, the processes holding them. It returns which candidates
 // some process holds (including the holder pod's own processes: their
 // sockets are not kernel sockets either).
-func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
+func (c *checker) processes(cands []tcpSocket) ([]bool, error) {
 	held := make([]bool, len(cands))
 	var index map[uint64]int
 	if len(cands) > 0 {
@@ -175,15 +179,7 @@ func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
 	if c.t.Ino == 0 && len(cands) == 0 {
 		return held, nil
 	}
-	var needles [][]byte
-	if c.t.PodUID != "" {
-		// cgroupfs driver: .../kubepods/burstable/pod<uid>/<container>;
-		// systemd driver: kubepods-burstable-pod<uid with _ for ->.slice.
-		needles = append(needles, []byte("pod"+c.t.PodUID))
-		if strings.Contains(c.t.PodUID, "-") {
-			needles = append(needles, []byte("pod"+strings.ReplaceAll(c.t.PodUID, "-", "_")))
-		}
-	}
+	needles := podCgroupNeedles(c.t.PodUID)
 	c.progress.set("read directory " + c.o.Proc)
 	procfd, err := openDir(c.o.Proc)
 	if err != nil {
@@ -200,11 +196,7 @@ func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
 			c.bufs[i].dents = make([]byte, 16<<10)
 		}
 	}
-	type result struct {
-		ref  Reference // Kind "" when the process is not a reference
-		mine []int     // candidates it holds
-	}
-	res := make([]result, len(pids))
+	res := make([]procResult, len(pids))
 	describe := func(i int) string {
 		if index != nil {
 			return "read ns/net, fd/, cgroup or comm of " + filepath.Join(c.o.Proc, pids[i])
@@ -212,75 +204,9 @@ func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
 		return "read ns/net, cgroup or comm of " + filepath.Join(c.o.Proc, pids[i])
 	}
 	err = c.parallel(len(pids), describe, func(w, i int) error {
-		pid, b := pids[i], &c.bufs[w]
-		inNetns, unknown := false, error(nil)
-		if c.t.Ino != 0 {
-			var st unix.Stat_t
-			err := statAt(procfd, pid+"/ns/net", &st)
-			switch {
-			case err == nil:
-				inNetns = uint64(st.Dev) == c.t.Dev && st.Ino == c.t.Ino
-			case isGone(err):
-				return nil
-			default:
-				// The kernel may refuse even root (an LSM, PID 1 of an
-				// outer container): tell the netns another way, and
-				// count the process when that fails too.
-				in, known, gone := c.netnsByProcNet(procfd, pid)
-				switch {
-				case gone:
-					return nil
-				case known:
-					inNetns = in
-				default:
-					unknown = fmt.Errorf("stat %s: %w", filepath.Join(c.o.Proc, pid, "ns", "net"), err)
-				}
-			}
-		}
-		var mine []int
-		if index != nil {
-			var err error
-			if mine, err = heldSockets(procfd, pid, index, b.dents); err != nil {
-				return fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "fd"), err)
-			}
-		}
-		if !inNetns && len(mine) == 0 && unknown == nil {
-			return nil
-		}
-		res[i].mine = mine
-		cg, err := readAt(procfd, pid+"/cgroup", b.buf)
-		switch {
-		case err == nil:
-			for _, n := range needles {
-				if bytes.Contains(cg, n) {
-					return nil // the holder pod's own process
-				}
-			}
-		case isGone(err):
-			return nil
-		case isDenied(err):
-		default:
-			return fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "cgroup"), err)
-		}
-		comm, err := readAt(procfd, pid+"/comm", b.buf)
-		if isGone(err) {
-			return nil
-		}
-		if err != nil && !isDenied(err) {
-			return fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "comm"), err)
-		}
-		ref := Reference{Kind: KindProcess, PID: atoiDigits(pid), Comm: trimSpace(comm), InNetns: inNetns, Sockets: len(mine)}
-		if unknown != nil {
-			ref.Reason = "cannot tell its network namespace: " + unknown.Error()
-		}
-		if len(mine) > 0 {
-			first := slices.MinFunc(mine, func(a, b int) int {
-				return cmp.Or(cands[a].Local.Compare(cands[b].Local), cands[a].Remote.Compare(cands[b].Remote))
-			})
-			ref.Local, ref.Remote = cands[first].Local, cands[first].Remote
-		}
-		res[i].ref = ref
-		return nil
+		var err error
+		res[i], err = c.process(procfd, pids[i], &c.bufs[w], index, needles, cands)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -294,6 +220,105 @@ func (c *checker) processes(cands []TCPSocket) ([]bool, error) {
 		}
 	}
 	return held, nil
+}
+
+// podCgroupNeedles are what the cgroup of a process of the pod with uid
+// contains: cgroupfs driver .../kubepods/burstable/pod<uid>/<container>;
+// systemd driver kubepods-burstable-pod<uid with _ for ->.slice.
+func podCgroupNeedles(uid string) [][]byte {
+	if uid == "" {
+		return nil
+	}
+	needles := [][]byte{[]byte("pod" + uid)}
+	if strings.Contains(uid, "-") {
+		needles = append(needles, []byte("pod"+strings.ReplaceAll(uid, "-", "_")))
+	}
+	return needles
+}
+
+// procResult is what one process adds to a check.
+type procResult struct {
+	ref  Reference // Kind "" when the process is not a reference
+	mine []int     // candidates it holds
+}
+
+// process examines process pid: whether it runs in the target netns, which
+// candidate sockets (index: by inode, nil for none) it holds, and whether
+// it is one of the holder pod's own processes (its cgroup contains one of
+// needles), which hold sockets but are no reference.
+func (c *checker) process(procfd int, pid string, b *workerBufs, index map[uint64]int, needles [][]byte, cands []tcpSocket) (procResult, error) {
+	inNetns, unknown, gone := c.inTargetNetns(procfd, pid)
+	if gone {
+		return procResult{}, nil
+	}
+	var res procResult
+	if index != nil {
+		var err error
+		if res.mine, err = heldSockets(procfd, pid, index, b.dents); err != nil {
+			return res, fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "fd"), err)
+		}
+	}
+	if !inNetns && len(res.mine) == 0 && unknown == nil {
+		return res, nil
+	}
+	cg, err := readAt(procfd, pid+"/cgroup", b.buf)
+	switch {
+	case err == nil:
+		for _, n := range needles {
+			if bytes.Contains(cg, n) {
+				return res, nil // the holder pod's own process
+			}
+		}
+	case isGone(err):
+		return res, nil
+	case isDenied(err):
+	default:
+		return res, fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "cgroup"), err)
+	}
+	comm, err := readAt(procfd, pid+"/comm", b.buf)
+	if isGone(err) {
+		return res, nil
+	}
+	if err != nil && !isDenied(err) {
+		return res, fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "comm"), err)
+	}
+	ref := Reference{Kind: KindProcess, PID: atoiDigits(pid), Comm: trimSpace(comm), InNetns: inNetns, Sockets: len(res.mine)}
+	if unknown != nil {
+		ref.Reason = "cannot tell its network namespace: " + unknown.Error()
+	}
+	if len(res.mine) > 0 {
+		first := slices.MinFunc(res.mine, func(a, b int) int {
+			return cmp.Or(cands[a].Local.Compare(cands[b].Local), cands[a].Remote.Compare(cands[b].Remote))
+		})
+		ref.Local, ref.Remote = cands[first].Local, cands[first].Remote
+	}
+	res.ref = ref
+	return res, nil
+}
+
+// inTargetNetns tells whether process pid runs in the target netns (never,
+// when the check has no target netns). unknown says why that cannot be
+// told; gone that the process went away.
+func (c *checker) inTargetNetns(procfd int, pid string) (in bool, unknown error, gone bool) {
+	if c.t.Ino == 0 {
+		return false, nil, false
+	}
+	var st unix.Stat_t
+	err := statAt(procfd, pid+"/ns/net", &st)
+	switch {
+	case err == nil:
+		return uint64(st.Dev) == c.t.Dev && st.Ino == c.t.Ino, nil, false
+	case isGone(err):
+		return false, nil, true
+	}
+	// The kernel may refuse even root (an LSM, PID 1 of an outer
+	// container): tell the netns another way, and count the process when
+	// that fails too.
+	in, known, gone := c.netnsByProcNet(procfd, pid)
+	if gone || known {
+		return in, nil, gone
+	}
+	return false, fmt.Errorf("stat %s: %w", filepath.Join(c.o.Proc, pid, "ns", "net"), err), false
 }
 
 // netnsByProcNet tells whether process pid runs in the target netns when

@@ -80,9 +80,9 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 		t.Run(fp, func(t *testing.T) {
 			s := testStore(t)
 			prev, cur := testNetns(t, "10.98.9.5/24"), testNetns(t, "10.98.9.6/24")
-			_, err := s.Pin(pinReq(s, "prev", "ns/cl", prev.Path()))
+			_, err := s.Pin(pinReq(s, "prev", "ns/cl", prev.Path))
 			require.NoError(t, err)
-			runCrashChild(t, s, "pin", "cur", cur.Path(), fp)
+			runCrashChild(t, s, "pin", "cur", cur.Path, fp)
 
 			rs, err := s.List() // the next operation repairs
 			require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 			require.Len(t, rs, 1, "interrupted ADD rolled back")
 			assert.Equal(t, "../pins/prev.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")), "link back on the surviving pin")
 
-			_, err = s.Pin(pinReq(s, "cur", "ns/cl", cur.Path()))
+			_, err = s.Pin(pinReq(s, "cur", "ns/cl", cur.Path))
 			require.NoError(t, err, "the interrupted ADD can be repeated")
 			assertConsistent(t, s)
 			assert.Equal(t, "../pins/cur.net1", readLink(t, filepath.Join(s.PinDir, "ns/cl.net")))
@@ -100,9 +100,9 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 		t.Run(fp, func(t *testing.T) {
 			s := testStore(t)
 			prev, cur := testNetns(t, "10.98.10.5/24"), testNetns(t, "10.98.10.6/24")
-			_, err := s.Pin(pinReq(s, "prev", "ns/cl", prev.Path()))
+			_, err := s.Pin(pinReq(s, "prev", "ns/cl", prev.Path))
 			require.NoError(t, err)
-			rc, err := s.Pin(pinReq(s, "cur", "ns/cl", cur.Path()))
+			rc, err := s.Pin(pinReq(s, "cur", "ns/cl", cur.Path))
 			require.NoError(t, err)
 			runCrashChild(t, s, "release", "cur", "", fp)
 
@@ -152,10 +152,10 @@ func TestCrashThenClientKeepsTheNetns(t *testing.T) {
 			s := testStore(t)
 			n := testNetns(t, "10.98.11.5/24")
 			if tc.op == "release" {
-				_, err := s.Pin(pinReq(s, "cur", "ns/cl", n.Path()))
+				_, err := s.Pin(pinReq(s, "cur", "ns/cl", n.Path))
 				require.NoError(t, err)
 			}
-			runCrashChild(t, s, tc.op, "cur", n.Path(), tc.fp)
+			runCrashChild(t, s, tc.op, "cur", n.Path, tc.fp)
 			// A client enters the netns between the crash and the next
 			// operation, which is another holder's DEL.
 			s.inUse = func(*Record, string) ([]Use, error) { return uses("process 7 (rbd)"), nil }
@@ -204,7 +204,7 @@ func TestCrashWhileFinishingAnAbandonedTeardown(t *testing.T) {
 		t.Run(fp, func(t *testing.T) {
 			s := testStore(t)
 			n := testNetns(t, "10.98.14.5/24")
-			r, err := s.Pin(pinReq(s, "gone", "ns/cl", n.Path()))
+			r, err := s.Pin(pinReq(s, "gone", "ns/cl", n.Path))
 			require.NoError(t, err)
 			// Refused once, then the runtime abandoned it: its netns path
 			// is gone.
@@ -236,7 +236,7 @@ func TestCrashDuringGC(t *testing.T) {
 		t.Run(fp, func(t *testing.T) {
 			s := testStore(t)
 			n := testNetns(t, "10.98.12.5/24")
-			r, err := s.Pin(pinReq(s, "stale", "ns/cl", n.Path()))
+			r, err := s.Pin(pinReq(s, "stale", "ns/cl", n.Path))
 			require.NoError(t, err)
 			runCrashChild(t, s, "gc", "", "", fp)
 			if fp == "del-links-moved" {
@@ -281,15 +281,18 @@ func assertConsistent(t *testing.T, s *Store) {
 	for _, n := range names {
 		assert.Contains(t, owned, n, "pin file %s has a record", n)
 	}
-	_ = filepath.Walk(s.PinDir, func(p string, fi os.FileInfo, err error) error {
+	require.NoError(t, filepath.Walk(s.PinDir, func(p string, fi os.FileInfo, err error) error {
 		if err != nil || fi.Mode()&os.ModeSymlink == 0 || strings.Contains(filepath.Base(p), tmpPrefix) {
-			return nil
+			return err
 		}
-		target, _ := os.Readlink(p)
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
 		r, ok := owned[filepath.Base(target)]
 		if assert.True(t, ok, "link %s -> %s points at a recorded pin", p, target) {
 			assert.Contains(t, []State{StateActive, StateDraining}, r.State)
 		}
 		return nil
-	})
+	}))
 }

@@ -1,6 +1,7 @@
 package netnsstore
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,4 +37,13 @@ func readDirNames(dirfd int) ([]string, error) {
 	f := os.NewFile(uintptr(dup), "dir")
 	defer f.Close()
 	return f.Readdirnames(-1)
+}
+
+// unlinkIfExists removes name in dirfd; a name that is gone already is no
+// error.
+func unlinkIfExists(dirfd int, name string) error {
+	if err := unix.Unlinkat(dirfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return nil
 }

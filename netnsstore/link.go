@@ -52,13 +52,14 @@ func (s *Store) setLink(link, attachment string) error {
 		return fmt.Errorf("link %s: exists and is not a symlink; refusing to replace it", link)
 	}
 	tmp := tmpPrefix + base
-	_ = unix.Unlinkat(dfd, tmp, 0)
+	if err := unlinkIfExists(dfd, tmp); err != nil { // left by a crash
+		return fmt.Errorf("link %s: %w", link, err)
+	}
 	if err := unix.Symlinkat(target, dfd, tmp); err != nil {
 		return fmt.Errorf("link %s: %w", link, err)
 	}
 	if err := unix.Renameat(dfd, tmp, dfd, base); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
-		return fmt.Errorf("link %s: %w", link, err)
+		return fmt.Errorf("link %s: %w", link, errors.Join(err, unlinkIfExists(dfd, tmp)))
 	}
 	return nil
 }

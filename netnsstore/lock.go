@@ -10,11 +10,11 @@ import (
 
 const lockFile = "lock"
 
-// DefaultLockTimeout bounds the wait for the lock. A holder of the lock
+// defaultLockTimeout bounds the wait for the lock. A holder of the lock
 // that is stuck (say, in uninterruptible sleep) must not stall every pod
 // start and stop on the node for ever: after this long the operation fails
 // with ErrLockTimeout and the runtime tries again later.
-const DefaultLockTimeout = 30 * time.Second
+const defaultLockTimeout = 30 * time.Second
 
 // ErrLockTimeout is returned when the lock could not be taken in time.
 var ErrLockTimeout = errors.New("timed out waiting for the lock")

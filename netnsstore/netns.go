@@ -3,12 +3,9 @@ package netnsstore
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"strconv"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -90,32 +87,6 @@ func pathNetnsID(path string) (NetnsID, error) {
 		return NetnsID{}, fmt.Errorf("stat %s: %w", path, err)
 	}
 	return NetnsID{Dev: st.Dev, Ino: st.Ino}, nil
-}
-
-// GlobalAddrs lists every global-scope address on every interface of the
-// network namespace open at fd. These are the addresses a Ceph monitor sees
-// a kernel client connect from, which is how rbd devices and CephFS
-// clients are matched to a pin.
-func GlobalAddrs(fd int) ([]netip.Addr, error) {
-	h, err := netlink.NewHandleAt(netns.NsHandle(fd))
-	if err != nil {
-		return nil, fmt.Errorf("netlink in netns: %w", err)
-	}
-	defer h.Close()
-	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, fmt.Errorf("list addresses: %w", err)
-	}
-	out := make([]netip.Addr, 0, len(addrs))
-	for _, a := range addrs {
-		if a.Scope != unix.RT_SCOPE_UNIVERSE || a.IP.IsLinkLocalUnicast() {
-			continue
-		}
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			out = append(out, ip.Unmap())
-		}
-	}
-	return out, nil
 }
 
 func nsTypeName(t int) string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/failpoint"
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // PinRequest describes a holder attachment to pin.
@@ -49,7 +50,7 @@ func (v *view) drop(attachment string) { v.recs = withoutRecord(v.recs, attachme
 
 // blocked says why nothing may be released: a record that cannot be read
 // may be of the same cluster, its pin the target of the links that a
-// release would move or remove. It wraps ErrCheckFailed: not known to be
+// release would move or remove. It wraps errCheckFailed: not known to be
 // unused is in use.
 func (v *view) blocked() error {
 	if len(v.bad) == 0 {
@@ -60,7 +61,7 @@ func (v *view) blocked() error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return fmt.Errorf("%w: no pin is released while a record cannot be used (%d): %w", ErrCheckFailed, len(names), v.bad[names[0]])
+	return fmt.Errorf("%w: no pin is released while a record cannot be used (%d): %w", errCheckFailed, len(names), v.bad[names[0]])
 }
 
 // op runs fn under the store's lock, after reading every record and
@@ -68,6 +69,14 @@ func (v *view) blocked() error {
 // attachment fn itself settles. This is the preamble of every operation
 // that may change the store.
 func (s *Store) op(skip string, fn func(v *view) error) error {
+	return s.locked(func(v *view) error {
+		s.repair(v, skip)
+		return fn(v)
+	})
+}
+
+// locked runs fn under the store's lock with every record read.
+func (s *Store) locked(fn func(v *view) error) error {
 	unlock, err := s.lock()
 	if err != nil {
 		return err
@@ -77,7 +86,6 @@ func (s *Store) op(skip string, fn func(v *view) error) error {
 	if err != nil {
 		return err
 	}
-	s.repair(v, skip)
 	return fn(v)
 }
 
@@ -174,7 +182,7 @@ func (s *Store) activate(v *view, r *Record, src *handleFile) error {
 		return err
 	}
 	failpoint.Hit("add-pin-mounted")
-	ips, err := GlobalAddrs(int(src.Fd()))
+	ips, err := nsinfo.GlobalAddrs(int(src.Fd()))
 	if err != nil {
 		return fmt.Errorf("pin %s: %w", r.Attachment, err)
 	}
@@ -198,12 +206,12 @@ func (s *Store) activate(v *view, r *Record, src *handleFile) error {
 // record: settle decides, with del.Netns (the DEL's CNI_NETNS) as one more
 // way to reach the netns if its pin was lost; del is kept in the record at
 // the first refusal. In use, an *InUseError; when the check cannot tell,
-// an error wrapping ErrCheckFailed. del may be nil (the operator's CLI).
+// an error wrapping errCheckFailed. del may be nil (the operator's CLI).
 func (s *Store) Release(attachment string, del *Teardown) (*Record, error) {
 	var out *Record
 	err := s.op(attachment, func(v *view) error {
 		if err := v.bad[attachment]; err != nil {
-			return fmt.Errorf("%w: %w", ErrCheckFailed, err)
+			return fmt.Errorf("%w: %w", errCheckFailed, err)
 		}
 		if out = v.get(attachment); out == nil {
 			return nil
@@ -307,7 +315,7 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 		return err
 	}
 	if checkErr != nil {
-		return fmt.Errorf("%w for %s: %w", ErrCheckFailed, r.Attachment, checkErr)
+		return fmt.Errorf("%w for %s: %w", errCheckFailed, r.Attachment, checkErr)
 	}
 	if first {
 		s.log.Warn("release refused: still in use", "attachment", r.Attachment, "cluster", r.Cluster, "state", r.State, "references", r.References)
@@ -423,15 +431,10 @@ func (s *Store) List() ([]*Record, error) {
 // is active or draining, its pin is a mount of the netns at netnsPath, and
 // every link of its cluster follows the link rule.
 func (s *Store) Check(attachment, netnsPath string) error {
-	unlock, err := s.lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	v, err := s.load()
-	if err != nil {
-		return err
-	}
+	return s.locked(func(v *view) error { return s.check(v, attachment, netnsPath) })
+}
+
+func (s *Store) check(v *view, attachment, netnsPath string) error {
 	if err := v.bad[attachment]; err != nil {
 		return err
 	}

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // A csi node plugin container has its own mount namespace in which the
@@ -28,7 +29,7 @@ func TestPinsPropagateToAnotherMountNamespace(t *testing.T) {
 
 	csi := exec.Command("unshare", "--mount", "--propagation", "slave", "sleep", "600")
 	require.NoError(t, csi.Start())
-	t.Cleanup(func() { _ = csi.Process.Kill(); _ = csi.Wait() })
+	t.Cleanup(func() { assert.NoError(t, host.Stop(csi)) })
 	self, err := os.Readlink("/proc/self/ns/mnt")
 	require.NoError(t, err)
 	mntNS := "/proc/" + strconv.Itoa(csi.Process.Pid) + "/ns/mnt"
@@ -43,7 +44,7 @@ func TestPinsPropagateToAnotherMountNamespace(t *testing.T) {
 	}
 
 	n := testNetns(t, "10.98.11.5/24")
-	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
 	nsfs := "net:[" + strconv.FormatUint(r.NetnsIno, 10) + "]"
 	assert.Contains(t, childMounts(), nsfs+" "+r.PinPath+" ", "the pin appears in the other mount namespace")
@@ -51,8 +52,7 @@ func TestPinsPropagateToAnotherMountNamespace(t *testing.T) {
 	require.NoError(t, err, string(out))
 	assert.Equal(t, strconv.FormatUint(r.NetnsIno, 10), strings.TrimSpace(string(out)), "the link resolves to the netns inside it")
 
-	require.NoError(t, n.Close())
-	require.NoError(t, testutils.UnmountNS(n))
+	n.Delete(t)
 	_, err = s.Release("c1.net1", nil)
 	require.NoError(t, err)
 	assert.NotContains(t, childMounts(), nsfs, "the release disappears from the other mount namespace")

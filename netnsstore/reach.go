@@ -5,6 +5,8 @@ import (
 	"os"
 	"slices"
 	"strconv"
+
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // handleFile is an open network namespace and the path it was opened by.
@@ -70,7 +72,7 @@ func (s *Store) CheckTarget(r *Record) (netnsPath string, ips []string) {
 // open at h, has now. A netns that is held always lists its addresses;
 // should it fail, the recorded ones still count.
 func (s *Store) addrsNow(h *handleFile, r *Record) []string {
-	ips, err := GlobalAddrs(int(h.Fd()))
+	ips, err := nsinfo.GlobalAddrs(int(h.Fd()))
 	if err != nil {
 		return r.IPs
 	}
@@ -100,7 +102,7 @@ func (s *Store) reachByProcess(r *Record, uses []Use) *handleFile {
 }
 
 func hasRecordedAddr(f *os.File, recorded []string) bool {
-	ips, err := GlobalAddrs(int(f.Fd()))
+	ips, err := nsinfo.GlobalAddrs(int(f.Fd()))
 	if err != nil {
 		return false
 	}

@@ -43,8 +43,8 @@ const (
 // while one exists, and DEL answers "try again later".
 const recordFormat = 2
 
-// ErrNewerFormat is wrapped when a record was written by a newer netns-pin.
-var ErrNewerFormat = errors.New("record of a newer format")
+// errNewerFormat is wrapped when a record was written by a newer netns-pin.
+var errNewerFormat = errors.New("record of a newer format")
 
 // Record is what the store remembers of one pinned attachment.
 type Record struct {
@@ -127,8 +127,7 @@ func (s *Store) writeRecord(r *Record) error {
 	}
 	unix.Close(fd)
 	if werr != nil {
-		_ = unix.Unlinkat(s.recordsFd, tmp, 0)
-		return fmt.Errorf("write record %s: %w", name, werr)
+		return fmt.Errorf("write record %s: %w", name, errors.Join(werr, unlinkIfExists(s.recordsFd, tmp)))
 	}
 	if err := unix.Renameat(s.recordsFd, tmp, s.recordsFd, name); err != nil {
 		return fmt.Errorf("rename record %s: %w", name, err)
@@ -158,7 +157,7 @@ func HasRecord(stateDir, attachment string) (bool, error) {
 // readRecord returns the record of an attachment, or nil when none exists.
 // A record of format 1 is upgraded in place (the caller holds the lock); one
 // of another pinDir is ErrOtherPinDir and one of a newer format
-// ErrNewerFormat, both untouched.
+// errNewerFormat, both untouched.
 func (s *Store) readRecord(attachment string) (*Record, error) {
 	fd, err := openat2(s.recordsFd, attachment+recordSuffix, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
@@ -182,7 +181,7 @@ func (s *Store) readRecord(attachment string) (*Record, error) {
 			writer = "an unknown version"
 		}
 		return nil, fmt.Errorf("record %s: %w %d, written by netns-pin %s; this netns-pin (%s) reads formats up to %d: upgrade it",
-			attachment, ErrNewerFormat, r.Format, writer, s.writerName(), recordFormat)
+			attachment, errNewerFormat, r.Format, writer, s.writerName(), recordFormat)
 	}
 	if r.Attachment != attachment {
 		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)
@@ -233,7 +232,9 @@ func (s *Store) records() (rs []*Record, bad map[string]error, err error) {
 	for _, n := range names {
 		if strings.HasPrefix(n, tmpPrefix) {
 			// A crash between write and rename; the old record (if any)
-			// is still whole, so the leftover is just removed.
+			// is still whole, so the leftover is just removed. It is no
+			// record: one that cannot be removed is left for the next
+			// listing, and the error does not count.
 			_ = unix.Unlinkat(s.recordsFd, n, 0)
 			continue
 		}

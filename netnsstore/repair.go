@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"strings"
+
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // Action is what an operation does, or would do, with a pinned attachment.
@@ -186,7 +188,7 @@ func (s *Store) orphanUses(name string) ([]Use, error) {
 		return s.inUse(r, "")
 	}
 	defer h.Close()
-	if ips, err := GlobalAddrs(int(h.Fd())); err == nil {
+	if ips, err := nsinfo.GlobalAddrs(int(h.Fd())); err == nil {
 		r.IPs = unionAddrs(nil, ips)
 	}
 	return s.inUse(r, h.path)

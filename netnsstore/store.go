@@ -22,9 +22,9 @@ import (
 // PinsSubdir is the folder under pinDir that holds the pins.
 const PinsSubdir = "pins"
 
-// BootIDPath identifies the running boot; records of another boot describe
+// bootIDPath identifies the running boot; records of another boot describe
 // mounts that no longer exist.
-const BootIDPath = "/proc/sys/kernel/random/boot_id"
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // Store is an opened pin directory and state directory.
 type Store struct {
@@ -51,7 +51,7 @@ type Options struct {
 	// Log receives the store's structured log; nil discards it.
 	Log *slog.Logger
 	// LockTimeout bounds the wait for the store's lock; zero means
-	// DefaultLockTimeout.
+	// defaultLockTimeout.
 	LockTimeout time.Duration
 	// InUse is the in-use check run before any pin is released, by DEL,
 	// GC and the repair of interrupted operations alike.
@@ -73,7 +73,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if o.LockTimeout <= 0 {
-		o.LockTimeout = DefaultLockTimeout
+		o.LockTimeout = defaultLockTimeout
 	}
 	if o.InUse == nil {
 		o.InUse = func(*Record, string) ([]Use, error) { return nil, errNoCheck }
@@ -90,7 +90,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 var errNoCheck = errors.New("no in-use check configured")
 
 func (s *Store) open() error {
-	boot, err := os.ReadFile(failpoint.BootIDPath(BootIDPath))
+	boot, err := os.ReadFile(failpoint.BootIDPath(bootIDPath))
 	if err != nil {
 		return fmt.Errorf("read boot id: %w", err)
 	}
@@ -177,10 +177,10 @@ func AttachmentName(containerID, ifName string) (string, error) {
 // ErrInUse is wrapped by Release when the in-use check found references.
 var ErrInUse = errors.New("still in use")
 
-// ErrCheckFailed is wrapped by Release when the in-use check could not
+// errCheckFailed is wrapped by Release when the in-use check could not
 // tell that the netns is unused (it failed, timed out, or a record it
 // depends on cannot be read): the pin stays, as if in use.
-var ErrCheckFailed = errors.New("in-use check failed")
+var errCheckFailed = errors.New("in-use check failed")
 
 // ErrOtherPinDir is returned by every operation on a state directory whose
 // records were made under another pinDir: pins and links would be looked

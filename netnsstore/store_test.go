@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 func pinReq(s *Store, id, cluster, netnsPath string) PinRequest {
@@ -42,9 +43,9 @@ func readLink(t *testing.T, p string) string {
 func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
 	s := testStore(t)
 	n := testNetns(t, "10.98.0.5/24")
-	orig := statID(t, n.Path())
+	orig := statID(t, n.Path)
 
-	r, err := s.Pin(pinReq(s, "c1", "rook-ceph/my-cluster", n.Path()))
+	r, err := s.Pin(pinReq(s, "c1", "rook-ceph/my-cluster", n.Path))
 	require.NoError(t, err)
 	pin := filepath.Join(s.PinDir, "pins", "c1.net1")
 	link := filepath.Join(s.PinDir, "rook-ceph/my-cluster.net")
@@ -58,11 +59,10 @@ func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
 
 	// What the pin is for: the original name goes, the netns with its
 	// interface and address stays.
-	require.NoError(t, n.Close())
-	require.NoError(t, testutils.UnmountNS(n))
+	n.Delete(t)
 	f, id, err := OpenNetns(link)
 	require.NoError(t, err)
-	addrs, err := GlobalAddrs(int(f.Fd()))
+	addrs, err := nsinfo.GlobalAddrs(int(f.Fd()))
 	f.Close()
 	require.NoError(t, err)
 	assert.Equal(t, orig, id)
@@ -82,15 +82,15 @@ func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
 func TestPinAndReleaseAreIdempotent(t *testing.T) {
 	s := testStore(t)
 	n := testNetns(t, "10.98.1.5/24")
-	r1, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	r1, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
-	r2, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	r2, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
 	assert.Equal(t, r1.Created, r2.Created, "second ADD changes nothing")
 	assert.Equal(t, 1, nsfsMounts(t, r1.NetnsIno)-1, "one pin mount besides the original")
 
 	other := testNetns(t, "")
-	_, err = s.Pin(pinReq(s, "c1", "ns/cl", other.Path()))
+	_, err = s.Pin(pinReq(s, "c1", "ns/cl", other.Path))
 	assert.ErrorContains(t, err, "is pinned to", "same attachment, another netns")
 
 	for i := 0; i < 2; i++ {
@@ -104,7 +104,7 @@ func TestPinAndReleaseAreIdempotent(t *testing.T) {
 func TestReleaseRefusedWhileInUse(t *testing.T) {
 	s := testStore(t)
 	n := testNetns(t, "10.98.2.5/24")
-	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
 	refs := []string{"rbd0 pool/img client4161 10.98.2.5"}
 	var seen *Record
@@ -137,18 +137,18 @@ func TestLinksFollowNewestActivePin(t *testing.T) {
 	s := testStore(t)
 	a, b := testNetns(t, "10.98.3.5/24"), testNetns(t, "10.98.3.6/24")
 	other := testNetns(t, "10.98.4.5/24")
-	_, err := s.Pin(pinReq(s, "a", "ns/cl", a.Path()))
+	_, err := s.Pin(pinReq(s, "a", "ns/cl", a.Path))
 	require.NoError(t, err)
-	_, err = s.Pin(pinReq(s, "x", "ns/other", other.Path()))
+	_, err = s.Pin(pinReq(s, "x", "ns/other", other.Path))
 	require.NoError(t, err)
 	link := filepath.Join(s.PinDir, "ns/cl.net")
 	otherLink := filepath.Join(s.PinDir, "ns/other.net")
 	assert.Equal(t, "../pins/a.net1", readLink(t, link))
-	_, err = s.Pin(pinReq(s, "b", "ns/cl", b.Path()))
+	_, err = s.Pin(pinReq(s, "b", "ns/cl", b.Path))
 	require.NoError(t, err)
 	assert.Equal(t, "../pins/b.net1", readLink(t, link), "the new holder takes the link")
-	require.NoError(t, s.Check("a.net1", a.Path()))
-	require.NoError(t, s.Check("b.net1", b.Path()))
+	require.NoError(t, s.Check("a.net1", a.Path))
+	require.NoError(t, s.Check("b.net1", b.Path))
 
 	s.inUse = func(*Record, string) ([]Use, error) { return uses("process 1 (x)"), nil }
 	_, err = s.Release("a.net1", nil)
@@ -172,17 +172,17 @@ func TestLinksFollowNewestActivePin(t *testing.T) {
 func TestCheckFindsWhatIsWrong(t *testing.T) {
 	s := testStore(t)
 	n, other := testNetns(t, "10.98.5.5/24"), testNetns(t, "")
-	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
-	require.NoError(t, s.Check("c1.net1", n.Path()))
-	assert.ErrorContains(t, s.Check("c1.net1", other.Path()), "CNI_NETNS")
-	assert.ErrorContains(t, s.Check("c9.net1", n.Path()), "no record")
+	require.NoError(t, s.Check("c1.net1", n.Path))
+	assert.ErrorContains(t, s.Check("c1.net1", other.Path), "CNI_NETNS")
+	assert.ErrorContains(t, s.Check("c9.net1", n.Path), "no record")
 	link := filepath.Join(s.PinDir, "ns/cl.net")
 	require.NoError(t, os.Remove(link))
 	require.NoError(t, os.Symlink("../pins/elsewhere", link))
-	assert.ErrorContains(t, s.Check("c1.net1", n.Path()), "points at")
+	assert.ErrorContains(t, s.Check("c1.net1", n.Path), "points at")
 	require.NoError(t, unix.Unmount(filepath.Join(s.PinDir, "pins/c1.net1"), unix.MNT_DETACH))
-	assert.ErrorContains(t, s.Check("c1.net1", n.Path()), "not mounted")
+	assert.ErrorContains(t, s.Check("c1.net1", n.Path), "not mounted")
 }
 
 func TestOpenNetnsRefusesWhatIsNoNetns(t *testing.T) {
@@ -239,10 +239,11 @@ func TestPlantedSymlinksAreNeverFollowed(t *testing.T) {
 	// A symlink where the link's directory will be: the link must not be
 	// written through it.
 	require.NoError(t, os.Symlink(victim, filepath.Join(s.PinDir, "ns")))
-	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.Error(t, err)
 	assert.NoFileExists(t, filepath.Join(victim, "cl.net"))
-	entries, _ := os.ReadDir(filepath.Join(s.PinDir, "pins"))
+	entries, err := os.ReadDir(filepath.Join(s.PinDir, "pins"))
+	require.NoError(t, err)
 	assert.Empty(t, entries, "failed ADD leaves no pin")
 	rs, err := s.List()
 	require.NoError(t, err)
@@ -253,7 +254,7 @@ func TestPlantedSymlinksAreNeverFollowed(t *testing.T) {
 	target := filepath.Join(victim, "target")
 	require.NoError(t, os.WriteFile(target, []byte("keep"), 0o600))
 	require.NoError(t, os.Symlink(target, filepath.Join(s.StateDir, "records", ".tmp-c1.net1.json")))
-	_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
 	data, err := os.ReadFile(target)
 	require.NoError(t, err)
@@ -263,9 +264,9 @@ func TestPlantedSymlinksAreNeverFollowed(t *testing.T) {
 func TestRepairAfterInterruptedSteps(t *testing.T) {
 	s := testStore(t)
 	n1, n2 := testNetns(t, "10.98.7.5/24"), testNetns(t, "10.98.7.6/24")
-	r1, err := s.Pin(pinReq(s, "c1", "ns/cl", n1.Path()))
+	r1, err := s.Pin(pinReq(s, "c1", "ns/cl", n1.Path))
 	require.NoError(t, err)
-	r2, err := s.Pin(pinReq(s, "c2", "ns/cl", n2.Path()))
+	r2, err := s.Pin(pinReq(s, "c2", "ns/cl", n2.Path))
 	require.NoError(t, err)
 
 	// c2 as if ADD died after mounting and linking but before "active".
@@ -296,7 +297,7 @@ func TestRepairAfterInterruptedSteps(t *testing.T) {
 func TestRepairAfterReboot(t *testing.T) {
 	s := testStore(t)
 	n := testNetns(t, "10.98.8.5/24")
-	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
 	// A reboot: the mounts are gone, the records say another boot.
 	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
@@ -317,7 +318,7 @@ func TestConcurrentPinsAndReleases(t *testing.T) {
 	const n = 12
 	nets := make([]string, n)
 	for i := range nets {
-		nets[i] = testNetns(t, "").Path()
+		nets[i] = testNetns(t, "").Path
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*n)
@@ -401,7 +402,7 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 
 	s.lockTimeout = 200 * time.Millisecond
 	n := testNetns(t, "")
-	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.ErrorIs(t, err, ErrLockTimeout)
 	_, err = s.Release("c1.net1", nil)
 	require.ErrorIs(t, err, ErrLockTimeout)
@@ -411,7 +412,7 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 	require.NoError(t, syscall.Kill(-holder.Process.Pid, syscall.SIGKILL))
 	_ = holder.Wait()
 	s.lockTimeout = 5 * time.Second
-	_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path()))
+	_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
 	_, err = s.Release("c1.net1", nil)
 	require.NoError(t, err)
@@ -424,9 +425,9 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 func TestCheckRunsAfterTheLinksMovedOff(t *testing.T) {
 	s := testStore(t)
 	a, b := testNetns(t, "10.98.13.5/24"), testNetns(t, "10.98.13.6/24")
-	ra, err := s.Pin(pinReq(s, "a", "ns/cl", a.Path()))
+	ra, err := s.Pin(pinReq(s, "a", "ns/cl", a.Path))
 	require.NoError(t, err)
-	_, err = s.Pin(pinReq(s, "b", "ns/cl", b.Path()))
+	_, err = s.Pin(pinReq(s, "b", "ns/cl", b.Path))
 	require.NoError(t, err)
 	link := ra.Links[0]
 	require.Equal(t, "../pins/b.net1", readLink(t, link))

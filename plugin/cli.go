@@ -91,41 +91,55 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer s.Close()
+	code, err := storeCommand(s, c, cmd, rest, *asJSON, stdout, stderr)
+	if code != 0 || err == nil {
+		return code
+	}
+	reportCLIError(stderr, err)
+	return 1
+}
+
+// reportCLIError prints a failed command's error, with a hint where one
+// helps.
+func reportCLIError(stderr io.Writer, err error) {
+	fmt.Fprintln(stderr, "netns-pin:", err)
+	if errors.Is(err, netnsstore.ErrOtherPinDir) {
+		fmt.Fprintln(stderr, "netns-pin: give the --pin-dir of those records, or --conf with the network's configuration")
+	}
+}
+
+// storeCommand runs list, inuse, gc or release on the store. A usage error
+// is code 2.
+func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, rest []string, asJSON bool, stdout, stderr io.Writer) (int, error) {
+	var err error
 	switch cmd {
 	case "list":
-		err = cliList(s, stdout, *asJSON)
+		err = cliList(s, stdout, asJSON)
 	case "inuse":
 		if len(rest) != 1 {
 			err = errors.New("inuse takes one argument: a cluster (namespace/name) or an attachment")
 			break
 		}
-		err = cliInUse(s, c, rest[0], stdout, *asJSON)
+		err = cliInUse(s, c, rest[0], stdout, asJSON)
 	case "gc":
 		gfs := flag.NewFlagSet("gc", flag.ContinueOnError)
 		gfs.SetOutput(stderr)
 		dry := gfs.Bool("dry-run", false, "report what would change, change nothing")
 		if gfs.Parse(rest) != nil || gfs.NArg() != 0 {
-			return 2
+			return 2, nil
 		}
-		err = cliGC(s, c, *dry, stdout, *asJSON)
+		err = cliGC(s, c, *dry, stdout, asJSON)
 	case "release":
 		rfs := flag.NewFlagSet("release", flag.ContinueOnError)
 		rfs.SetOutput(stderr)
 		force := rfs.Bool("force", false, "release even while Ceph clients use the netns (their I/O will hang)")
 		if len(rest) == 0 || rfs.Parse(rest[1:]) != nil || rfs.NArg() != 0 {
 			fmt.Fprintln(stderr, "usage: netns-pin release <attachment> [--force]")
-			return 2
+			return 2, nil
 		}
 		err = cliRelease(s, c, rest[0], *force, stdout)
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "netns-pin:", err)
-		if errors.Is(err, netnsstore.ErrOtherPinDir) {
-			fmt.Fprintln(stderr, "netns-pin: give the --pin-dir of those records, or --conf with the network's configuration")
-		}
-		return 1
-	}
-	return 0
+	return 0, err
 }
 
 // cliConfig reads the plugin entry from a conflist, a Multus
@@ -253,6 +267,16 @@ func cliGC(s *netnsstore.Store, c *conf.Config, dryRun bool, w io.Writer, asJSON
 }
 
 func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bool, w io.Writer) error {
+	released := func(r *netnsstore.Record, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case r == nil:
+			return fmt.Errorf("no pinned attachment %q (see netns-pin list)", attachment)
+		}
+		fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
+		return nil
+	}
 	if force {
 		// Say what the release cuts before cutting it.
 		if r, err := s.Get(attachment); err == nil && r != nil {
@@ -264,29 +288,14 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 				fmt.Fprintf(w, "forcing release of %s while in use by: %s\n", attachment, strings.Join(what, "; "))
 			}
 		}
-		r, err := s.ForceRelease(attachment)
-		switch {
-		case err != nil:
-			return err
-		case r == nil:
-			return fmt.Errorf("no pinned attachment %q (see netns-pin list)", attachment)
-		}
-		fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
-		return nil
+		return released(s.ForceRelease(attachment))
 	}
 	r, err := s.Release(attachment, nil)
-	var iu *netnsstore.InUseError
-	switch {
-	case errors.As(err, &iu):
+	if iu := (*netnsstore.InUseError)(nil); errors.As(err, &iu) {
 		return fmt.Errorf("%s is still in use by %s; releasing it would cut their I/O (it would hang until reboot). Use --force to release anyway",
 			attachment, strings.Join(iu.References, "; "))
-	case err != nil:
-		return err
-	case r == nil:
-		return fmt.Errorf("no pinned attachment %q (see netns-pin list)", attachment)
 	}
-	fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
-	return nil
+	return released(r, err)
 }
 
 // runSweep is `netns-pin sweep`: the node's sweeper, a round every

@@ -4,18 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/moby/sys/mountinfo"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -24,22 +20,13 @@ import (
 func cliStore(t *testing.T) (*netnsstore.Store, []string) {
 	t.Helper()
 	require.Equal(t, 0, os.Geteuid(), "this test makes network namespaces and mounts: run it as root")
-	root := t.TempDir()
-	t.Cleanup(func() {
-		ms, _ := mountinfo.GetMounts(mountinfo.PrefixFilter(root))
-		sort.Slice(ms, func(i, j int) bool { return len(ms[i].Mountpoint) > len(ms[j].Mountpoint) })
-		for _, m := range ms {
-			_ = unix.Unmount(m.Mountpoint, unix.MNT_DETACH)
-		}
-	})
+	root := hosttest.NewWorkDir(t, "netns-pin-cli-")
 	s, err := netnsstore.Open(filepath.Join(root, "pins"), filepath.Join(root, "state"), netnsstore.Options{})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
-	n, err := testutils.NewNS()
-	require.NoError(t, err)
-	t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
+	n := hosttest.NewNetns(t, "npcli")
 	_, err = s.Pin(netnsstore.PinRequest{ContainerID: "c1", IfName: "net1", Network: "ceph-public", Cluster: "rook-ceph/my-cluster",
-		PodNS: "rook-ceph", PodName: "csi-holder-a", NetnsPath: n.Path(), Links: []string{filepath.Join(s.PinDir, "rook-ceph/my-cluster.net")}})
+		PodNS: "rook-ceph", PodName: "csi-holder-a", NetnsPath: n.Path, Links: []string{filepath.Join(s.PinDir, "rook-ceph/my-cluster.net")}})
 	require.NoError(t, err)
 	return s, []string{"--pin-dir", s.PinDir, "--state-dir", s.StateDir}
 }
@@ -49,16 +36,6 @@ func runCLIT(t *testing.T, args ...string) (string, string, int) {
 	var out, errOut bytes.Buffer
 	code := runCLI(args, &out, &errOut)
 	return out.String(), errOut.String(), code
-}
-
-// startInNetns starts a real process inside the pinned netns, as ceph-csi
-// starts ceph-fuse, and stops it at cleanup.
-func startInNetns(t *testing.T, link string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command("nsenter", "--net="+link, "--", "sleep", "600")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd
 }
 
 func TestCLIListInUseReleaseGC(t *testing.T) {
@@ -74,15 +51,9 @@ func TestCLIListInUseReleaseGC(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "not in use")
 
-	proc := startInNetns(t, link)
-	// nsenter execs sleep in place, so the pid is the process in the netns;
-	// wait until it has entered it.
-	pin, err := os.Stat(link)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		fi, err := os.Stat("/proc/" + itoa(proc.Process.Pid) + "/ns/net")
-		return err == nil && os.SameFile(fi, pin)
-	}, 10e9, 1e6)
+	// A real process inside the pinned netns, as ceph-csi starts ceph-fuse;
+	// it has entered the netns when StartInNetns returns.
+	proc := hosttest.StartInNetns(t, link, "sleep", "600")
 
 	out, _, code = runCLIT(t, append(flags, "--json", "inuse", "c1.net1")...)
 	require.Equal(t, 0, code)

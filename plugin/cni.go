@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -119,7 +120,7 @@ func (r *request) pin(cl conf.Cluster) error {
 }
 
 func requireHostMountNS() error {
-	same, ref, err := netnsstore.HostMountNS()
+	same, ref, err := nsinfo.HostMountNS()
 	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, "netns-pin: "+err.Error(), "")
 	}

@@ -19,7 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // countingCNIPath is a CNI_PATH with every plugin of the suite's, where
@@ -115,7 +116,7 @@ func logLines(t *testing.T, c *chain, words ...string) int {
 func waitRounds(t *testing.T, c *chain, n int) {
 	t.Helper()
 	start := logLines(t, c, `"msg":"sweep round"`)
-	require.True(t, hosttest.Poll(30*time.Second, 20*time.Millisecond, func() bool {
+	require.True(t, host.Poll(30*time.Second, 20*time.Millisecond, func() bool {
 		return logLines(t, c, `"msg":"sweep round"`) >= start+n
 	}), "the sweeper runs rounds")
 }
@@ -152,24 +153,24 @@ func TestSweeperFinishesWhatCRIOAbandoned(t *testing.T) {
 	a.noCleanDel = true
 
 	sw := startSweeper(t, c)
-	require.True(t, hosttest.Poll(30*time.Second, 20*time.Millisecond, func() bool {
+	require.True(t, host.Poll(30*time.Second, 20*time.Millisecond, func() bool {
 		return readRecord(t, a.recordPath()).str("abandoned") == "true"
 	}), "the sweeper sees that the runtime abandoned the teardown")
 	waitRounds(t, c, 3)
 	assertNetnsKept(t, a, ip)
-	assert.True(t, hosttest.LinkExists(veth), "the veth stays while the client does")
+	assert.True(t, host.LinkExists(veth), "the veth stays while the client does")
 	assert.Equal(t, 0, hostLocalDels(t, calls, a.containerID))
 	list := pinCLI(c, "--conf", filepath.Join(c.netconfDir, c.name+".conflist"), "list")
 	assert.Contains(t, list.Stdout, "draining (abandoned by the runtime)")
 
-	cl.stop()
-	require.True(t, hosttest.Poll(30*time.Second, 20*time.Millisecond, func() bool {
+	cl.stop(t)
+	require.True(t, host.Poll(30*time.Second, 20*time.Millisecond, func() bool {
 		_, err := os.Lstat(a.recordPath())
 		return os.IsNotExist(err)
 	}), "the sweeper finishes the teardown once the client is gone")
 	assertReleased(t, a)
 	assertNoLink(t, c.defaultLink())
-	assert.False(t, hosttest.LinkExists(veth), "the chain's bridge plugin removed the veth")
+	assert.False(t, host.LinkExists(veth), "the chain's bridge plugin removed the veth")
 	assert.NoFileExists(t, c.leasePath(ip), "host-local gave the address back")
 	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "the lease is freed once")
 	assert.Equal(t, 1, logLines(t, c, `"msg":"finished abandoned teardown"`, a.attachmentName(), `"ipamReleased":true`, `"draining":`))
@@ -192,7 +193,7 @@ func TestSweeperLeavesRetryingRuntimesAlone(t *testing.T) {
 	require.Error(t, a.del())
 
 	startSweeper(t, c)
-	cl.stop()
+	cl.stop(t)
 	waitRounds(t, c, 3)
 	rec := readRecord(t, a.recordPath())
 	assert.Equal(t, "draining", rec.str("state"), "the sweeper leaves a retrying runtime's record")

@@ -29,7 +29,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 const (
@@ -49,12 +50,12 @@ func podArgs(namespace, name string) [][2]string {
 		{"IgnoreUnknown", "1"},
 		{"K8S_POD_NAMESPACE", namespace},
 		{"K8S_POD_NAME", name},
-		{"K8S_POD_INFRA_CONTAINER_ID", hosttest.RandHex(64)},
-		{"K8S_POD_UID", fmt.Sprintf("%s-%s-%s-%s-%s", hosttest.RandHex(8), hosttest.RandHex(4), hosttest.RandHex(4), hosttest.RandHex(4), hosttest.RandHex(12))},
+		{"K8S_POD_INFRA_CONTAINER_ID", host.RandHex(64)},
+		{"K8S_POD_UID", fmt.Sprintf("%s-%s-%s-%s-%s", host.RandHex(8), host.RandHex(4), host.RandHex(4), host.RandHex(4), host.RandHex(12))},
 	}
 }
 
-func holderArgs() [][2]string { return podArgs(clusterNS, "csi-holder-"+hosttest.RandHex(5)) }
+func holderArgs() [][2]string { return podArgs(clusterNS, "csi-holder-"+host.RandHex(5)) }
 
 func cniArgsString(args [][2]string) string {
 	parts := make([]string, len(args))
@@ -113,7 +114,7 @@ func newChain(t *testing.T, spec chainSpec) *chain {
 	if spec.cniPath != "" {
 		e.cniPath = spec.cniPath
 	}
-	c := &chain{env: e, spec: spec, name: "npe2e-" + hosttest.RandHex(8), work: hosttest.NewWorkDir(t, "netns-pin-e2e-"), subnet: nextSubnet()}
+	c := &chain{env: e, spec: spec, name: "npe2e-" + host.RandHex(8), work: hosttest.NewWorkDir(t, "netns-pin-e2e-"), subnet: nextSubnet()}
 	c.pinDir = cmp.Or(spec.pinDir, filepath.Join(c.work, "pin"))
 	c.stateDir = cmp.Or(spec.stateDir, filepath.Join(c.work, "state"))
 	c.cacheDir = filepath.Join(c.work, "cni-cache")
@@ -280,7 +281,7 @@ func (c *chain) newAttachment(t *testing.T, ns *hosttest.NetnsHandle, args [][2]
 			_ = os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", c.name, a.containerID, ifName)))
 		})
 	} else {
-		a.containerID = "e2e-" + hosttest.RandHex(16)
+		a.containerID = "e2e-" + host.RandHex(16)
 	}
 	t.Cleanup(func() {
 		if a.noCleanDel {
@@ -307,7 +308,7 @@ func (a *attachment) rt() *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{ContainerID: a.containerID, NetNS: a.netns.Path, IfName: ifName, Args: a.args}
 }
 
-func (a *attachment) cnitoolRun(verb string) hosttest.CmdResult {
+func (a *attachment) cnitoolRun(verb string) host.CmdResult {
 	e := a.c.env
 	extra := []string{
 		"CNI_PATH=" + e.cniPath,
@@ -315,7 +316,7 @@ func (a *attachment) cnitoolRun(verb string) hosttest.CmdResult {
 		"CNI_IFNAME=" + ifName,
 		"CNI_ARGS=" + cniArgsString(a.args),
 	}
-	return hosttest.RunCmd(hosttest.CmdTimeout, extra, nil, e.cnitool, verb, a.c.name, a.netns.Path)
+	return host.RunCmd(host.CmdTimeout, extra, nil, e.cnitool, verb, a.c.name, a.netns.Path)
 }
 
 // add runs ADD for the whole chain and returns its result as 1.0.0.
@@ -481,7 +482,7 @@ func (r record) hasIP(ip net.IP) bool {
 
 // pinExpect is what a pinned attachment looks like on the host.
 type pinExpect struct {
-	netns   hosttest.NSID
+	netns   host.NSID
 	cluster string // "namespace/name"
 	link    string // the well-known path expected to lead to this pin ("" = not checked)
 	ip      net.IP // an address the record must list (nil = not checked)
@@ -576,8 +577,8 @@ func assertNoLink(t *testing.T, link string) {
 	t.Helper()
 	_, err := os.Lstat(link)
 	if err == nil {
-		target, _ := os.Readlink(link)
-		t.Errorf("link %s still exists (-> %q)", link, target)
+		target, err := os.Readlink(link)
+		t.Errorf("link %s still exists (-> %q, readlink: %v)", link, target, err)
 	} else {
 		assert.True(t, os.IsNotExist(err), "lstat %s: %v", link, err)
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // A holder pod matched by a `holders` rule: ADD pins, CHECK passes, DEL
@@ -55,7 +56,7 @@ func TestCnitoolPinOutlivesNetnsName(t *testing.T) {
 	res := a.mustAdd(t)
 	ip := sandboxIP(t, res)
 	veth := hostVeth(t, res, c.spec.bridge)
-	require.True(t, hosttest.LinkExists(veth), "host veth %s", veth)
+	require.True(t, host.LinkExists(veth), "host veth %s", veth)
 
 	ns.Delete(t)
 
@@ -64,7 +65,7 @@ func TestCnitoolPinOutlivesNetnsName(t *testing.T) {
 	require.Equal(t, ns.ID, hosttest.StatNS(t, a.pinPath()), "after ip netns del, the pin is not the pod's netns")
 	ips := nsenterAddrs(t, link)
 	require.True(t, containsIP(ips, ip), "nsenter --net=%s ip -j addr: %v, want %s", link, ips, ip)
-	require.True(t, hosttest.LinkExists(veth), "host veth %s vanished although the netns is pinned", veth)
+	require.True(t, host.LinkExists(veth), "host veth %s vanished although the netns is pinned", veth)
 	assertPinned(t, a, pinExpect{netns: ns.ID, cluster: cluster, link: link, ip: ip})
 
 	gone := watchLinkGone(t, veth)
@@ -84,7 +85,7 @@ func TestCnitoolPinOutlivesNetnsName(t *testing.T) {
 // DEL for a holder that was never added, on a netns that no longer exists.
 func TestCnitoolDelUnknownNetnsGone(t *testing.T) {
 	c := newChain(t, chainSpec{})
-	ns := &hosttest.NetnsHandle{Name: "npe2e-gone-" + hosttest.RandHex(6)}
+	ns := &hosttest.NetnsHandle{Name: "npe2e-gone-" + host.RandHex(6)}
 	ns.Path = filepath.Join("/run/netns", ns.Name)
 	a := c.newAttachment(t, ns, holderArgs(), true)
 	require.NoError(t, a.del())

@@ -8,7 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // The holder lifecycle of docs/design.md §5 and §6 through cnitool, for two clusters side by
@@ -95,8 +96,8 @@ func TestCnitoolStatusAndGC(t *testing.T) {
 	env := []string{"CNI_PATH=" + e.cniPath, "NETCONFPATH=" + c.netconfDir}
 	usedNS := hosttest.NewNetns(t, "npe2e")
 	// cnitool wants a netns argument for status and gc too; it is unused.
-	cnitool := func(verb string) hosttest.CmdResult {
-		return hosttest.RunCmd(hosttest.CmdTimeout, env, nil, e.cnitool, verb, c.name, usedNS.Path)
+	cnitool := func(verb string) host.CmdResult {
+		return host.RunCmd(host.CmdTimeout, env, nil, e.cnitool, verb, c.name, usedNS.Path)
 	}
 	r := cnitool("status")
 	require.NoError(t, r.Err, "cnitool status: %s", r)

@@ -19,7 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 type hostileCase struct {
@@ -142,7 +143,7 @@ func TestHostileInputsAreRefusedAndChangeNothing(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{
-				"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "hostile-" + hosttest.RandHex(6), "CNI_NETNS": other.Path,
+				"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "hostile-" + host.RandHex(6), "CNI_NETNS": other.Path,
 				"CNI_IFNAME": ifName, "CNI_PATH": c.env.cniPath, "CNI_ARGS": cniArgsString(holderArgs()),
 			}
 			for k, v := range tc.env {
@@ -216,7 +217,8 @@ func TestPlantedSymlinksAreNotFollowed(t *testing.T) {
 			data, rerr := os.ReadFile(victim)
 			require.NoError(t, rerr)
 			assert.Equal(t, "precious", string(data))
-			entries, _ := os.ReadDir(victimDir)
+			entries, rerr := os.ReadDir(victimDir)
+			require.NoError(t, rerr)
 			assert.Len(t, entries, 1, "nothing written into the victim folder")
 			assert.Empty(t, hosttest.MountsUnder(t, victimDir), "nothing mounted on the victim")
 			if plant.name == "pin" {
@@ -230,7 +232,9 @@ func TestPlantedSymlinksAreNotFollowed(t *testing.T) {
 			require.Error(t, err, "ADD through a planted symlink at the %s", plant.name)
 			t.Logf("refused: %v", err)
 			assert.NotContains(t, strings.Join(hosttest.MountsUnder(t, c.work), " "), a.containerID, "no pin left mounted")
-			_ = os.Remove(p)
+			if rerr := os.Remove(p); rerr != nil && !os.IsNotExist(rerr) {
+				t.Errorf("cleanup: %v", rerr)
+			}
 		})
 	}
 }

@@ -16,14 +16,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // client is a process that entered a holder's netns through a path (the
@@ -34,34 +34,24 @@ type client struct {
 
 // startClient runs exe (default sleep) inside the netns at path and waits
 // until it is in it.
-func startClient(t *testing.T, path string, want hosttest.NSID, exe string) *client {
+func startClient(t *testing.T, path string, want host.NSID, exe string) *client {
 	t.Helper()
 	if exe == "" {
 		exe = "sleep"
 	}
-	cmd := exec.Command("nsenter", "--net="+path, "--", exe, "600")
-	require.NoError(t, cmd.Start())
-	c := &client{cmd: cmd}
-	t.Cleanup(c.stop)
-	entered := hosttest.Poll(10*time.Second, 5*time.Millisecond, func() bool {
-		id, err := hosttest.NSIDOf(fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid))
-		return err == nil && id == want
-	})
-	require.True(t, entered, "client %s did not enter %s", exe, path)
-	return c
+	require.Equal(t, want, hosttest.StatNS(t, path))
+	return &client{cmd: hosttest.StartInNetns(t, path, exe, "600")}
 }
 
 // stop ends the client and reaps it, so that it is gone from /proc.
-func (c *client) stop() {
-	if c.cmd.ProcessState == nil {
-		_ = c.cmd.Process.Kill()
-		_ = c.cmd.Wait()
-	}
+func (c *client) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, host.Stop(c.cmd))
 }
 
 // pinCLI runs the operator command line of the plugin binary.
-func pinCLI(c *chain, args ...string) hosttest.CmdResult {
-	return hosttest.RunCmd(hosttest.CmdTimeout, nil, nil, filepath.Join(c.env.cniPath, "netns-pin"), args...)
+func pinCLI(c *chain, args ...string) host.CmdResult {
+	return host.RunCmd(host.CmdTimeout, nil, nil, filepath.Join(c.env.cniPath, "netns-pin"), args...)
 }
 
 // assertKeptInUse checks what a refused DEL must leave: code 11, the netns
@@ -106,7 +96,7 @@ func TestHoleCommandWithAnotherPinDir(t *testing.T) {
 	assert.Equal(t, "active", readRecord(t, a.recordPath()).str("state"), "the record is untouched")
 
 	assertKeptInUse(t, a, a.del(), ip)
-	cl.stop()
+	cl.stop(t)
 	require.NoError(t, a.del())
 	assertReleased(t, a, ns.Path)
 }
@@ -129,7 +119,7 @@ func TestHoleTwoNetworksShareAStateDir(t *testing.T) {
 	assert.Empty(t, mountsAt(t, a2.pinPath()))
 
 	assertKeptInUse(t, a1, a1.del(), ip)
-	cl.stop()
+	cl.stop(t)
 	require.NoError(t, a1.del())
 	assertReleased(t, a1, ns1.Path)
 }
@@ -162,7 +152,7 @@ func TestHolePinUnmountedFromOutside(t *testing.T) {
 	assert.Equal(t, a.netns.ID, hosttest.StatNS(t, a.pinPath()), "pinned again from the client's netns")
 	assert.True(t, containsIP(nsenterAddrs(t, a.pinPath()), ip), "the interface and %s live on", ip)
 
-	cl.stop()
+	cl.stop(t)
 	r = a.cnitoolRun("del")
 	require.NoError(t, r.Err, "%s", r)
 	assertReleased(t, a)
@@ -255,7 +245,7 @@ func TestHoleRefusalTextNeverReadsAsSuccess(t *testing.T) {
 	assert.Contains(t, te.Details, fmt.Sprintf("process %d", cl.cmd.Process.Pid), "the client is still named")
 	assertKeptInUse(t, a, err, ip)
 
-	cl.stop()
+	cl.stop(t)
 	fx.unmapDevice(t, "0")
 	require.NoError(t, a.del())
 }
@@ -351,7 +341,7 @@ func TestRecordFormatUpgradeAndNewer(t *testing.T) {
 
 	cl := startClient(t, c.defaultLink(), ns.ID, "")
 	assertKeptInUse(t, a, a.del(), ip)
-	cl.stop()
+	cl.stop(t)
 
 	var newer map[string]any
 	require.NoError(t, json.Unmarshal([]byte(old), &newer))

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 func TestPinsReachOtherMountNamespaces(t *testing.T) {

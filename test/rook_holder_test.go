@@ -20,7 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // rookHolder is the holder container of Rook's template: it points Rook's
@@ -31,7 +32,7 @@ func rookHolder(t *testing.T, ns *hosttest.NetnsHandle, path string) *exec.Cmd {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	want := fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid)
-	require.True(t, hosttest.Poll(10*time.Second, 5*time.Millisecond, func() bool {
+	require.True(t, host.Poll(10*time.Second, 5*time.Millisecond, func() bool {
 		got, err := os.Readlink(path)
 		return err == nil && got == want
 	}), "the Rook-style holder wrote %s", path)
@@ -68,11 +69,11 @@ func TestRookStyleHolderRestartKeepsClients(t *testing.T) {
 	assert.True(t, strings.HasPrefix(got, "/proc/"), "netns-pin leaves Rook's path to Rook: %s", got)
 	assert.True(t, containsIP(nsenterAddrs(t, a.pinPath()), ipA), "the old holder's clients keep %s", ipA)
 
-	clientA.stop()
+	clientA.stop(t)
 	r := a.cnitoolRun("del")
 	require.NoError(t, r.Err, "%s", r)
 	assertReleased(t, a, nsA.Path)
-	clientB.stop()
+	clientB.stop(t)
 	require.NoError(t, holderB.Process.Kill())
 	_ = holderB.Wait()
 	r = b.cnitoolRun("del")

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // 64 plugin processes at once doing ADD, CHECK and DEL across 8 clusters and
@@ -41,10 +41,7 @@ func TestStress64ProcessesAcross8Clusters(t *testing.T) {
 	// Every 8th holder has a client process in its netns: its DEL is refused.
 	busy := map[int]*exec.Cmd{}
 	for i := 0; i < procs; i += 8 {
-		cmd := exec.Command("nsenter", "--net="+nets[i].Path, "--", "sleep", "600")
-		require.NoError(t, cmd.Start())
-		busy[i] = cmd
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		busy[i] = hosttest.StartInNetns(t, nets[i].Path, "sleep", "600")
 	}
 
 	run := func(i int, verb string) (types.Error, error) {
@@ -106,9 +103,9 @@ func TestStress64ProcessesAcross8Clusters(t *testing.T) {
 					continue
 				}
 				if err != nil || sfs.Type != unix.NSFS_MAGIC {
-					target, _ := os.Readlink(l)
+					target, lerr := os.Readlink(l)
 					violations.Add(1)
-					violation.Store(fmt.Sprintf("%s -> %s: err=%v fstype=%#x; records %v", l, target, err, sfs.Type, recordStates(c.stateDir)))
+					violation.Store(fmt.Sprintf("%s -> %s (readlink: %v): err=%v fstype=%#x; records %v", l, target, lerr, err, sfs.Type, recordStates(c.stateDir)))
 				}
 			}
 			_ = unix.Flock(lockFd, unix.LOCK_UN)
@@ -169,13 +166,24 @@ func TestStress64ProcessesAcross8Clusters(t *testing.T) {
 	}
 }
 
+// recordStates lists the records and their states, for a failure message;
+// what cannot be read is listed with its error.
 func recordStates(stateDir string) []string {
-	recs, _ := os.ReadDir(filepath.Join(stateDir, "records"))
+	recs, err := os.ReadDir(filepath.Join(stateDir, "records"))
+	if err != nil {
+		return []string{err.Error()}
+	}
 	var out []string
 	for _, r := range recs {
-		data, _ := os.ReadFile(filepath.Join(stateDir, "records", r.Name()))
 		var m map[string]any
-		_ = json.Unmarshal(data, &m)
+		data, err := os.ReadFile(filepath.Join(stateDir, "records", r.Name()))
+		if err == nil {
+			err = json.Unmarshal(data, &m)
+		}
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", r.Name(), err))
+			continue
+		}
 		out = append(out, fmt.Sprintf("%s=%v", r.Name(), m["state"]))
 	}
 	return out

@@ -20,7 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // env is where the binaries under test are.
@@ -50,7 +51,7 @@ func discoverEnv() (env, error) {
 		return env{}, errors.New("the e2e suite needs root (it creates network namespaces, links and mounts): run `make test` or `go test ./test/...` as root")
 	}
 	// go test runs in test/: the repository is one level up
-	cniPath, cnitool, err := hosttest.DiscoverCNI("..", "netns-pin", "bridge", "macvlan", "host-local")
+	cniPath, cnitool, err := host.DiscoverCNI("..", "netns-pin", "bridge", "macvlan", "host-local")
 	if err != nil {
 		return env{}, err
 	}
@@ -81,10 +82,10 @@ func nextSubnet() string {
 // ADD result.
 func newBridge(t *testing.T) string {
 	t.Helper()
-	name := "npbr" + hosttest.RandHex(8)
+	name := "npbr" + host.RandHex(8)
 	hosttest.MustRun(t, "ip", "link", "add", "name", name, "type", "bridge")
 	t.Cleanup(func() { deleteLinkIfExists(t, name) })
-	hosttest.MustRun(t, "ip", "link", "set", name, "address", "02:00:"+hosttest.RandHex(2)+":"+hosttest.RandHex(2)+":"+hosttest.RandHex(2)+":"+hosttest.RandHex(2), "up")
+	hosttest.MustRun(t, "ip", "link", "set", name, "address", "02:00:"+host.RandHex(2)+":"+host.RandHex(2)+":"+host.RandHex(2)+":"+host.RandHex(2), "up")
 	return name
 }
 
@@ -92,7 +93,7 @@ func newBridge(t *testing.T) string {
 // links) and returns the end to use as a macvlan master.
 func newVethMaster(t *testing.T) string {
 	t.Helper()
-	a, b := "npv"+hosttest.RandHex(8)+"a", "npv"+hosttest.RandHex(8)+"b"
+	a, b := "npv"+host.RandHex(8)+"a", "npv"+host.RandHex(8)+"b"
 	hosttest.MustRun(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)
 	t.Cleanup(func() { deleteLinkIfExists(t, a) })
 	hosttest.MustRun(t, "ip", "link", "set", a, "up")
@@ -104,7 +105,7 @@ func deleteLinkIfExists(t *testing.T, name string) {
 	if _, err := netlink.LinkByName(name); err != nil {
 		return
 	}
-	if r := hosttest.RunCmd(hosttest.CmdTimeout, nil, nil, "ip", "link", "del", name); r.Err != nil {
+	if r := host.RunCmd(host.CmdTimeout, nil, nil, "ip", "link", "del", name); r.Err != nil {
 		t.Errorf("cleanup: ip link del %s: %s", name, r)
 	}
 }
@@ -129,7 +130,7 @@ func watchLinkGone(t *testing.T, name string) *linkGoneWatcher {
 // already absent) or the timeout passes.
 func (w *linkGoneWatcher) wait(t *testing.T, timeout time.Duration, why string) {
 	t.Helper()
-	if !hosttest.LinkExists(w.name) {
+	if !host.LinkExists(w.name) {
 		return
 	}
 	deadline := time.After(timeout)
@@ -137,14 +138,14 @@ func (w *linkGoneWatcher) wait(t *testing.T, timeout time.Duration, why string) 
 		select {
 		case u, ok := <-w.ch:
 			if !ok {
-				require.False(t, hosttest.LinkExists(w.name), "netlink subscription closed while %s still exists: %s", w.name, why)
+				require.False(t, host.LinkExists(w.name), "netlink subscription closed while %s still exists: %s", w.name, why)
 				return
 			}
 			if u.Header.Type == syscall.RTM_DELLINK && u.Link != nil && u.Link.Attrs().Name == w.name {
 				return
 			}
 		case <-deadline:
-			require.False(t, hosttest.LinkExists(w.name), "%s still exists %s later: %s", w.name, timeout, why)
+			require.False(t, host.LinkExists(w.name), "%s still exists %s later: %s", w.name, timeout, why)
 			return
 		}
 	}

@@ -15,7 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // fuseMount is a ceph-fuse process (in the foreground, so its PID is known)
@@ -57,7 +58,7 @@ func mountCephFuse(t *testing.T, c *cluster, netnsPath, dir, root string) *fuseM
 	}()
 	t.Cleanup(func() { m.cleanup(t) })
 
-	ok := hosttest.Poll(60*time.Second, 50*time.Millisecond, func() bool {
+	ok := host.Poll(60*time.Second, 50*time.Millisecond, func() bool {
 		return m.hasExited() || mountedAt(t, dir) == "fuse.ceph-fuse"
 	})
 	if m.hasExited() {
@@ -87,7 +88,7 @@ func (m *fuseMount) readLog() string {
 }
 
 // netnsID is the network namespace the client process runs in.
-func (m *fuseMount) netnsID(t *testing.T) hosttest.NSID {
+func (m *fuseMount) netnsID(t *testing.T) host.NSID {
 	t.Helper()
 	return hosttest.StatNS(t, fmt.Sprintf("/proc/%d/ns/net", m.pid))
 }

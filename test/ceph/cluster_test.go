@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // env is where the binaries under test are.
@@ -122,7 +122,7 @@ func setup() (env, *cluster, error) {
 }
 
 func discoverEnv() (env, error) {
-	cniPath, cnitool, err := hosttest.DiscoverCNI(repoRoot(), "netns-pin", "bridge", "host-local")
+	cniPath, cnitool, err := host.DiscoverCNI(repoRoot(), "netns-pin", "bridge", "host-local")
 	if err != nil {
 		return env{}, err
 	}
@@ -222,9 +222,9 @@ func runScript(timeout time.Duration, script string, args ...string) (string, er
 
 // admin runs the ceph CLI as client.admin from the daemons' netns (the host
 // has no address on the cluster's bridge).
-func (c *cluster) admin(timeout time.Duration, args ...string) hosttest.CmdResult {
+func (c *cluster) admin(timeout time.Duration, args ...string) host.CmdResult {
 	full := append([]string{"--net=" + filepath.Join("/run/netns", c.netns), "--", "ceph", "-c", c.conf, "--connect-timeout", "10"}, args...)
-	return hosttest.RunCmd(timeout, nil, nil, "nsenter", full...)
+	return host.RunCmd(timeout, nil, nil, "nsenter", full...)
 }
 
 // clientArgs are the arguments every Ceph client of the tests gets.

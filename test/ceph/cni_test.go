@@ -21,7 +21,8 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 const (
@@ -56,7 +57,7 @@ func newChain(t *testing.T, e env, c *cluster, work string, pin bool, rangeStart
 	if pin {
 		kind = "pin"
 	}
-	ch.name = "ceph-public-" + kind + "-" + hosttest.RandHex(6)
+	ch.name = "ceph-public-" + kind + "-" + host.RandHex(6)
 	ch.netconfDir = filepath.Join(work, "net.d-"+kind)
 	ch.pinDir = filepath.Join(work, "pin")
 	ch.stateDir = filepath.Join(work, "state")
@@ -131,8 +132,8 @@ func (ch *chain) newAttachment(t *testing.T, ns *hosttest.NetnsHandle, podName s
 	return a
 }
 
-func (a *attachment) cnitool(verb string) hosttest.CmdResult {
-	return hosttest.RunCmd(cniTimeout, []string{
+func (a *attachment) cnitool(verb string) host.CmdResult {
+	return host.RunCmd(cniTimeout, []string{
 		"CNI_PATH=" + a.ch.env.cniPath,
 		"NETCONFPATH=" + a.ch.netconfDir,
 		"CNI_IFNAME=" + ifName,

@@ -22,7 +22,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // row is one design's line in the comparison table.
@@ -103,7 +104,7 @@ func netnsPinHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) {
 	st := newStepper(t)
 	work := hosttest.NewWorkDir(t, "netns-pin-ceph-e2e-")
 	ch := newChain(t, e, c, work, true, ipRange[0], ipRange[1])
-	root := subvolume(t, c, "netns-pin-"+hosttest.RandHex(6))
+	root := subvolume(t, c, "netns-pin-"+host.RandHex(6))
 	link := ch.link()
 
 	st.step("holder A (rook-ceph/csi-holder-a): ip netns add, cnitool add [bridge + host-local, netns-pin]")
@@ -138,7 +139,7 @@ func netnsPinHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) {
 	t.Logf("libcni: code %d, msg %q, details %q", te.Code, te.Msg, te.Details)
 	assert.Equal(t, "draining", a.record(t)["state"], "record of holder A after a refused DEL")
 	require.Equal(t, nsA.ID, hosttest.StatNS(t, a.pinPath()), "holder A stays pinned")
-	require.True(t, hosttest.LinkExists(vethA), "holder A's veth %s must stay while the DEL is refused", vethA)
+	require.True(t, host.LinkExists(vethA), "holder A's veth %s must stay while the DEL is refused", vethA)
 
 	st.step("2. holder B (rook-ceph/csi-holder-b) comes up and takes the link; client 2 mounts through it")
 	nsB := hosttest.NewNetns(t, "npc-holder-b")
@@ -168,7 +169,7 @@ func netnsPinHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) {
 	err = a.delLibcni(t)
 	require.EqualValues(t, types.ErrTryAgainLater, cniCode(err), "retried DEL: %v", err)
 	require.Equal(t, nsA.ID, hosttest.StatNS(t, a.pinPath()), "holder A stays pinned after its name is gone")
-	require.True(t, hosttest.LinkExists(vethA), "holder A's veth %s must stay while its client runs", vethA)
+	require.True(t, host.LinkExists(vethA), "holder A's veth %s must stay while its client runs", vethA)
 	addrs := hosttest.MustRun(t, "nsenter", "--net="+a.pinPath(), "--", "ip", "-br", "addr", "show", "dev", ifName)
 	require.Contains(t, addrs, a.ip()+"/", "holder A's address must stay in its pinned netns")
 	s1 = w1.waitOps(t, s1, 50, 60*time.Second, "after holder A's removal")
@@ -192,17 +193,17 @@ func netnsPinHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) {
 	assert.NoFileExists(t, a.recordPath(), "record of holder A after its DEL")
 	require.Equal(t, nsB.ID, hosttest.StatNS(t, link), "the link stays on holder B")
 	assert.Empty(t, hosttest.NsfsMountsOf(t, nsA.ID.Ino), "nsfs mounts of holder A's netns %s after its DEL", nsA.ID)
-	gone := hosttest.Poll(30*time.Second, 50*time.Millisecond, func() bool { return !hosttest.LinkExists(vethA) })
+	gone := host.Poll(30*time.Second, 50*time.Millisecond, func() bool { return !host.LinkExists(vethA) })
 	require.True(t, gone, "holder A's veth %s still exists 30s after the DEL: its netns did not go away", vethA)
 	t.Logf("holder A released: no pin, no record, no nsfs mount of %s, veth %s gone with the netns", nsA.ID, vethA)
 	s2 = w2.waitOps(t, w2.snapshot(), 10, 60*time.Second, "after holder A's release")
 	t.Logf("client 2 untouched: %s", s2)
 
 	st.step("5. rados bench through the link (holder B's netns)")
-	runName := "netns-pin-" + hosttest.RandHex(6)
+	runName := "netns-pin-" + host.RandHex(6)
 	args := append([]string{"--net=" + link, "--", "rados"}, c.clientArgs()...)
 	args = append(args, "-p", c.pool, "bench", "2", "write", "-b", "65536", "-t", "4", "--max-objects", "2000", "--run-name", runName)
-	r = hosttest.RunCmd(2*time.Minute, nil, nil, "nsenter", args...)
+	r = host.RunCmd(2*time.Minute, nil, nil, "nsenter", args...)
 	require.NoError(t, r.Err, "rados bench through %s:\n%s", link, r)
 	writes := regexp.MustCompile(`(?m)^Total writes made:\s+(\d+)`).FindStringSubmatch(r.Stdout)
 	require.NotNil(t, writes, "rados bench output:\n%s", r.Stdout)
@@ -232,7 +233,7 @@ func rookStyleHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) 
 	st := newStepper(t)
 	work := hosttest.NewWorkDir(t, "netns-pin-ceph-e2e-")
 	ch := newChain(t, e, c, work, false, ipRange[0], ipRange[1])
-	root := subvolume(t, c, "rook-"+hosttest.RandHex(6))
+	root := subvolume(t, c, "rook-"+host.RandHex(6))
 
 	st.step("Rook-style holder: ip netns add, cnitool add [bridge + host-local] (no netns-pin), `sleep` in the netns")
 	nsR := hosttest.NewNetns(t, "npc-rook-holder")
@@ -248,8 +249,8 @@ func rookStyleHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) 
 		<-holderExited
 	})
 	nsLink := fmt.Sprintf("/proc/%d/ns/net", holder.Process.Pid)
-	require.True(t, hosttest.Poll(10*time.Second, 10*time.Millisecond, func() bool {
-		id, err := hosttest.NSIDOf(nsLink)
+	require.True(t, host.Poll(10*time.Second, 10*time.Millisecond, func() bool {
+		id, err := host.NSIDOf(nsLink)
 		return err == nil && id == nsR.ID
 	}), "holder process %d did not enter %s", holder.Process.Pid, nsR.Name)
 	// what the holder's container ran: ln -s /proc/$$/ns/net <kubelet>/plugins/<driver>/<ns>.net.ns
@@ -277,14 +278,14 @@ func rookStyleHolderRestart(t *testing.T, e env, c *cluster, ipRange [2]string) 
 	r := a.cnitool("del")
 	require.NoError(t, r.Err, "cnitool del of the Rook-style holder:\n%s", r)
 	nsR.Delete(t)
-	require.False(t, hosttest.LinkExists(veth), "cnitool del must have removed the veth %s", veth)
-	r = hosttest.RunCmd(10*time.Second, nil, nil, "nsenter", "--net="+symlink, "--", "true")
+	require.False(t, host.LinkExists(veth), "cnitool del must have removed the veth %s", veth)
+	r = host.RunCmd(10*time.Second, nil, nil, "nsenter", "--net="+symlink, "--", "true")
 	require.Error(t, r.Err, "a new client through the dead symlink must fail")
 	t.Logf("new client through %s: %s", symlink, strings.TrimSpace(r.Stderr))
 
 	st.step("measure the client's I/O for up to %s after the removal", stallLimit+20*time.Second)
 	var now stats
-	hosttest.Poll(stallLimit+20*time.Second, 50*time.Millisecond, func() bool {
+	host.Poll(stallLimit+20*time.Second, 50*time.Millisecond, func() bool {
 		now = w.snapshot()
 		return now.Failures+now.Mismatches > removal.Failures+removal.Mismatches || now.Stalled > removal.Stalled
 	})

@@ -9,11 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 func newUUID() string {
-	return fmt.Sprintf("%s-%s-4%s-a%s-%s", hosttest.RandHex(8), hosttest.RandHex(4), hosttest.RandHex(3), hosttest.RandHex(3), hosttest.RandHex(12))
+	return fmt.Sprintf("%s-%s-4%s-a%s-%s", host.RandHex(8), host.RandHex(4), host.RandHex(3), host.RandHex(3), host.RandHex(12))
 }
 
 // mountedAt returns the filesystem type mounted at path ("" when none).

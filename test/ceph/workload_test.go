@@ -22,7 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 const (
@@ -89,7 +89,7 @@ func startWorkload(t *testing.T, name, dir string) *workload {
 func (w *workload) run() {
 	defer close(w.done)
 	var seed [32]byte
-	copy(seed[:], hosttest.RandHex(32))
+	copy(seed[:], host.RandHex(32))
 	rng := rand.New(rand.NewChaCha8(seed))
 	tick := time.NewTicker(wlPace)
 	defer tick.Stop()
@@ -211,7 +211,7 @@ func (w *workload) snapshot() stats {
 func (w *workload) waitOps(t *testing.T, from stats, n int, timeout time.Duration, why string) stats {
 	t.Helper()
 	var s stats
-	ok := hosttest.Poll(timeout, 20*time.Millisecond, func() bool {
+	ok := host.Poll(timeout, 20*time.Millisecond, func() bool {
 		s = w.snapshot()
 		return s.Ops >= from.Ops+n || s.Failures+s.Mismatches > from.Failures+from.Mismatches
 	})

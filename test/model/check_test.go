@@ -32,7 +32,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 type recView struct {
@@ -76,7 +77,7 @@ type mountTable []hosttest.MountEntry
 func (d *driver) mounts() mountTable { return mountTable(hosttest.ReadMountinfo(d.t)) }
 
 // pinned reports whether path is a mount of the netns id.
-func (m mountTable) pinned(path string, id hosttest.NSID) bool {
+func (m mountTable) pinned(path string, id host.NSID) bool {
 	root := fmt.Sprintf("net:[%d]", id.Ino)
 	return slices.ContainsFunc(m, func(e hosttest.MountEntry) bool { return e.Mountpoint == path && e.Root == root })
 }
@@ -138,7 +139,7 @@ func (d *driver) resolve(recs map[string]recView) {
 // runtimeHolds reports whether the runtime's netns file of h still is its
 // netns: then nothing excuses a lost pin.
 func runtimeHolds(h *holder) bool {
-	id, err := hosttest.NSIDOf(h.netnsPath)
+	id, err := host.NSIDOf(h.netnsPath)
 	return err == nil && id == h.nsid
 }
 
@@ -283,7 +284,7 @@ func (d *driver) checkLink(link string, target *holder) {
 		d.violation("I2", "link %s leads to %s, want %s (%s, the newest %s pin of its cluster)", link, dest, want, target, target.pin)
 		return
 	}
-	if id, err := hosttest.NSIDOf(link); err != nil || id != target.nsid {
+	if id, err := host.NSIDOf(link); err != nil || id != target.nsid {
 		d.violation("I2", "link %s leads to %v (err %v), want the netns %v of %s", link, id, err, target.nsid, target)
 	}
 }

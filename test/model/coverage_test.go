@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // What the model knows of the plugin. A new CNI verb, operator command or
@@ -49,7 +49,7 @@ func TestStepSetCoversThePlugin(t *testing.T) {
 
 	bin := buildPlugin(t, t.TempDir())
 	// An unknown command prints the usage with the command list.
-	r := hosttest.RunCmd(time.Minute, nil, nil, bin, "help")
+	r := host.RunCmd(time.Minute, nil, nil, bin, "help")
 	_, usage, ok := strings.Cut(r.Stderr, "commands:")
 	usage, _, _ = strings.Cut(usage, "flags:")
 	require.True(t, ok, "netns-pin without arguments printed no command list: %s", r)

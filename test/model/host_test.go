@@ -27,7 +27,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 const (
@@ -124,7 +125,7 @@ func newEnv(t *testing.T, bin string) *env {
 		rookDir:     filepath.Join(work, "csi"),
 		bootIDFile:  filepath.Join(work, "boot_id"),
 		logFile:     filepath.Join(work, "netns-pin.log"),
-		runID:       hosttest.RandHex(6),
+		runID:       host.RandHex(6),
 	}
 	require.NoError(t, os.MkdirAll(filepath.Join(e.sysfs, "bus", "rbd", "devices"), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(e.debugfs, "ceph"), 0o755))
@@ -291,7 +292,7 @@ func (e *env) cli(pinDir, failpoint string, args ...string) result {
 // makeNetns makes a named netns like a runtime does for a pod, with a veth
 // pair inside it (eth0, the pod's interface, and its peer, both up) and
 // the given addresses on eth0.
-func (e *env) makeNetns(name string, ips []string) hosttest.NSID {
+func (e *env) makeNetns(name string, ips []string) host.NSID {
 	e.t.Helper()
 	hosttest.MustRun(e.t, "ip", "netns", "add", name)
 	path := filepath.Join("/run/netns", name)
@@ -359,8 +360,8 @@ type netnsState struct {
 
 // inspectNetns reads eth0 and its IPv4 addresses in the netns at path,
 // whose identity must be id.
-func inspectNetns(path string, id hosttest.NSID) (netnsState, error) {
-	got, err := hosttest.NSIDOf(path)
+func inspectNetns(path string, id host.NSID) (netnsState, error) {
+	got, err := host.NSIDOf(path)
 	if err != nil {
 		return netnsState{}, err
 	}
@@ -430,7 +431,7 @@ func startProc(t *testing.T, link string) *proc {
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	comm := fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid)
 	var running bool
-	ok := hosttest.Poll(10*time.Second, time.Millisecond, func() bool {
+	ok := host.Poll(10*time.Second, time.Millisecond, func() bool {
 		select {
 		case <-p.done:
 			return true

@@ -19,7 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 var (
@@ -71,7 +71,7 @@ type holder struct {
 	att       string // <containerID>.<ifname>
 	netnsName string
 	netnsPath string
-	nsid      hosttest.NSID
+	nsid      host.NSID
 	rt        rtState
 	pin       pinState
 	// uncertain: an operation crashed, or the pin was unmounted behind
@@ -243,7 +243,7 @@ func (d *driver) newIP() string {
 
 // holderByNetns finds the holder whose netns is id; the newest wins, since
 // an inode number is reused only after its netns died.
-func (d *driver) holderByNetns(id hosttest.NSID) *holder {
+func (d *driver) holderByNetns(id host.NSID) *holder {
 	for i := len(d.holders) - 1; i >= 0; i-- {
 		if d.holders[i].nsid == id {
 			return d.holders[i]
@@ -535,7 +535,7 @@ func (d *driver) cleanup() {
 	d.clients = nil
 	for _, h := range d.holders {
 		if _, err := os.Lstat(filepath.Join("/run/netns", h.netnsName)); err == nil {
-			if r := hosttest.RunCmd(hosttest.CmdTimeout, nil, nil, "ip", "netns", "del", h.netnsName); r.Err != nil {
+			if r := host.RunCmd(host.CmdTimeout, nil, nil, "ip", "netns", "del", h.netnsName); r.Err != nil {
 				d.t.Errorf("cleanup: %s", r)
 			}
 		}

@@ -15,7 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 type stepDef struct {
@@ -136,7 +137,7 @@ var stepTable = []stepDef{
 			d.logf("nsenter --net=%s: no netns there", link)
 			return true
 		}
-		id, err := hosttest.NSIDOf(p.netnsPath())
+		id, err := host.NSIDOf(p.netnsPath())
 		h := d.holderByNetns(id)
 		if err != nil || h == nil {
 			p.stop()
@@ -627,7 +628,7 @@ func (d *driver) kernelClient(kind string) bool {
 	}
 	cl := d.rng.IntN(len(clusterNamespaces))
 	link := pick(d, d.e.links(cl))
-	id, err := hosttest.NSIDOf(link)
+	id, err := host.NSIDOf(link)
 	if err != nil {
 		d.logf("%s through %s: no netns there", kind, link)
 		return true

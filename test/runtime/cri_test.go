@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 const (
@@ -298,7 +298,7 @@ func (sb *sandbox) String() string {
 
 // runPod puts the pod into the kube API stand-in and starts its sandbox,
 // as kubelet would. A failed runp returns the result with sb.id empty.
-func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]string) (*sandbox, hosttest.CmdResult) {
+func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]string) (*sandbox, host.CmdResult) {
 	t.Helper()
 	sb := &sandbox{s: s, ns: ns, name: name, uid: newUID(), annotation: annotations}
 	s.api.putPod(ns, name, sb.uid, annotations)
@@ -382,7 +382,7 @@ func (sb *sandbox) inspect(t *testing.T) inspectStatus {
 	return st
 }
 
-func (sb *sandbox) stop() hosttest.CmdResult {
+func (sb *sandbox) stop() host.CmdResult {
 	r := sb.s.crictlRun("stopp", sb.id)
 	if r.Err == nil {
 		sb.stopped = true
@@ -390,7 +390,7 @@ func (sb *sandbox) stop() hosttest.CmdResult {
 	return r
 }
 
-func (sb *sandbox) remove() hosttest.CmdResult {
+func (sb *sandbox) remove() host.CmdResult {
 	r := sb.s.crictlRun("rmp", sb.id)
 	if r.Err == nil {
 		sb.removed = true
@@ -515,7 +515,7 @@ func (sn *storageNet) hostLocalHas(ip string) bool {
 // ID, netns, interface and CNI_ARGS) and returns its exit error and output.
 // Through Multus and containerd the CNI error code is flattened into a
 // string; this shows the code the plugin itself returns.
-func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniError, hosttest.CmdResult) {
+func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniError, host.CmdResult) {
 	t.Helper()
 	entry, err := conf.PluginEntry(sn.s.api.nadJSON(nadNamespace, sn.name))
 	require.NoError(t, err)
@@ -534,7 +534,7 @@ func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniE
 		"CNI_PATH=" + sn.s.cniBin,
 		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_INFRA_CONTAINER_ID=%s;K8S_POD_UID=%s", sb.ns, sb.name, sb.id, sb.uid),
 	}
-	r := hosttest.RunCmd(cmdTimeout, env, entry, sn.s.pinBin)
+	r := host.RunCmd(cmdTimeout, env, entry, sn.s.pinBin)
 	var ce cniError
 	if r.Err != nil {
 		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &ce), "netns-pin DEL output is not a CNI error:\n%s", r)
@@ -545,7 +545,7 @@ func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniE
 // runtimeError is the error crictl reports, unescaped: crictl prints it
 // as a quoted logrus field (level=fatal msg="..."), the runtime's gRPC
 // status with the CNI plugin's message inside.
-func runtimeError(r hosttest.CmdResult) string {
+func runtimeError(r host.CmdResult) string {
 	lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		_, quoted, ok := strings.Cut(lines[i], " msg=")

@@ -19,10 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netns-pin/netns-pin/internal/host"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
-
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 const (
@@ -211,8 +210,8 @@ func processAlive(pid int) bool {
 // is the storage networks' macvlan master (this kernel has no dummy links),
 // named in <dir>/links.list for teardown.sh.
 func (s *suite) makeLinks() error {
-	s.bridge = "nprtbr" + hosttest.RandHex(6)
-	s.master, s.peer = "nprtm"+hosttest.RandHex(6), "nprtp"+hosttest.RandHex(6)
+	s.bridge = "nprtbr" + host.RandHex(6)
+	s.master, s.peer = "nprtm"+host.RandHex(6), "nprtp"+host.RandHex(6)
 	// teardown.sh deletes the links named here, also when this process
 	// dies before its own cleanup.
 	list := fmt.Sprintf("%s\n%s\n", s.bridge, s.master)
@@ -299,7 +298,7 @@ func (s *suite) writeMultusConfig() error {
 // CNI configuration: a sandbox started before that fails.
 func (s *suite) waitNetworkReady() error {
 	var last string
-	ready := hosttest.Poll(readyTimeout, 100*time.Millisecond, func() bool {
+	ready := host.Poll(readyTimeout, 100*time.Millisecond, func() bool {
 		r := s.crictlRun("info")
 		if r.Err != nil {
 			last = r.String()
@@ -364,8 +363,8 @@ func (s *suite) close() error {
 	return errors.Join(errs...)
 }
 
-func (s *suite) crictlRun(args ...string) hosttest.CmdResult {
-	return hosttest.RunCmd(cmdTimeout, nil, nil, s.crictl, append([]string{"--config", s.criConfig}, args...)...)
+func (s *suite) crictlRun(args ...string) host.CmdResult {
+	return host.RunCmd(cmdTimeout, nil, nil, s.crictl, append([]string{"--config", s.criConfig}, args...)...)
 }
 
 func writeJSON(path string, v any) error {
@@ -381,14 +380,14 @@ func writeJSON(path string, v any) error {
 }
 
 func newUID() string {
-	return fmt.Sprintf("%s-%s-%s-%s-%s", hosttest.RandHex(8), hosttest.RandHex(4), hosttest.RandHex(4), hosttest.RandHex(4), hosttest.RandHex(12))
+	return fmt.Sprintf("%s-%s-%s-%s-%s", host.RandHex(8), host.RandHex(4), host.RandHex(4), host.RandHex(4), host.RandHex(12))
 }
 
 // testDir is a folder for one test's pins, state and fixtures.
 func (s *suite) testDir(t *testing.T) string {
 	t.Helper()
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
-	d := filepath.Join(s.work, name+"-"+hosttest.RandHex(4))
+	d := filepath.Join(s.work, name+"-"+host.RandHex(4))
 	require.NoError(t, os.MkdirAll(d, 0o755))
 	return d
 }

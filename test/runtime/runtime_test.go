@@ -10,10 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/netns-pin/netns-pin/internal/host"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/netns-pin/netns-pin/test/internal/hosttest"
 )
 
 // A holder named by a `holders` rule (pod namespace + name glob, which
@@ -28,7 +27,7 @@ func TestHolderByRulePinnedOnRunp(t *testing.T) {
 	}})
 	link := sn.link(t, cluster)
 
-	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-a-"+hosttest.RandHex(5), sn.selection(""))
+	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-a-"+host.RandHex(5), sn.selection(""))
 	r := sn.requirePinned(t, holder, cluster, "active")
 	assert.Equal(t, []string{link}, r.Links)
 	sn.requireLinkTo(t, link, holder)
@@ -42,7 +41,7 @@ func TestHolderByRulePinnedOnRunp(t *testing.T) {
 	assert.Contains(t, linksIn(t, holder.netnsPath), "eth0", "default network (bridge)")
 
 	// Not a holder: same network, no rule matches, no claim.
-	app := s.mustRunPod(t, "rook-ceph", "app-"+hosttest.RandHex(5), sn.selection(""))
+	app := s.mustRunPod(t, "rook-ceph", "app-"+host.RandHex(5), sn.selection(""))
 	assert.Nil(t, sn.readRecord(t, app), "a pod no rule names must not be pinned")
 	_, err := os.Lstat(sn.pinPath(app))
 	assert.True(t, os.IsNotExist(err), "no pin for a pod that is no holder")
@@ -73,7 +72,7 @@ func TestHolderByCNIArgsAnnotation(t *testing.T) {
 	sn := s.newStorageNet(t, netSpec{cniArgsNamespaces: []string{"rook-ceph"}})
 	link := sn.link(t, cluster)
 
-	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-b-"+hosttest.RandHex(5), sn.selection(cluster))
+	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-b-"+host.RandHex(5), sn.selection(cluster))
 	sn.requirePinned(t, holder, cluster, "active")
 	sn.requireLinkTo(t, link, holder)
 	assert.Equal(t, nsIdentity(t, holder.netnsPath), nsIdentity(t, link))
@@ -81,7 +80,7 @@ func TestHolderByCNIArgsAnnotation(t *testing.T) {
 	assert.Equal(t, 1, s.api.requestCount("GET /apis/k8s.cni.cncf.io/v1/namespaces/rook-ceph/network-attachment-definitions/"+sn.name))
 
 	// A pod of another namespace makes the same claim.
-	intruder, res := s.runPod(t, "tenant", "evil-"+hosttest.RandHex(5), sn.selection(cluster))
+	intruder, res := s.runPod(t, "tenant", "evil-"+host.RandHex(5), sn.selection(cluster))
 	require.Error(t, res.Err, "a claim from a namespace outside cniArgsNamespaces must fail the sandbox:\n%s", res)
 	assert.Empty(t, intruder.id)
 	msg := runtimeError(res)
@@ -117,7 +116,7 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 		{"podNamespace": "rook-ceph", "podName": "csi-holder-c-*", "cluster": cluster},
 	}})
 	link := sn.link(t, cluster)
-	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-c-"+hosttest.RandHex(5), sn.selection(""))
+	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-c-"+host.RandHex(5), sn.selection(""))
 	sn.requirePinned(t, holder, cluster, "active")
 	sn.rbdDevice(t, 0, holder.storageIP)
 
@@ -151,12 +150,12 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 	// `netns-pin inuse <cluster>` shows the same reference to the operator.
 	nad := filepath.Join(sn.dir, "nad.json")
 	require.NoError(t, os.WriteFile(nad, s.api.nadJSON(nadNamespace, sn.name), 0o644))
-	r = hosttest.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "inuse", cluster)
+	r = host.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "inuse", cluster)
 	require.NoError(t, r.Err, "netns-pin inuse:\n%s", r)
 	assert.Contains(t, r.Stdout, "csi-vol-0000")
 	assert.Contains(t, r.Stdout, holder.storageIP)
 	t.Logf("netns-pin inuse %s:\n%s", cluster, r.Stdout)
-	r = hosttest.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "list")
+	r = host.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "list")
 	require.NoError(t, r.Err, "netns-pin list:\n%s", r)
 	assert.Contains(t, r.Stdout, holder.id+"."+storageIfName)
 	assert.Contains(t, r.Stdout, "draining")
@@ -190,13 +189,13 @@ func TestHolderRestartTakesOverLink(t *testing.T) {
 	sn := s.newStorageNet(t, netSpec{cniArgsNamespaces: []string{"rook-ceph"}})
 	link := sn.link(t, cluster)
 
-	old := s.mustRunPod(t, "rook-ceph", "csi-holder-d-"+hosttest.RandHex(5), sn.selection(cluster))
+	old := s.mustRunPod(t, "rook-ceph", "csi-holder-d-"+host.RandHex(5), sn.selection(cluster))
 	sn.requirePinned(t, old, cluster, "active")
 	sn.requireLinkTo(t, link, old)
 	sn.rbdDevice(t, 3, old.storageIP) // a volume mapped through the old holder
 
 	// The DaemonSet's surge pod comes up.
-	next := s.mustRunPod(t, "rook-ceph", "csi-holder-d-"+hosttest.RandHex(5), sn.selection(cluster))
+	next := s.mustRunPod(t, "rook-ceph", "csi-holder-d-"+host.RandHex(5), sn.selection(cluster))
 	sn.requirePinned(t, next, cluster, "active")
 	sn.requireLinkTo(t, link, next)
 	sn.requirePinned(t, old, cluster, "active")

@@ -1,4 +1,4 @@
-package hosttest
+package host
 
 import (
 	"bytes"
@@ -10,14 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
 )
 
-// CmdTimeout is the deadline MustRun (and the cleanups here) give a host
-// command such as ip(8): long enough for a loaded CI host, short enough that
+// CmdTimeout is the deadline the helpers here (and hosttest.MustRun) give
+// a host command such as ip(8): long enough for a loaded CI host, short enough that
 // a hung command fails the test instead of the whole go test run.
 const CmdTimeout = 60 * time.Second
 
@@ -61,15 +58,6 @@ func RunCmd(timeout time.Duration, extraEnv []string, stdin []byte, name string,
 		err = fmt.Errorf("%w (timed out after %s)", err, timeout)
 	}
 	return CmdResult{Cmd: name + " " + strings.Join(args, " "), Stdout: out.String(), Stderr: errb.String(), Err: err}
-}
-
-// MustRun runs a command (CmdTimeout) and fails the test when it fails; it
-// returns the command's standard output.
-func MustRun(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	r := RunCmd(CmdTimeout, nil, nil, name, args...)
-	require.NoError(t, r.Err, "%s", r)
-	return r.Stdout
 }
 
 // CheckExecutable says why p is not an executable file, or returns nil. The

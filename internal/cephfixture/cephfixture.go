@@ -1,0 +1,101 @@
+// Package cephfixture lays out the kernel files through which Ceph kernel
+// clients show, as the kernel lays them out, under any folder: rbd devices
+// in sysfs and libceph clients in debugfs. The in-use check's tests and the
+// benchmark runner build their fixture trees with it.
+//
+//	<sysfs>/devices/rbd/<id>/{client_addr,client_id,cluster_fsid,pool,pool_ns,name,current_snap,...}
+//	<sysfs>/bus/rbd/devices/<id> -> ../../../devices/rbd/<id>
+//	<debugfs>/ceph/<fsid>.client<gid>/{monc,osdc,client_options[,status]}
+package cephfixture
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+)
+
+// RBDDev is an rbd device's sysfs attributes; attributes listed in Omit are
+// not created (older kernels), all others end in "\n" unless NoNewline.
+type RBDDev struct {
+	ClientAddr, ClientID, FSID string
+	Pool, PoolNS, Name, Snap   string // Snap "" is the image head ("-")
+	Omit                       []string
+	NoNewline                  bool
+}
+
+// RBD lays out rbd device id under sysfs.
+func RBD(sysfs string, id int, d RBDDev) error {
+	dir := filepath.Join(sysfs, "devices", "rbd", strconv.Itoa(id))
+	nl := "\n"
+	if d.NoNewline {
+		nl = ""
+	}
+	attrs := map[string]string{
+		"client_addr": d.ClientAddr, "client_id": d.ClientID, "cluster_fsid": d.FSID,
+		"pool": d.Pool, "pool_ns": d.PoolNS, "name": d.Name, "current_snap": d.Snap,
+		// Extra attributes the checker does not read.
+		"size": "1073741824", "major": "251", "minor": strconv.Itoa(id * 16),
+		"features": "0x000000000000003d", "image_id": "1a2b3c4d5e6f", "pool_id": "2",
+		"snap_id": "18446744073709551614", "parent": "(no parent image)",
+	}
+	if d.Snap == "" {
+		attrs["current_snap"] = "-"
+	}
+	for k, v := range attrs {
+		if slices.Contains(d.Omit, k) {
+			continue
+		}
+		if err := Write(filepath.Join(dir, k), v+nl); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "power"), 0o755); err != nil {
+		return err
+	}
+	return Symlink(filepath.Join("..", "..", "..", "devices", "rbd", strconv.Itoa(id)),
+		filepath.Join(sysfs, "bus", "rbd", "devices", strconv.Itoa(id)))
+}
+
+// DebugfsClient lays out <debugfs>/ceph/<fsid>.client<gid>/; status ""
+// means no status file (an rbd client, or CephFS before Linux 5.11).
+func DebugfsClient(debugfs, fsid string, gid int, status string) error {
+	dir := filepath.Join(debugfs, "ceph", fmt.Sprintf("%s.client%d", fsid, gid))
+	files := map[string]string{
+		"monc":           "have monmap 2 want 3+\nhave osdmap 42\n",
+		"osdc":           "REQUESTS 0 homeless 0\nLINGER REQUESTS\n",
+		"client_options": "name=admin,secret=<hidden>\n",
+	}
+	if status != "" {
+		files["status"] = status
+	}
+	for name, content := range files {
+		if err := Write(filepath.Join(dir, name), content); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CephFSStatus is fs/ceph/debugfs.c status_show's output for a CephFS client
+// whose address is addr ("<ip>:<port>").
+func CephFSStatus(gid int, addr string) string {
+	return fmt.Sprintf("instance: client.%d (3)%s/3527561932\nblocklisted: false\n", gid, addr)
+}
+
+// Write writes a file, making its folder.
+func Write(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+// Symlink makes a symbolic link, making its folder.
+func Symlink(target, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.Symlink(target, path)
+}
