@@ -119,6 +119,7 @@ func TestHolderRulesAndClaims(t *testing.T) {
 		want    string
 		holder  bool
 		errWant string
+		refused bool // the error wraps ErrClaimRefused
 	}{
 		{pod: Pod{Namespace: "rook-ceph", Name: "csi-holder-abc"}, want: "rook-ceph/my-cluster", holder: true},
 		{pod: Pod{Namespace: "rook-ceph", Name: "csi-rbdplugin-abc"}},
@@ -128,9 +129,9 @@ func TestHolderRulesAndClaims(t *testing.T) {
 		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "storage/c2", want: "storage/c2", holder: true},
 		// Hole: an allowed namespace claiming another namespace's cluster
 		// would make its own netns that cluster's newest pin.
-		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "rook-ceph/c2", errWant: `a pod may claim only a cluster of its own namespace "storage"`},
-		{pod: Pod{Namespace: "default", Name: "h"}, claim: "rook-ceph/c2", errWant: "not in cniArgsNamespaces"},
-		{pod: Pod{Name: "h"}, claim: "rook-ceph/c2", errWant: "not in cniArgsNamespaces"},
+		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "rook-ceph/c2", errWant: `a pod may claim only a cluster of its own namespace "storage"`, refused: true},
+		{pod: Pod{Namespace: "default", Name: "h"}, claim: "rook-ceph/c2", errWant: "not in cniArgsNamespaces", refused: true},
+		{pod: Pod{Name: "h"}, claim: "rook-ceph/c2", errWant: "not in cniArgsNamespaces", refused: true},
 		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "rook-ceph/../x", errWant: "pinCluster"},
 		{pod: Pod{Namespace: "storage", Name: "h"}, claim: "Rook/x", errWant: "DNS-1123"},
 		{pod: Pod{Namespace: "rook-ceph", Name: "csi-holder-1"}, claim: "rook-ceph/my-cluster", want: "rook-ceph/my-cluster", holder: true},
@@ -144,6 +145,9 @@ func TestHolderRulesAndClaims(t *testing.T) {
 		cl, ok, err := c.Holder(tc.pod)
 		if tc.errWant != "" {
 			assert.ErrorContains(t, err, tc.errWant, "%+v %q", tc.pod, tc.claim)
+			if tc.refused {
+				assert.ErrorIs(t, err, ErrClaimRefused, "%+v %q", tc.pod, tc.claim)
+			}
 			assert.False(t, ok)
 			continue
 		}

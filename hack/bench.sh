@@ -5,8 +5,8 @@
 # Builds the baseline plugin (test/baseline), stripped copies of the binaries
 # (sizes), the test binaries of every package with Go benchmarks and the
 # runner (hack/bench), then runs the runner, which measures, interleaving
-# the commands it compares, and prints one markdown table and a PASS/MISS
-# line per target. The report is also kept in .cache/bench/last.md.
+# the commands it compares (Go benchmarks are summarised by benchstat), and
+# prints one markdown table and a PASS/MISS line per target. The report is also kept in .cache/bench/last.md.
 #
 #   1. passthrough ADD (non-holder pod): netns-pin vs baseline vs tuning
 #   2. holder ADD and DEL (unused) vs baseline, real netns from `ip netns add`
@@ -36,6 +36,7 @@ BENCH_SCALE="${BENCH_SCALE:-1}"
 BENCH_FLAGS="${BENCH_FLAGS:-}"
 CNI_BIN="${NETNS_PIN_CNI_PATH:-${ROOT}/.cache/cni/bin}"
 CNITOOL="${NETNS_PIN_CNITOOL:-${ROOT}/.cache/bin/cnitool}"
+BENCHSTAT="${ROOT}/.cache/bin/benchstat"
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 
@@ -45,7 +46,7 @@ if [[ "$(id -u)" != 0 ]]; then
 fi
 
 # The binaries `make bench` depends on; build them when run on its own.
-if [[ ! -x "${CNITOOL}" || ! -x "${CNI_BIN}/bridge" || ! -x "${CNI_BIN}/host-local" || ! -x "${CNI_BIN}/tuning" ]]; then
+if [[ ! -x "${CNITOOL}" || ! -x "${BENCHSTAT}" || ! -x "${CNI_BIN}/bridge" || ! -x "${CNI_BIN}/host-local" || ! -x "${CNI_BIN}/tuning" ]]; then
 	hack/tools.sh packages
 	hack/tools.sh tools
 fi
@@ -128,7 +129,7 @@ log "running (BENCH_SCALE=${BENCH_SCALE}, BENCHTIME=${BENCHTIME}, BENCHCOUNT=${B
 # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
 "${BUILD}/bench" \
 	-plugin bin/netns-pin -baseline "${BUILD}/baseline" \
-	-cni-path "${CNI_BIN}" -cnitool "${CNITOOL}" \
+	-cni-path "${CNI_BIN}" -cnitool "${CNITOOL}" -benchstat "${BENCHSTAT}" \
 	-plugin-stripped "${BUILD}/netns-pin.stripped" \
 	-baseline-stripped "${BUILD}/baseline.stripped" \
 	-tuning-stripped "${BUILD}/tuning.stripped" \

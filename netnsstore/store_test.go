@@ -124,7 +124,8 @@ func TestReleaseRefusedWhileInUse(t *testing.T) {
 
 	s.inUse = func(*Record, string) ([]Use, error) { return nil, errors.New("boom") }
 	_, err = s.Release("c1.net1", nil)
-	assert.ErrorContains(t, err, "boom", "a failing check never releases")
+	assert.ErrorIs(t, err, errCheckFailed, "a failing check never releases")
+	assert.ErrorContains(t, err, "boom", "and says why")
 	assert.True(t, mountedAt(t, r.PinPath))
 
 	s.inUse = notInUse

@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -78,13 +79,14 @@ func (sw *sweeper) stop(t *testing.T) {
 	if sw.cmd.ProcessState != nil {
 		return
 	}
-	_ = sw.cmd.Process.Signal(syscall.SIGTERM)
+	if err := sw.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("SIGTERM to the sweeper: %v", err)
+	}
 	select {
 	case err := <-sw.done:
 		assert.NoError(t, err, "sweeper exits 0 on SIGTERM")
 	case <-time.After(10 * time.Second):
-		_ = sw.cmd.Process.Kill()
-		t.Error("sweeper did not stop on SIGTERM")
+		t.Errorf("sweeper did not stop on SIGTERM (kill: %v)", sw.cmd.Process.Kill())
 	}
 }
 

@@ -28,9 +28,7 @@ import (
 // path at its own /proc/<pid>/ns/net and sleeps.
 func rookHolder(t *testing.T, ns *hosttest.NetnsHandle, path string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("nsenter", "--net="+ns.Path, "--", "sh", "-c", `ln --force --symbolic /proc/$$/ns/net "$0" && exec sleep 600`, path)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd := hosttest.StartInNetns(t, ns.Path, "sh", "-c", `ln --force --symbolic /proc/$$/ns/net "$0" && exec sleep 600`, path)
 	want := fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid)
 	require.True(t, host.Poll(10*time.Second, 5*time.Millisecond, func() bool {
 		got, err := os.Readlink(path)
@@ -54,8 +52,7 @@ func TestRookStyleHolderRestartKeepsClients(t *testing.T) {
 
 	// The holder restarts: its process dies, the runtime tears the sandbox
 	// down (refused: the client's netns stays, interface and address too).
-	require.NoError(t, holderA.Process.Kill())
-	_ = holderA.Wait()
+	require.NoError(t, host.Stop(holderA))
 	assertKeptInUse(t, a, libcniDel(t, a), ipA)
 
 	nsB := hosttest.NewNetns(t, "npe2e")
@@ -74,8 +71,7 @@ func TestRookStyleHolderRestartKeepsClients(t *testing.T) {
 	require.NoError(t, r.Err, "%s", r)
 	assertReleased(t, a, nsA.Path)
 	clientB.stop(t)
-	require.NoError(t, holderB.Process.Kill())
-	_ = holderB.Wait()
+	require.NoError(t, host.Stop(holderB))
 	r = b.cnitoolRun("del")
 	require.NoError(t, r.Err, "%s", r)
 	assertReleased(t, b, nsB.Path)

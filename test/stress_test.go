@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/netns-pin/netns-pin/internal/host"
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
@@ -154,8 +155,7 @@ func TestStress64ProcessesAcross8Clusters(t *testing.T) {
 		assert.EqualValues(t, unix.NSFS_MAGIC, sfs.Type)
 	}
 	for i, cmd := range busy {
-		require.NoError(t, cmd.Process.Kill())
-		_ = cmd.Wait()
+		require.NoError(t, host.Stop(cmd))
 		_, err := run(i, "DEL")
 		require.NoError(t, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
@@ -161,10 +162,7 @@ func startMountNS(t *testing.T) int {
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	t.Cleanup(func() { assert.NoError(t, host.Stop(cmd)) })
 	ready := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(stdout).ReadString('\n')

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // execTimeout bounds one plugin or cnitool run: a hung in-use check must
@@ -83,14 +83,8 @@ func cniEnv(command, containerID, netns, cniArgs, cniPath string) []string {
 	return env
 }
 
-func randHex(n int) string {
-	b := make([]byte, (n+1)/2)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)[:n]
-}
-
 func podUID() string {
-	return fmt.Sprintf("%s-%s-%s-%s-%s", randHex(8), randHex(4), randHex(4), randHex(4), randHex(12))
+	return fmt.Sprintf("%s-%s-%s-%s-%s", host.RandHex(8), host.RandHex(4), host.RandHex(4), host.RandHex(4), host.RandHex(12))
 }
 
 // podArgs are CNI_ARGS as containerd passes them for a pod.

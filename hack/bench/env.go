@@ -1,20 +1,16 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // env owns everything the runner makes on the host (network namespaces,
@@ -57,7 +53,7 @@ func (e *env) cleanup() {
 	e.mu.Unlock()
 	// Pins first: a netns pinned under pinDir survives `ip netns del`.
 	for _, dir := range []string{e.work, e.fixt} {
-		if n, err := unmountBelow(dir); err != nil {
+		if n, err := unmountUnder(dir); err != nil {
 			logf("cleanup: unmount below %s: %v", dir, err)
 		} else if n > 0 {
 			logf("cleanup: unmounted %d mount(s) below %s (pinDir bind mounts, pins of failed sections)", n, dir)
@@ -72,7 +68,9 @@ func (e *env) cleanup() {
 		if dir == "" {
 			continue
 		}
-		if n, _ := unmountBelow(dir); n > 0 {
+		if n, err := unmountUnder(dir); err != nil {
+			logf("cleanup: unmount below %s: %v", dir, err)
+		} else if n > 0 {
 			logf("cleanup: unmounted %d more mount(s) below %s", n, dir)
 		}
 		if err := os.RemoveAll(dir); err != nil {
@@ -81,125 +79,27 @@ func (e *env) cleanup() {
 	}
 }
 
-// unmountBelow detaches every mount at or below dir, deepest first.
-func unmountBelow(dir string) (int, error) {
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) (int, error) {
 	if dir == "" {
 		return 0, nil
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	// Deepest first; a path mounted several times appears several times.
-	slices.SortStableFunc(points, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	n := 0
-	var errs []string
-	for _, p := range points {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
-			errs = append(errs, fmt.Sprintf("%s: %v", p, err))
-			continue
-		}
-		n++
-	}
-	if len(errs) > 0 {
-		return n, fmt.Errorf("%s", strings.Join(errs, "; "))
-	}
-	return n, nil
-}
-
-// unescapeMountinfo undoes the octal escapes of mountinfo (\040 for space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range []byte(s[i+1 : i+4]) {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + c - '0'
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return host.UnmountUnder(dir, nil)
 }
 
 // sh runs a setup command and returns its error with its output.
 func sh(name string, args ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	if r := host.RunCmd(host.CmdTimeout, nil, nil, name, args...); r.Err != nil {
+		return fmt.Errorf("%s: %v: %s", r.Cmd, r.Err, strings.TrimSpace(r.Stdout+r.Stderr))
 	}
 	return nil
 }
 
-func shIn(stdin, name string, args ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
-// netns makes a named network namespace with lo up and, when cidr is not
-// empty, a veth pair inside it whose end eth0 has cidr: the pin records
-// the netns's global addresses, as it does for a real holder.
+// netns makes a named network namespace (host.AddNetns) that is deleted at
+// the end.
 func (e *env) netns(name, cidr string) (string, error) {
-	if err := sh("ip", "netns", "add", name); err != nil {
-		return "", err
-	}
-	e.defer_("ip netns del "+name, func() error {
-		if _, err := os.Lstat("/run/netns/" + name); os.IsNotExist(err) {
-			return nil
-		}
-		return sh("ip", "netns", "del", name)
-	})
-	batch := "link set lo up\n"
-	if cidr != "" {
-		batch += "link add eth0 type veth peer name eth0p\n" +
-			"addr add " + cidr + " dev eth0\n" +
-			"link set eth0p up\n" +
-			"link set eth0 up\n"
-	}
-	if err := shIn(batch, "ip", "-n", name, "-batch", "-"); err != nil {
-		return "", err
-	}
-	return filepath.Join("/run/netns", name), nil
+	e.defer_("ip netns del "+name, func() error { return host.DelNetns(name) })
+	return host.AddNetns(name, cidr)
 }
 
 // bridge makes a bridge on the host for the bridge plugin (removed at the
@@ -271,23 +171,12 @@ func countProcs() int {
 	return n
 }
 
-// leftoverMounts counts mounts below dir (a check after each section: the
-// plugin must leave none once every holder is deleted).
+// leftoverMounts lists the mounts below dir (a check after each section:
+// the plugin must leave none once every holder is deleted).
 func leftoverMounts(dir string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mps, err := host.MountsUnder(dir)
 	if err != nil {
-		return nil
+		return []string{err.Error()}
 	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	return out
+	return slices.DeleteFunc(mps, func(mp string) bool { return mp == dir })
 }

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"encoding/csv"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,48 +18,101 @@ import (
 // ---------------------------------------------------------------------
 // 4a. the Go benchmarks (inuse.BenchmarkCheck: the in-use check on fixture
 // trees of n rbd devices / debugfs clients / mountinfo entries), run from
-// their compiled test binaries and parsed.
+// their compiled test binaries and summarised by benchstat.
 
-// goBenchResult is one benchmark's samples (one per -test.count) by unit.
+// goBenchResult is one benchmark as benchstat summarises it: by unit
+// (benchstat's: sec/op, cpu-sec/op, B/op, allocs/op, refs ...), the median
+// of the samples and its confidence interval.
 type goBenchResult struct {
-	name  string
-	units map[string][]float64
+	name  string // without "Benchmark" and the -GOMAXPROCS suffix
+	units map[string]benchStat
 }
 
-var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.+)$`)
+type benchStat struct {
+	center float64
+	ci     string // "±2%", or "∞" with too few samples
+}
 
-// parseGoBench reads `go test -bench` output.
-func parseGoBench(out []byte) []*goBenchResult {
+var procsSuffix = regexp.MustCompile(`-\d+$`)
+
+// parseBenchstat reads `benchstat -format csv`: one table per unit, headed
+// by ",<unit>,CI", a row "<name>,<center>,<CI>" per benchmark, then
+// "geomean".
+func parseBenchstat(out []byte) ([]*goBenchResult, error) {
+	r := csv.NewReader(bytes.NewReader(out))
+	r.FieldsPerRecord = -1
+	recs, err := r.ReadAll()
+	if err != nil {
+		return nil, err
+	}
 	var order []*goBenchResult
 	byName := map[string]*goBenchResult{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		m := benchLine.FindStringSubmatch(strings.TrimSpace(sc.Text()))
-		if m == nil {
+	unit := ""
+	for _, rec := range recs {
+		switch {
+		case len(rec) < 3:
+			continue
+		case rec[0] == "":
+			if rec[2] == "CI" {
+				unit = rec[1]
+			}
+			continue
+		case rec[0] == "geomean" || unit == "":
 			continue
 		}
-		f := strings.Fields(m[3])
-		if len(f)%2 != 0 {
-			continue
+		v, err := strconv.ParseFloat(rec[1], 64)
+		if err != nil {
+			return nil, fmt.Errorf("benchstat row %q: %w", rec, err)
 		}
-		res := byName[m[1]]
+		name := procsSuffix.ReplaceAllString(rec[0], "")
+		res := byName[name]
 		if res == nil {
-			res = &goBenchResult{name: m[1], units: map[string][]float64{}}
-			byName[m[1]] = res
+			res = &goBenchResult{name: name, units: map[string]benchStat{}}
+			byName[name] = res
 			order = append(order, res)
 		}
-		for i := 0; i < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err != nil {
-				continue
-			}
-			res.units[f[i+1]] = append(res.units[f[i+1]], v)
-		}
+		res.units[unit] = benchStat{center: v, ci: rec[2]}
 	}
-	return order
+	return order, nil
 }
 
-var checkName = regexp.MustCompile(`^BenchmarkCheck/n=(\d+)/(\w+)$`)
+// runGoBench runs the benchmarks of one test binary in dir and returns what
+// benchstat makes of their output.
+func (b *bench) runGoBench(ctx context.Context, dir, bin, tmp string) ([]*goBenchResult, error) {
+	tctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(tctx, bin, "-test.run", "^$", "-test.bench", ".", "-test.benchmem",
+		"-test.benchtime", b.cfg.benchtime, "-test.count", strconv.Itoa(b.cfg.goCount), "-test.timeout", "5m")
+	cmd.Dir = dir
+	// Fixture trees on tmpfs, like sysfs and debugfs, which live in
+	// memory: on a disk file system the numbers would be the disk's.
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	logf("go benchmarks in %s (benchtime %s, count %d)", dir, b.cfg.benchtime, b.cfg.goCount)
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v\n%s\n%s", bin, err, out, stderr.Bytes())
+	}
+	raw := filepath.Join(tmp, filepath.Base(bin)+".txt")
+	if err := os.WriteFile(raw, out, 0o644); err != nil {
+		return nil, err
+	}
+	stderr.Reset()
+	st := exec.CommandContext(tctx, b.cfg.benchstat, "-format", "csv", raw)
+	st.Stderr = &stderr
+	sum, err := st.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v\n%s", b.cfg.benchstat, err, stderr.Bytes())
+	}
+	results, err := parseBenchstat(sum)
+	if err == nil && len(results) == 0 {
+		err = fmt.Errorf("%s printed no benchmark results:\n%s", bin, out)
+	}
+	return results, err
+}
+
+var checkName = regexp.MustCompile(`^Check/n=(\d+)/(\w+)$`)
 
 func (b *bench) goBenchmarks(ctx context.Context) error {
 	if len(b.cfg.goBench) == 0 {
@@ -73,24 +127,9 @@ func (b *bench) goBenchmarks(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("-gobench %q: want dir=test-binary", spec)
 		}
-		tctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
-		cmd := exec.CommandContext(tctx, bin, "-test.run", "^$", "-test.bench", ".", "-test.benchmem",
-			"-test.benchtime", b.cfg.benchtime, "-test.count", strconv.Itoa(b.cfg.goCount), "-test.timeout", "5m")
-		cmd.Dir = dir
-		// Fixture trees on tmpfs, like sysfs and debugfs, which live in
-		// memory: on a disk file system the numbers would be the disk's.
-		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		logf("go benchmarks in %s (benchtime %s, count %d)", dir, b.cfg.benchtime, b.cfg.goCount)
-		out, err := cmd.Output()
-		cancel()
+		results, err := b.runGoBench(ctx, dir, bin, tmp)
 		if err != nil {
-			return fmt.Errorf("%s: %v\n%s\n%s", bin, err, out, stderr.Bytes())
-		}
-		results := parseGoBench(out)
-		if len(results) == 0 {
-			return fmt.Errorf("%s printed no benchmark results:\n%s", bin, out)
+			return err
 		}
 		b.addGoBenchRows(filepath.Base(dir), results)
 	}
@@ -101,62 +140,58 @@ func (b *bench) addGoBenchRows(pkg string, results []*goBenchResult) {
 	prev := map[string]float64{} // variant -> median at the previous n
 	prevN := map[string]int{}
 	for _, res := range results {
-		ns := res.units["ns/op"]
+		med := res.units["sec/op"].center * 1e9
+		r := row{section: "4a", n: b.cfg.goCount, med: med, lo: math.NaN(), hi: math.NaN(), ratio: "—"}
 		m := checkName.FindStringSubmatch(res.name)
 		if m == nil {
-			r := durRow("4a", fmt.Sprintf("Go bench %s %s", pkg, res.name), ns)
-			r.note = goBenchNote(res)
+			r.name, r.note = fmt.Sprintf("Go bench %s Benchmark%s", pkg, res.name), goBenchNote(res)
 			b.rep.add(r)
 			continue
 		}
-		n, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(m[1]) // \d+
 		variant := m[2]
-		var what string
 		switch variant {
 		case "debugfs":
-			what = fmt.Sprintf("in-use check, %d rbd + %d CephFS debugfs clients (Go bench, tmpfs fixture)", n, n)
+			r.name = fmt.Sprintf("in-use check, %d rbd + %d CephFS debugfs clients (Go bench, tmpfs fixture)", n, n)
 		case "mountinfo":
-			what = fmt.Sprintf("in-use check, %d rbd + %d ceph mountinfo entries, no debugfs (Go bench)", n, n)
+			r.name = fmt.Sprintf("in-use check, %d rbd + %d ceph mountinfo entries, no debugfs (Go bench)", n, n)
 		default:
-			what = fmt.Sprintf("in-use check n=%d %s (Go bench)", n, variant)
+			r.name = fmt.Sprintf("in-use check n=%d %s (Go bench)", n, variant)
 		}
-		r := durRow("4a", what, ns)
-		med := median(ns)
 		if p, ok := prev[variant]; ok {
 			// Linear growth: the time per extra device+client (the
 			// slope) stays the same from one n to the next.
 			r.ratio = fmt.Sprintf("×%.1f for n ×%.1f; %s per extra device+client", med/p, float64(n)/float64(prevN[variant]),
 				fmtDur((med-p)/float64(n-prevN[variant])))
-		} else {
-			r.ratio = "—"
 		}
 		prev[variant], prevN[variant] = med, n
-		note := fmt.Sprintf("%s per device+client on average", fmtDur(med/float64(n)))
-		if v := res.units["refs"]; len(v) > 0 {
-			note += fmt.Sprintf(" (%.0f refs found)", median(v))
+		r.note = fmt.Sprintf("%s per device+client on average", fmtDur(med/float64(n)))
+		if v, ok := res.units["refs"]; ok {
+			r.note += fmt.Sprintf(" (%.0f refs found)", v.center)
 		}
-		r.note = note + "; " + goBenchNote(res)
+		r.note += "; " + goBenchNote(res)
 		b.rep.add(r)
 		if n == 1000 && variant == "debugfs" {
-			b.set("inuse.1000", med)
-			if c := res.units["cpu-ns/op"]; len(c) > 0 {
-				b.set("inuse.1000.cpu", median(c))
+			b.set(mInUse1000, med)
+			if c, ok := res.units["cpu-sec/op"]; ok {
+				b.set(mInUse1000CPU, c.center*1e9)
 			}
 		}
 	}
 }
 
-// goBenchNote lists CPU time and allocations when the benchmark reports them.
+// goBenchNote lists CPU time and allocations when the benchmark reports
+// them, and benchstat's 95% confidence interval of the median.
 func goBenchNote(res *goBenchResult) string {
 	var parts []string
-	if v := res.units["cpu-ns/op"]; len(v) > 0 {
-		parts = append(parts, "CPU "+fmtDur(median(v)))
+	if v, ok := res.units["cpu-sec/op"]; ok {
+		parts = append(parts, "CPU "+fmtDur(v.center*1e9))
 	}
-	if v := res.units["allocs/op"]; len(v) > 0 {
-		parts = append(parts, fmt.Sprintf("%.0f allocs", median(v)))
+	if v, ok := res.units["allocs/op"]; ok {
+		parts = append(parts, fmt.Sprintf("%.0f allocs", v.center))
 	}
-	if v := res.units["B/op"]; len(v) > 0 {
-		parts = append(parts, fmt.Sprintf("%.1f MB alloc", median(v)/1e6))
+	if v, ok := res.units["B/op"]; ok {
+		parts = append(parts, fmt.Sprintf("%.1f MB alloc", v.center/1e6))
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(append(parts, "±"+strings.TrimPrefix(res.units["sec/op"].ci, "±")+" (benchstat)"), ", ")
 }

@@ -22,10 +22,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 type config struct {
 	plugin, baseline, cniPath, cnitool string
+	benchstat                          string
 	pluginStripped, baselineStripped   string
 	tuningStripped                     string
 	goBench                            multiFlag // dir=test-binary
@@ -51,12 +54,13 @@ func logf(format string, a ...any) {
 
 func main() { os.Exit(run()) }
 
-func run() (code int) {
-	var c config
+// parseFlags reads the command line into c; false when it is not usable.
+func parseFlags(c *config) bool {
 	flag.StringVar(&c.plugin, "plugin", "bin/netns-pin", "netns-pin binary")
 	flag.StringVar(&c.baseline, "baseline", "", "baseline plugin binary (test/baseline)")
 	flag.StringVar(&c.cniPath, "cni-path", ".cache/cni/bin", "folder of the reference plugins (bridge, host-local, tuning) and netns-pin")
 	flag.StringVar(&c.cnitool, "cnitool", ".cache/bin/cnitool", "cnitool binary")
+	flag.StringVar(&c.benchstat, "benchstat", ".cache/bin/benchstat", "benchstat binary (golang.org/x/perf/cmd/benchstat)")
 	flag.StringVar(&c.pluginStripped, "plugin-stripped", "", "stripped netns-pin (size only)")
 	flag.StringVar(&c.baselineStripped, "baseline-stripped", "", "stripped baseline (size only)")
 	flag.StringVar(&c.tuningStripped, "tuning-stripped", "", "stripped tuning (size only)")
@@ -76,28 +80,52 @@ func run() (code int) {
 
 	if os.Geteuid() != 0 {
 		logf("must run as root: it makes network namespaces, bridges and mounts")
-		return 2
+		return false
 	}
 	if c.work == "" || c.fixtures == "" || c.baseline == "" {
 		logf("-work, -fixtures and -baseline are required (hack/bench.sh sets them)")
-		return 2
+		return false
 	}
 	if c.prefix == "" {
-		c.prefix = "npb" + randHex(4)
+		c.prefix = "npb" + host.RandHex(4)
 	}
 	if len(c.prefix) > 8 {
 		logf("-prefix %q: at most 8 characters (interface names are limited to 15)", c.prefix)
-		return 2
+		return false
 	}
-	for _, p := range []*string{&c.plugin, &c.baseline, &c.cniPath, &c.cnitool, &c.work, &c.fixtures} {
+	for _, p := range []*string{&c.plugin, &c.baseline, &c.cniPath, &c.cnitool, &c.benchstat, &c.work, &c.fixtures} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			logf("%s: %v", *p, err)
-			return 2
+			return false
 		}
 		*p = abs
 	}
+	return true
+}
 
+// parseAlts reads the -alt flags.
+func parseAlts(c config) ([]alt, error) {
+	var alts []alt
+	for _, a := range c.alt {
+		label, path, ok := strings.Cut(a, "=")
+		if !ok || label == "" {
+			return nil, fmt.Errorf("-alt %q: want label=binary", a)
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, fmt.Errorf("-alt %q: %v", a, err)
+		}
+		alts = append(alts, alt{label: label, bin: abs})
+	}
+	return alts, nil
+}
+
+func run() (code int) {
+	var c config
+	if !parseFlags(&c) {
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 
@@ -111,20 +139,11 @@ func run() (code int) {
 	}()
 
 	b := &bench{cfg: c, env: e, rep: &report{}}
-	for _, a := range c.alt {
-		label, path, ok := strings.Cut(a, "=")
-		if !ok || label == "" {
-			logf("-alt %q: want label=binary", a)
-			return 2
-		}
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			logf("-alt %q: %v", a, err)
-			return 2
-		}
-		b.alts = append(b.alts, alt{label: label, bin: abs})
-	}
 	var err error
+	if b.alts, err = parseAlts(c); err != nil {
+		logf("%v", err)
+		return 2
+	}
 	if b.wrap, err = buildRSSWrap(c.work); err != nil {
 		logf("%v", err)
 		return 1
@@ -138,67 +157,24 @@ func run() (code int) {
 	if c.budget > 0 {
 		softDeadline = time.Now().Add(c.budget)
 	}
-	load0 := loadavg()
-	procs0 := countProcs()
-	start := time.Now()
-
-	type section struct {
-		name string
-		fn   func(context.Context) error
-	}
-	all := []section{
-		{"passthrough", b.passthrough},
-		{"holder", b.holder},
-		{"chain", b.chain},
-		{"gobench", b.goBenchmarks},
-		{"procs", b.procScaling},
-		{"concurrent", b.concurrent},
-		{"size", b.sizes},
-		{"release", b.release},
-	}
+	load0, procs0, start := loadavg(), countProcs(), time.Now()
 	want := map[string]bool{}
 	for _, s := range strings.Split(c.sections, ",") {
 		want[strings.TrimSpace(s)] = true
 	}
-	failed := false
-	for _, s := range all {
-		if !want["all"] && !want[s.name] {
-			continue
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		t0 := time.Now()
-		logf("== %s", s.name)
-		// Each section has its own pinDir and stateDir: what a failed one
-		// leaves behind does not weigh on the next.
-		b.pinDir = filepath.Join(c.work, s.name, "pin")
-		b.stateDir = filepath.Join(c.work, s.name, "state")
-		if err := s.fn(ctx); err != nil {
-			failed = true
-			logf("%s FAILED: %v", s.name, err)
-			b.rep.note("section %s failed: %s", s.name, firstLine(err.Error()))
-		}
-		if left := leftoverMounts(filepath.Join(b.pinDir, "pins")); len(left) > 0 {
-			failed = true
-			logf("%s left %d pin mount(s): %v", s.name, len(left), left)
-			b.rep.note("section %s left %d pin mount(s) behind", s.name, len(left))
-			if _, err := unmountBelow(filepath.Join(c.work, s.name)); err != nil {
-				logf("unmount below %s: %v", filepath.Join(c.work, s.name), err)
-			}
-		}
-		logf("== %s done in %s", s.name, time.Since(t0).Round(100*time.Millisecond))
-	}
+	failed := b.runSections(ctx, want)
 	b.verdicts(want)
 	if cutShort.Load() {
 		b.rep.note("the time budget (-budget %s) ran out: later loops stopped after %d rounds (see n)", c.budget, minRounds)
 	}
 
-	host, _ := os.Hostname()
-	header := append([]string{}, c.header...)
-	header = append(header,
+	hostname, err := os.Hostname()
+	if err != nil {
+		hostname = "?"
+	}
+	header := append(append([]string{}, c.header...),
 		fmt.Sprintf("Host %s, %d CPUs, %s, %s; %d processes at start; load average %s at start, %s at the end; runner took %s.",
-			host, runtime.NumCPU(), kernel(), runtime.Version(), procs0, load0, loadavg(), time.Since(start).Round(time.Second)),
+			hostname, runtime.NumCPU(), kernel(), runtime.Version(), procs0, load0, loadavg(), time.Since(start).Round(time.Second)),
 		"Each comparison ran interleaved (A B C, B C A, ...); ratios are of medians, \"paired\" is the median of per-round ratios. Times are wall time from fork to reap of the child, as a runtime waits for it; CPU is the child's user + system time; "+rssFloor+" (median, and max when higher).")
 	var out strings.Builder
 	b.rep.print(&out, header)
@@ -216,6 +192,53 @@ func run() (code int) {
 		return 1
 	}
 	return 0
+}
+
+// runSections runs the sections want selects and reports whether any
+// failed or left pins behind.
+func (b *bench) runSections(ctx context.Context, want map[string]bool) (failed bool) {
+	all := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"passthrough", b.passthrough},
+		{"holder", b.holder},
+		{"chain", b.chain},
+		{"gobench", b.goBenchmarks},
+		{"procs", b.procScaling},
+		{"concurrent", b.concurrent},
+		{"size", b.sizes},
+		{"release", b.release},
+	}
+	for _, s := range all {
+		if !want["all"] && !want[s.name] {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		t0 := time.Now()
+		logf("== %s", s.name)
+		// Each section has its own pinDir and stateDir: what a failed one
+		// leaves behind does not weigh on the next.
+		b.pinDir = filepath.Join(b.cfg.work, s.name, "pin")
+		b.stateDir = filepath.Join(b.cfg.work, s.name, "state")
+		if err := s.fn(ctx); err != nil {
+			failed = true
+			logf("%s FAILED: %v", s.name, err)
+			b.rep.note("section %s failed: %s", s.name, firstLine(err.Error()))
+		}
+		if left := leftoverMounts(filepath.Join(b.pinDir, "pins")); len(left) > 0 {
+			failed = true
+			logf("%s left %d pin mount(s): %v", s.name, len(left), left)
+			b.rep.note("section %s left %d pin mount(s) behind", s.name, len(left))
+			if _, err := unmountUnder(filepath.Join(b.cfg.work, s.name)); err != nil {
+				logf("unmount below %s: %v", filepath.Join(b.cfg.work, s.name), err)
+			}
+		}
+		logf("== %s done in %s", s.name, time.Since(t0).Round(100*time.Millisecond))
+	}
+	return failed
 }
 
 func firstLine(s string) string {

@@ -7,9 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // ---------------------------------------------------------------------
@@ -26,8 +27,6 @@ const sweepInterval = 250 * time.Millisecond
 const retryEvery = 50 * time.Millisecond
 
 func (b *bench) release(ctx context.Context) error {
-	entry := b.pinEntry(nil)
-	net := b.name("release")
 	if err := os.MkdirAll(b.stateDir, 0o700); err != nil {
 		return err
 	}
@@ -36,69 +35,9 @@ func (b *bench) release(ctx context.Context) error {
 	if err := sweeper.Start(); err != nil {
 		return err
 	}
-	b.env.defer_("stop the sweeper", func() error { _ = sweeper.Process.Kill(); _, _ = sweeper.Process.Wait(); return nil })
-
-	// one round: pin a holder, refuse its DEL while a client runs in it,
-	// end the client, and time until the record is gone.
-	round := func(ctx context.Context, abandon bool, i int) (sample, error) {
-		name := b.name(fmt.Sprintf("r%d", i))
-		nsPath, err := b.env.netns(name, "10.250.3.2/24")
-		if err != nil {
-			return sample{}, err
-		}
-		cid := "bench" + randHex(27)
-		args := podArgs(holderNS, "csi-holder-"+randHex(5), cid)
-		conf := pluginConf(net, entry, prevResult("10.250.3.2"))
-		pin := func(verb string) error {
-			_, _, err := call{bin: b.cfg.plugin, env: cniEnv(verb, cid, nsPath, args, b.cfg.cniPath), stdin: conf}.run(ctx)
-			return err
-		}
-		if err := pin("ADD"); err != nil {
-			return sample{}, err
-		}
-		client := exec.Command("nsenter", "--net="+nsPath, "--", "sleep", "600")
-		if err := client.Start(); err != nil {
-			return sample{}, err
-		}
-		if err := waitNetns(client.Process.Pid, nsPath); err != nil {
-			return sample{}, err
-		}
-		if pin("DEL") == nil {
-			return sample{}, errors.New("DEL succeeded while a client used the netns")
-		}
-		if abandon { // as CRI-O does: its netns goes, DEL is never called again
-			if err := sh("ip", "netns", "del", name); err != nil {
-				return sample{}, err
-			}
-		}
-		record := filepath.Join(b.stateDir, "records", cid+".eth0.json")
-		t0 := time.Now()
-		_ = client.Process.Kill()
-		_ = client.Wait()
-		released := func() bool { _, err := os.Lstat(record); return os.IsNotExist(err) }
-		for !released() {
-			if time.Since(t0) > 30*time.Second {
-				return sample{}, fmt.Errorf("not released 30 s after the client left (abandoned %v)", abandon)
-			}
-			if abandon { // the sweeper's next round releases it
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			if pin("DEL") == nil {
-				break
-			}
-			time.Sleep(retryEvery)
-		}
-		d := time.Since(t0)
-		if !abandon {
-			if err := sh("ip", "netns", "del", name); err != nil {
-				return sample{}, err
-			}
-		}
-		return sample{d: d}, nil
-	}
+	b.env.defer_("stop the sweeper", func() error { return host.Stop(sweeper) })
 	ss, err := interleave(ctx, b.rounds(9), 2, func(ctx context.Context, r, i int) (sample, error) {
-		return round(ctx, i == 1, 2*r+i)
+		return b.releaseRound(ctx, i == 1, 2*r+i)
 	})
 	if err != nil {
 		return err
@@ -114,17 +53,57 @@ func (b *bench) release(ctx context.Context) error {
 	return nil
 }
 
-// waitNetns waits until process pid runs in the netns at path.
-func waitNetns(pid int, path string) error {
-	want, err := os.Stat(path)
+// releaseRound pins a holder, has its DEL refused while a client runs in
+// it, ends the client, and times until the record is gone: released by a
+// DEL retried every retryEvery or, when the runtime abandoned the teardown,
+// by the sweeper.
+func (b *bench) releaseRound(ctx context.Context, abandon bool, i int) (sample, error) {
+	name := b.name(fmt.Sprintf("r%d", i))
+	nsPath, err := b.env.netns(name, "10.250.3.2/24")
 	if err != nil {
+		return sample{}, err
+	}
+	cid := newCID()
+	args := podArgs(holderNS, "csi-holder-"+host.RandHex(5), cid)
+	conf := pluginConf(b.name("release"), b.pinEntry(nil), prevResult("10.250.3.2"))
+	pin := func(verb string) error {
+		_, _, err := call{bin: b.cfg.plugin, env: cniEnv(verb, cid, nsPath, args, b.cfg.cniPath), stdin: conf}.run(ctx)
 		return err
 	}
-	for range 1000 {
-		if got, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil && os.SameFile(got, want) {
-			return nil
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := pin("ADD"); err != nil {
+		return sample{}, err
 	}
-	return fmt.Errorf("process %d did not enter %s", pid, strings.TrimPrefix(path, "/run/netns/"))
+	client, err := host.StartInNetns(nsPath, "sleep", "600")
+	if err != nil {
+		return sample{}, err
+	}
+	b.env.defer_("stop the client in "+name, func() error { return host.Stop(client) })
+	if pin("DEL") == nil {
+		return sample{}, errors.New("DEL succeeded while a client used the netns")
+	}
+	if abandon { // as CRI-O does: its netns goes, DEL is never called again
+		if err := host.DelNetns(name); err != nil {
+			return sample{}, err
+		}
+	}
+	record := filepath.Join(b.stateDir, "records", cid+".eth0.json")
+	t0 := time.Now()
+	if err := host.Stop(client); err != nil {
+		return sample{}, err
+	}
+	every := retryEvery
+	if abandon {
+		every = 5 * time.Millisecond // the sweeper's next round releases it
+	}
+	released := host.Poll(30*time.Second, every, func() bool {
+		if _, err := os.Lstat(record); os.IsNotExist(err) {
+			return true
+		}
+		return !abandon && pin("DEL") == nil
+	})
+	d := time.Since(t0)
+	if !released {
+		return sample{}, fmt.Errorf("not released 30 s after the client left (abandoned %v)", abandon)
+	}
+	return sample{d: d}, host.DelNetns(name)
 }

@@ -113,3 +113,13 @@ func (r *report) print(w io.Writer, header []string) {
 		}
 	}
 }
+
+// seriesRow is the row of a measured series, with the peak RSS of rss
+// when it is not nil.
+func seriesRow(section, name string, s, rss *series) row {
+	r := durRow(section, name, s.durations())
+	if rss != nil {
+		r.rss = rssCell(rss)
+	}
+	return r
+}

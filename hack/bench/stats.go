@@ -23,27 +23,23 @@ type series struct {
 func (s *series) add(x sample) { s.samples = append(s.samples, x) }
 
 func (s *series) durations() []float64 {
-	out := make([]float64, len(s.samples))
-	for i, x := range s.samples {
-		out[i] = float64(x.d)
-	}
-	return out
+	return s.values(func(x sample) float64 { return float64(x.d) })
 }
 
 func (s *series) cpu() []float64 {
-	out := make([]float64, len(s.samples))
-	for i, x := range s.samples {
-		out[i] = float64(x.cpu)
-	}
-	return out
+	return s.values(func(x sample) float64 { return float64(x.cpu) })
 }
 
+// rss is the peak RSS of the samples that have one.
 func (s *series) rss() []float64 {
-	var out []float64
-	for _, x := range s.samples {
-		if x.rssKiB > 0 {
-			out = append(out, float64(x.rssKiB))
-		}
+	v := s.values(func(x sample) float64 { return float64(x.rssKiB) })
+	return slices.DeleteFunc(v, func(kib float64) bool { return kib <= 0 })
+}
+
+func (s *series) values(f func(sample) float64) []float64 {
+	out := make([]float64, len(s.samples))
+	for i, x := range s.samples {
+		out[i] = f(x)
 	}
 	return out
 }
@@ -91,6 +87,12 @@ func pairedRatio(a, b []float64) float64 {
 	return median(r)
 }
 
+// durUnits are the forms of fmtDur, largest first.
+var durUnits = []struct {
+	min, unit float64
+	format    string
+}{{10e9, 1e9, "%.1f s"}, {1e9, 1e9, "%.2f s"}, {100e6, 1e6, "%.0f ms"}, {10e6, 1e6, "%.1f ms"}, {1e6, 1e6, "%.2f ms"}, {1e3, 1e3, "%.0f µs"}, {0, 1, "%.0f ns"}}
+
 // fmtDur formats nanoseconds for people.
 func fmtDur(ns float64) string {
 	switch {
@@ -98,20 +100,15 @@ func fmtDur(ns float64) string {
 		return "—"
 	case ns < 0:
 		return "−" + fmtDur(-ns)
-	case ns >= 10e9:
-		return fmt.Sprintf("%.1f s", ns/1e9)
-	case ns >= 1e9:
-		return fmt.Sprintf("%.2f s", ns/1e9)
-	case ns >= 100e6:
-		return fmt.Sprintf("%.0f ms", ns/1e6)
-	case ns >= 10e6:
-		return fmt.Sprintf("%.1f ms", ns/1e6)
-	case ns >= 1e6:
-		return fmt.Sprintf("%.2f ms", ns/1e6)
-	case ns >= 1e3:
-		return fmt.Sprintf("%.0f µs", ns/1e3)
 	}
-	return fmt.Sprintf("%.0f ns", ns)
+	u := durUnits[len(durUnits)-1]
+	for _, d := range durUnits {
+		if ns >= d.min {
+			u = d
+			break
+		}
+	}
+	return fmt.Sprintf(u.format, ns/u.unit)
 }
 
 func fmtKiB(kib float64) string {
