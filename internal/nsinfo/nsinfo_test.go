@@ -1,0 +1,56 @@
+package nsinfo
+
+import (
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+)
+
+// GlobalAddrs lists the global addresses of every interface of the netns,
+// IPv4 and IPv6, and nothing link-local, host-scoped or of another netns.
+// Needs root (a network namespace).
+func TestGlobalAddrs(t *testing.T) {
+	require.Equal(t, 0, os.Geteuid(), "this test makes a network namespace: run it as root")
+	n, err := testutils.NewNS()
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
+	require.NoError(t, n.Do(func(ns.NetNS) error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0p"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		for _, a := range []string{"192.168.20.5/24", "fd00::17/64", "fe80::17/64", "10.1.0.9/32"} {
+			addr, err := netlink.ParseAddr(a)
+			if err != nil {
+				return err
+			}
+			if a == "10.1.0.9/32" {
+				addr.Scope = int(netlink.SCOPE_HOST)
+			}
+			if err := netlink.AddrAdd(veth, addr); err != nil {
+				return err
+			}
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	}))
+	got, err := GlobalAddrs(int(n.Fd()))
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []netip.Addr{netip.MustParseAddr("192.168.20.5"), netip.MustParseAddr("fd00::17")}, got)
+
+	own, err := os.Open("/proc/self/ns/net")
+	require.NoError(t, err)
+	defer own.Close()
+	hostAddrs, err := GlobalAddrs(int(own.Fd()))
+	require.NoError(t, err)
+	assert.NotContains(t, hostAddrs, netip.MustParseAddr("192.168.20.5"), "the host's own list is its own")
+}
