@@ -461,8 +461,14 @@ func (d *driver) check(h *holder) {
 }
 
 func (d *driver) cliGC(fp string) {
-	r := d.e.cli(d.e.pinDir, fp, "gc")
-	d.logf("netns-pin gc%s -> %s", fpNote(fp), r)
+	d.collectAll(fp, "gc", func(*holder) bool { return true })
+}
+
+// collectAll runs an operator command that settles every held record that
+// selects (gc: all; sweep: those the runtime forgot) and updates the model.
+func (d *driver) collectAll(fp, cmd string, selects func(*holder) bool, args ...string) {
+	r := d.e.cli(d.e.pinDir, fp, append([]string{cmd}, args...)...)
+	d.logf("netns-pin %s%s -> %s", strings.Join(append([]string{cmd}, args...), " "), fpNote(fp), r)
 	if d.noStore(r) {
 		return
 	}
@@ -472,12 +478,12 @@ func (d *driver) cliGC(fp string) {
 	}
 	d.count("I5")
 	if r.rc != 0 {
-		d.violation("I5", "netns-pin gc failed: %s", r)
+		d.violation("I5", "netns-pin %s failed: %s", cmd, r)
 		return
 	}
 	d.repaired = true
 	for _, h := range d.holders {
-		if (h.pin == pinDraining || h.pin == pinUnpinned) && !h.uncertain {
+		if (h.pin == pinDraining || h.pin == pinUnpinned) && !h.uncertain && selects(h) {
 			d.collected(h)
 		}
 	}
@@ -486,27 +492,19 @@ func (d *driver) cliGC(fp string) {
 // sweep runs one round of the node sweeper (`netns-pin sweep --once`): a
 // holder the runtime forgot (its netns file is gone) is released once
 // nothing uses it; everything else is left to the runtime and to GC.
+// Before the first pin there is no stateDir: the sweeper waits, and
+// succeeds.
 func (d *driver) sweep(fp string) {
-	r := d.e.cli(d.e.pinDir, fp, "sweep", "--once")
-	d.logf("netns-pin sweep --once%s -> %s", fpNote(fp), r)
-	if r.killed {
-		d.crashedAll()
-		return
-	}
-	d.count("I5")
-	if r.rc != 0 {
-		d.violation("I5", "netns-pin sweep --once failed: %s", r)
-		return
-	}
 	if _, err := os.Stat(d.e.stateDir); err != nil {
-		return // nothing was ever pinned: the sweeper waits
-	}
-	d.repaired = true
-	for _, h := range d.holders {
-		if h.rt == rtGone && (h.pin == pinDraining || h.pin == pinUnpinned) && !h.uncertain {
-			d.collected(h)
+		r := d.e.cli(d.e.pinDir, fp, "sweep", "--once")
+		d.logf("netns-pin sweep --once (nothing pinned yet) -> %s", r)
+		d.count("I5")
+		if r.rc != 0 && !r.killed {
+			d.violation("I5", "netns-pin sweep --once failed: %s", r)
 		}
+		return
 	}
+	d.collectAll(fp, "sweep", func(h *holder) bool { return h.rt == rtGone }, "--once")
 }
 
 // cliRelease runs `netns-pin release <attachment>` without --force: it
