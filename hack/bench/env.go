@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -119,37 +120,35 @@ func (e *env) bridge(name string) error {
 
 // sleepers starts n `sleep` processes (host netns) and returns a function
 // that kills and reaps them. They die with the runner too (PDEATHSIG).
-func (e *env) sleepers(ctx context.Context, n int) (func(), error) {
+func (e *env) sleepers(ctx context.Context, n int) (func() error, error) {
 	sleepBin, err := exec.LookPath("sleep")
 	if err != nil {
 		return nil, err
 	}
 	procs := make([]*os.Process, 0, n)
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			for _, p := range procs {
-				_ = p.Kill()
-			}
-			for _, p := range procs {
-				_, _ = p.Wait()
-			}
-		})
-	}
-	e.defer_(fmt.Sprintf("kill %d sleep processes", n), func() error { stop(); return nil })
+	stop := sync.OnceValue(func() error {
+		var errs []error
+		for _, p := range procs {
+			errs = append(errs, p.Kill())
+		}
+		for _, p := range procs {
+			_, err := p.Wait() // its exit status is the kill
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	})
+	e.defer_(fmt.Sprintf("kill %d sleep processes", n), stop)
 	attr := &os.ProcAttr{
 		Files: []*os.File{nil, nil, nil},
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
 	}
 	for range n {
-		if ctx.Err() != nil {
-			stop()
-			return nil, ctx.Err()
+		if err := ctx.Err(); err != nil {
+			return nil, errors.Join(err, stop())
 		}
 		p, err := os.StartProcess(sleepBin, []string{"sleep", "3600"}, attr)
 		if err != nil {
-			stop()
-			return nil, fmt.Errorf("start sleep: %w", err)
+			return nil, errors.Join(fmt.Errorf("start sleep: %w", err), stop())
 		}
 		procs = append(procs, p)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -100,11 +101,11 @@ func (b *bench) procDel(ctx context.Context, v procVariant, wrap string) (sample
 // sleep processes when block is 1, and in the second round the peak RSS.
 func (b *bench) procBlock(ctx context.Context, vs []procVariant, round, block int, res, rss [][2]series) (procs int, err error) {
 	if block == 1 {
-		stop, err := b.env.sleepers(ctx, extraProcs)
-		if err != nil {
-			return 0, err
+		stop, serr := b.env.sleepers(ctx, extraProcs)
+		if serr != nil {
+			return 0, serr
 		}
-		defer stop()
+		defer func() { err = errors.Join(err, stop()) }()
 	}
 	procs = countProcs()
 	ss, err := interleave(ctx, b.rounds(30), len(vs), func(ctx context.Context, _, i int) (sample, error) {

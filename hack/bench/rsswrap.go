@@ -79,10 +79,10 @@ func (c call) runRSS(ctx context.Context, wrap string) (sample, []byte, error) {
 	wc.extra = []*os.File{w}
 	s, out, err := wc.run(ctx)
 	w.Close()
-	line, _ := bufio.NewReader(r).ReadString('\n')
+	line, rerr := bufio.NewReader(r).ReadString('\n')
 	kib, perr := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
 	if err == nil && perr != nil {
-		err = fmt.Errorf("rsswrap %s: no ru_maxrss reported", c.bin)
+		err = fmt.Errorf("rsswrap %s: no ru_maxrss reported (read: %v)", c.bin, rerr)
 	}
 	s.rssKiB = kib
 	return s, out, err

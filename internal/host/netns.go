@@ -12,9 +12,9 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// NsfsMagic is NSFS_MAGIC from linux/magic.h: the statfs type of namespace
+// nsfsMagic is NSFS_MAGIC from linux/magic.h: the statfs type of namespace
 // files, which tells a pin (an nsfs bind mount) from a plain file.
-const NsfsMagic = 0x6e736673
+const nsfsMagic = 0x6e736673
 
 // NSID is the identity of a namespace file: the nsfs device and inode. Two
 // paths lead to the same namespace exactly when their NSIDs are equal.
@@ -32,14 +32,14 @@ func NSIDOf(path string) (NSID, error) {
 	if err := syscall.Statfs(path, &fs); err != nil {
 		return NSID{}, err
 	}
-	if fs.Type != NsfsMagic {
+	if fs.Type != nsfsMagic {
 		return NSID{}, fmt.Errorf("%s is not an nsfs file (statfs type %#x)", path, fs.Type)
 	}
 	return NSID{Dev: st.Dev, Ino: st.Ino}, nil
 }
 
-// NetnsPath is where `ip netns add <name>` pins a namespace.
-func NetnsPath(name string) string { return filepath.Join("/run/netns", name) }
+// netnsPath is where `ip netns add <name>` pins a namespace.
+func netnsPath(name string) string { return filepath.Join("/run/netns", name) }
 
 // AddNetns makes a network namespace with `ip netns add`, as a container
 // runtime makes a pod's, with lo up and, when cidr is not empty, a veth
@@ -60,13 +60,13 @@ func AddNetns(name, cidr string) (string, error) {
 	if r := RunCmd(CmdTimeout, nil, []byte(batch), "ip", "-n", name, "-batch", "-"); r.Err != nil {
 		return "", fmt.Errorf("%s", r)
 	}
-	return NetnsPath(name), nil
+	return netnsPath(name), nil
 }
 
 // DelNetns removes the name of a namespace AddNetns made, unless it is gone
 // already (the namespace lives on while anything pins or holds it).
 func DelNetns(name string) error {
-	if _, err := os.Lstat(NetnsPath(name)); os.IsNotExist(err) {
+	if _, err := os.Lstat(netnsPath(name)); os.IsNotExist(err) {
 		return nil
 	}
 	if r := RunCmd(CmdTimeout, nil, nil, "ip", "netns", "del", name); r.Err != nil {

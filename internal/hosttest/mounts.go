@@ -69,7 +69,7 @@ func NewWorkDir(t *testing.T, pattern string) string {
 	dir, err := os.MkdirTemp("", pattern)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		if err := UnmountUnder(t, dir); err != nil {
+		if err := unmountUnder(t, dir); err != nil {
 			t.Errorf("cleanup: %v (left %s in place)", err, dir)
 			return
 		}
@@ -88,10 +88,10 @@ func MountsUnder(t *testing.T, dir string) []string {
 	return out
 }
 
-// UnmountUnder lazily unmounts everything at dir or below it, deepest first,
+// unmountUnder lazily unmounts everything at dir or below it, deepest first,
 // until nothing is left (mounts may be stacked or propagate back), logging
 // each unmount.
-func UnmountUnder(t *testing.T, dir string) error {
+func unmountUnder(t *testing.T, dir string) error {
 	t.Helper()
 	_, err := host.UnmountUnder(dir, t.Logf)
 	return err

@@ -83,7 +83,10 @@ func (m *fuseMount) hasExited() bool {
 }
 
 func (m *fuseMount) readLog() string {
-	b, _ := os.ReadFile(m.log)
+	b, err := os.ReadFile(m.log)
+	if err != nil {
+		return err.Error()
+	}
 	return tail(string(b), 20)
 }
 

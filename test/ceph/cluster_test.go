@@ -151,7 +151,9 @@ func discoverCluster() (*cluster, error) {
 	}
 	c, err := loadCluster(dir)
 	if err != nil {
-		_, _ = runScript(2*time.Minute, downScript(), dir)
+		if _, derr := runScript(2*time.Minute, downScript(), dir); derr != nil {
+			err = errors.Join(err, fmt.Errorf("hack/ceph/down.sh: %w", derr))
+		}
 		return nil, fmt.Errorf("after hack/ceph/up.sh %s: %w\n%s", dir, err, out)
 	}
 	c.ours, c.upTime, c.upLog = true, time.Since(start), out

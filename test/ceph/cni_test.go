@@ -127,7 +127,9 @@ func (ch *chain) newAttachment(t *testing.T, ns *hosttest.NetnsHandle, podName s
 		if r := a.cnitool("del"); r.Err != nil {
 			t.Logf("cleanup: cnitool del %s: %v: %s", podName, r.Err, strings.TrimSpace(r.Stderr))
 		}
-		_ = os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", ch.name, a.containerID, ifName)))
+		if err := os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", ch.name, a.containerID, ifName))); err != nil && !os.IsNotExist(err) {
+			t.Errorf("cleanup: %v", err)
+		}
 	})
 	return a
 }
