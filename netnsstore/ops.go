@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"sort"
 	"time"
@@ -86,7 +87,7 @@ func (s *Store) locked(fn func(v *view) error) error {
 	if err != nil {
 		return err
 	}
-	return fn(v)
+	return errors.Join(fn(v), s.syncRecords())
 }
 
 func (s *Store) load() (*view, error) {
@@ -98,7 +99,8 @@ func (s *Store) load() (*view, error) {
 }
 
 // Pin pins the netns of an attachment and points the cluster's links at
-// it: intent record, bind mount, addresses, links, active record. Pinning
+// it: an active record with the netns's addresses, the bind mount, the
+// links. Pinning
 // an attachment that is already pinned to the same netns is a no-op but
 // for what is missing: an interrupted ADD is completed, a pin unmounted
 // from outside is made again.
@@ -127,13 +129,23 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 			// the runtime's netns. (An interrupted ADD, or a release that
 			// an ADD interrupts, is completed below.)
 			out = r
-			return s.repinFrom(v, r, &handleFile{src, req.NetnsPath})
+			return s.repinFrom(v, r, src)
 		case r == nil:
+			// One record write: the record says active, with the netns's
+			// addresses, before the pin and the links exist. A crash
+			// after it leaves an active record without a pin, which the
+			// next operation pins again from the runtime's netns or
+			// settles when that is gone.
+			ips, err := nsinfo.GlobalAddrs(int(src.Fd()))
+			if err != nil {
+				return fmt.Errorf("pin %s: %w", name, err)
+			}
 			r = &Record{
 				Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
 				Cluster: req.Cluster, PodNS: req.PodNS, PodName: req.PodName, PodUID: req.PodUID,
 				NetnsPath: req.NetnsPath, PinPath: s.pinPath(name), NetnsDev: srcID.Dev, NetnsIno: srcID.Ino,
-				Links: slices.Clone(req.Links), BootID: s.bootID, State: StateIntent, Created: time.Now().UTC(),
+				IPs: unionAddrs(nil, ips), Links: slices.Clone(req.Links), BootID: s.bootID, State: StateActive,
+				Created: time.Now().UTC(),
 			}
 			if err := s.ensureShared(); err != nil {
 				return err
@@ -142,29 +154,39 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 				return err
 			}
 			v.put(r)
-			failpoint.Hit("add-intent-written")
-		}
-		if err := s.activate(v, r, &handleFile{src, req.NetnsPath}); err != nil {
-			if r.State != StateIntent && r.State != StateReleasing {
-				return err // a pin that was whole before this ADD stays as it was
+			failpoint.Hit("add-record-written")
+			if err := s.publish(v, r, src); err != nil {
+				// An ADD that fails is undone like a DEL: its links may
+				// have been published, so the in-use check decides.
+				return errors.Join(err, s.settle(v, r, nil))
 			}
-			// An ADD that fails is undone like a DEL: its links may have
-			// been published, so the in-use check decides.
+			out = r
+			return nil
+		}
+		// An ADD interrupted in a format that wrote an intent record first,
+		// or a release that this ADD interrupts: completed as an ADD.
+		r.State = StateActive
+		if err := s.publish(v, r, src); err != nil {
 			return errors.Join(err, s.settle(v, r, nil))
 		}
+		ips, err := nsinfo.GlobalAddrs(int(src.Fd()))
+		if err != nil {
+			return fmt.Errorf("pin %s: %w", name, err)
+		}
+		r.IPs = unionAddrs(r.IPs, ips)
 		out = r
-		return nil
+		return s.writeRecord(r)
 	})
 	return out, err
 }
 
 // repinFrom mounts r's pin again from src when it was lost; a record that
 // was kept unpinned becomes draining again.
-func (s *Store) repinFrom(v *view, r *Record, src *handleFile) error {
+func (s *Store) repinFrom(v *view, r *Record, src *os.File) error {
 	if s.pinnedAs(r) {
 		return nil
 	}
-	if err := s.mountPin(src.File, r.NetnsID(), r.Attachment); err != nil {
+	if err := s.mountPin(src, r.NetnsID(), r.Attachment); err != nil {
 		return err
 	}
 	if r.State == StateUnpinned {
@@ -173,31 +195,18 @@ func (s *Store) repinFrom(v *view, r *Record, src *handleFile) error {
 	return errors.Join(s.writeRecord(r), s.relink(r.Cluster, v.recs))
 }
 
-// activate mounts r's pin from src (a no-op when it is mounted), records
-// the netns's addresses, points the cluster's links at it and marks it
-// active. The links move before the record says active: a crash in between
-// leaves an intent record, which the next operation settles.
-func (s *Store) activate(v *view, r *Record, src *handleFile) error {
-	if err := s.mountPin(src.File, r.NetnsID(), r.Attachment); err != nil {
+// publish mounts r's pin from src (a no-op when it is mounted) and points
+// the cluster's links by the rule, which makes r, active and newest, their
+// target.
+func (s *Store) publish(v *view, r *Record, src *os.File) error {
+	if err := s.mountPin(src, r.NetnsID(), r.Attachment); err != nil {
 		return err
 	}
 	failpoint.Hit("add-pin-mounted")
-	ips, err := nsinfo.GlobalAddrs(int(src.Fd()))
-	if err != nil {
-		return fmt.Errorf("pin %s: %w", r.Attachment, err)
-	}
-	r.IPs = unionAddrs(r.IPs, ips)
-	prev := r.State
-	r.State = StateActive
 	if err := s.relink(r.Cluster, v.recs); err != nil {
-		r.State = prev
 		return err
 	}
 	failpoint.Hit("add-links-set")
-	if err := s.writeRecord(r); err != nil {
-		r.State = prev
-		return err
-	}
 	s.log.Info("pinned", "attachment", r.Attachment, "cluster", r.Cluster, "netns", r.NetnsID().String(), "ips", r.IPs, "links", r.Links)
 	return nil
 }
@@ -324,18 +333,16 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 }
 
 // remove unmounts r's pin and removes the record. The caller moved the
-// links off the pin. Every step is idempotent; a crash after "releasing"
-// is written is settled again (checked again) by the next operation.
+// links off the pin and found the netns unused in this hold of the lock.
+// Every step is idempotent, and the record is written nothing in between:
+// a crash leaves it as it was, with or without its pin, and the next
+// operation pins it again from the runtime's netns or settles it again
+// (checked again).
 func (s *Store) remove(v *view, r *Record) error {
-	r.State, r.References = StateReleasing, nil
-	if err := s.writeRecord(r); err != nil {
-		return err
-	}
-	failpoint.Hit("del-releasing-written")
 	if r.Abandoned && s.teardown != nil {
 		// No runtime will run the chain's DEL: run it while the pin still
-		// holds the netns. A failure leaves the record releasing, so the
-		// next operation checks again and retries.
+		// holds the netns. A failure leaves everything as it was, and the
+		// next round checks again and retries.
 		if err := s.teardown(r); err != nil {
 			return fmt.Errorf("finish the abandoned teardown of %s: %w", r.Attachment, err)
 		}

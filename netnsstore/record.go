@@ -13,17 +13,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// State is where an attachment is in its life. Every state but active is
-// settled by the next operation that takes the lock (see Store.settle and
-// docs/design.md §7): what it becomes depends on the in-use check, never on
-// the state alone.
+// State is where an attachment is in its life (docs/design.md §7). An
+// active or draining record whose pin is whole needs nothing; any other is
+// settled by the next operation that takes the lock (see Store.settle):
+// what it becomes depends on the in-use check, never on the state alone.
 type State string
 
 const (
-	// StateIntent: ADD wrote the record and may have mounted the pin and
-	// published links; an ADD that did not finish is settled like a DEL.
-	StateIntent State = "intent"
-	// StateActive: pinned and linked; the cluster's links prefer it.
+	// StateActive: pinned and linked; the cluster's links prefer it. ADD
+	// writes it first, before the pin and the links exist: a crash in
+	// between leaves an active record without a pin, pinned again by the
+	// next operation from the runtime's netns.
 	StateActive State = "active"
 	// StateDraining: a DEL (or GC, or repair) found it in use; it stays
 	// pinned and is linked only while its cluster has no active pin.
@@ -32,8 +32,10 @@ const (
 	// the netns could not be reached to pin it again (the kernel clients
 	// hold it). Never a link target; DEL refuses until nothing uses it.
 	StateUnpinned State = "unpinned"
-	// StateReleasing: the in-use check found nothing and the pin is being
-	// removed. An interrupted release is checked again before it goes on.
+	// StateIntent and StateReleasing are written by the previous release
+	// only (an ADD before its mount, a release after its check); a store
+	// that finds one settles it like a DEL, and a repeated ADD completes it.
+	StateIntent    State = "intent"
 	StateReleasing State = "releasing"
 )
 
@@ -106,8 +108,9 @@ const (
 	tmpPrefix     = ".tmp-"
 )
 
-// writeRecord replaces the record atomically: temp file, fsync, rename,
-// fsync of the directory. A crash leaves either the old or the new record.
+// writeRecord replaces the record atomically: temp file, fsync, rename;
+// the folder is synced once at the end of the operation (syncRecords). A
+// crash leaves either the old or the new record.
 func (s *Store) writeRecord(r *Record) error {
 	r.Updated = time.Now().UTC()
 	r.Format, r.Writer, r.PinDir = recordFormat, s.writer, s.PinDir
@@ -132,6 +135,20 @@ func (s *Store) writeRecord(r *Record) error {
 	if err := unix.Renameat(s.recordsFd, tmp, s.recordsFd, name); err != nil {
 		return fmt.Errorf("rename record %s: %w", name, err)
 	}
+	s.unsynced = true
+	return nil
+}
+
+// syncRecords makes the renames and removals of this operation durable:
+// one fsync of the records folder per operation, at its end. A record's
+// own content is synced before its rename, so a machine that crashes
+// finds each record old or new, never torn; which of the two matters
+// little, since records of an earlier boot are dropped.
+func (s *Store) syncRecords() error {
+	if !s.unsynced {
+		return nil
+	}
+	s.unsynced = false
 	if err := unix.Fsync(s.recordsFd); err != nil {
 		return fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, err)
 	}
@@ -215,7 +232,8 @@ func (s *Store) removeRecord(attachment string) error {
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("remove record %s: %w", attachment, err)
 	}
-	return unix.Fsync(s.recordsFd)
+	s.unsynced = true
+	return nil
 }
 
 // records lists every record, oldest first. A record that cannot be used

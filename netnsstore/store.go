@@ -37,6 +37,7 @@ type Store struct {
 	teardown    TeardownFunc
 	writer      string
 
+	unsynced  bool // records renamed or removed since the folder's last fsync
 	bootID    string
 	pinDirFd  int
 	pinsFd    int
