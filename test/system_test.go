@@ -209,11 +209,12 @@ func treeEntries(t *testing.T, dir string) []string {
 			}
 			return err
 		}
-		if p != dir {
-			rel, _ := filepath.Rel(dir, p)
-			out = append(out, rel)
+		if p == dir {
+			return nil
 		}
-		return nil
+		rel, err := filepath.Rel(dir, p)
+		out = append(out, rel)
+		return err
 	})
 	require.NoError(t, err)
 	return out
