@@ -2,7 +2,7 @@ package e2e
 
 // Host-side helpers of this suite: environment discovery, subnets, bridges
 // and veths, link watches, mount namespaces, mounts at a path. Those the
-// suites share are in test/internal/hosttest.
+// suites share are in internal/hosttest and internal/host.
 
 import (
 	"bufio"
