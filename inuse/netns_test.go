@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // These tests use real network namespaces, real processes and real sockets.
@@ -179,8 +181,9 @@ func (h *helper) stop() {
 		return
 	}
 	h.done = true
-	_ = h.cmd.Process.Kill()
-	_ = h.cmd.Wait()
+	if err := host.Stop(h.cmd); err != nil {
+		h.t.Errorf("stop the helper: %v", err)
+	}
 }
 
 // helperComm is the comm the kernel gives the helper: the executable's
@@ -250,12 +253,15 @@ func TestNetnsHolderPodProcessExcluded(t *testing.T) {
 // removeCgroups removes a cgroup tree, deepest first.
 func removeCgroups(t *testing.T, base string) {
 	var dirs []string
-	_ = filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() {
 			dirs = append(dirs, p)
 		}
-		return nil
+		return err
 	})
+	if err != nil {
+		t.Errorf("list cgroups under %s: %v", base, err)
+	}
 	slices.Reverse(dirs)
 	for _, d := range dirs {
 		if err := unix.Rmdir(d); err != nil {

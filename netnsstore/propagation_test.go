@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // A csi node plugin container has its own mount namespace in which the
@@ -37,17 +38,12 @@ func TestPinsPropagateToAnotherMountNamespace(t *testing.T) {
 		other, err := os.Readlink(mntNS)
 		return err == nil && other != self
 	}, 10*time.Second, time.Millisecond, "the child enters its own mount namespace")
-	childMounts := func() string {
-		data, err := os.ReadFile("/proc/" + strconv.Itoa(csi.Process.Pid) + "/mountinfo")
-		require.NoError(t, err)
-		return string(data)
-	}
+	childMountinfo := "/proc/" + strconv.Itoa(csi.Process.Pid) + "/mountinfo"
 
 	n := testNetns(t, "10.98.11.5/24")
 	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
-	nsfs := "net:[" + strconv.FormatUint(r.NetnsIno, 10) + "]"
-	assert.Contains(t, childMounts(), nsfs+" "+r.PinPath+" ", "the pin appears in the other mount namespace")
+	assert.Contains(t, hosttest.NsfsMountsOfIn(t, childMountinfo, r.NetnsIno), r.PinPath, "the pin appears in the other mount namespace")
 	out, err := exec.Command("nsenter", "--mount="+mntNS, "--", "stat", "-L", "-c", "%i", r.Links[0]).CombinedOutput()
 	require.NoError(t, err, string(out))
 	assert.Equal(t, strconv.FormatUint(r.NetnsIno, 10), strings.TrimSpace(string(out)), "the link resolves to the netns inside it")
@@ -55,6 +51,6 @@ func TestPinsPropagateToAnotherMountNamespace(t *testing.T) {
 	n.Delete(t)
 	_, err = s.Release("c1.net1", nil)
 	require.NoError(t, err)
-	assert.NotContains(t, childMounts(), nsfs, "the release disappears from the other mount namespace")
+	assert.Empty(t, hosttest.NsfsMountsOfIn(t, childMountinfo, r.NetnsIno), "the release disappears from the other mount namespace")
 	assert.Zero(t, nsfsMounts(t, r.NetnsIno), "no copy of the netns is left anywhere: it is gone")
 }

@@ -3,6 +3,7 @@ package netnsstore
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -387,7 +388,20 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 	holder := exec.Command("flock", "-o", filepath.Join(s.StateDir, "lock"), "sleep", "600")
 	holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, holder.Start())
-	t.Cleanup(func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() })
+	stopHolder := func() error {
+		if holder.ProcessState != nil {
+			return nil
+		}
+		if err := syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); err != nil {
+			return err
+		}
+		var exit *exec.ExitError
+		if err := holder.Wait(); !errors.As(err, &exit) { // killed: an exit status
+			return fmt.Errorf("flock(1) was not killed: %v", err)
+		}
+		return nil
+	}
+	t.Cleanup(func() { assert.NoError(t, stopHolder()) })
 	require.Eventually(t, func() bool {
 		fd, err := unix.Open(filepath.Join(s.StateDir, "lock"), unix.O_RDONLY, 0)
 		if err != nil {
@@ -410,8 +424,7 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 
 	// Once the holder goes, the store works again: an abandoned wait does
 	// not keep the lock.
-	require.NoError(t, syscall.Kill(-holder.Process.Pid, syscall.SIGKILL))
-	_ = holder.Wait()
+	require.NoError(t, stopHolder())
 	s.lockTimeout = 5 * time.Second
 	_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)

@@ -278,7 +278,9 @@ func (c *chain) newAttachment(t *testing.T, ns *hosttest.NetnsHandle, args [][2]
 		sum := sha512.Sum512([]byte(ns.Path))
 		a.containerID = fmt.Sprintf("cnitool-%x", sum[:10])
 		t.Cleanup(func() {
-			_ = os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", c.name, a.containerID, ifName)))
+			if err := os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", c.name, a.containerID, ifName))); err != nil && !os.IsNotExist(err) {
+				t.Errorf("cleanup: %v", err)
+			}
 		})
 	} else {
 		a.containerID = "e2e-" + host.RandHex(16)

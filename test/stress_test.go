@@ -50,7 +50,10 @@ func TestStress64ProcessesAcross8Clusters(t *testing.T) {
 		for k, v := range c.pinEntry {
 			entry[k] = v
 		}
-		stdin, _ := json.Marshal(entry)
+		stdin, err := json.Marshal(entry)
+		if err != nil {
+			return types.Error{}, err
+		}
 		cmd := exec.Command(bin)
 		cmd.Env = []string{"CNI_COMMAND=" + verb, fmt.Sprintf("CNI_CONTAINERID=stress-%02d", i), "CNI_NETNS=" + nets[i].Path,
 			"CNI_IFNAME=" + ifName, "CNI_PATH=" + c.env.cniPath,
@@ -58,7 +61,7 @@ func TestStress64ProcessesAcross8Clusters(t *testing.T) {
 		cmd.Stdin = bytes.NewReader(stdin)
 		var out bytes.Buffer
 		cmd.Stdout = &out
-		err := cmd.Run()
+		err = cmd.Run()
 		var cniErr types.Error
 		if err != nil {
 			if jerr := json.Unmarshal(out.Bytes(), &cniErr); jerr != nil {

@@ -2,7 +2,7 @@ package e2e
 
 // Host-side helpers of this suite: environment discovery, subnets, bridges
 // and veths, link watches, mount namespaces, mounts at a path. Those the
-// suites share are in test/internal/hosttest.
+// suites share are in internal/hosttest and internal/host.
 
 import (
 	"bufio"
@@ -209,11 +209,12 @@ func treeEntries(t *testing.T, dir string) []string {
 			}
 			return err
 		}
-		if p != dir {
-			rel, _ := filepath.Rel(dir, p)
-			out = append(out, rel)
+		if p == dir {
+			return nil
 		}
-		return nil
+		rel, err := filepath.Rel(dir, p)
+		out = append(out, rel)
+		return err
 	})
 	require.NoError(t, err)
 	return out

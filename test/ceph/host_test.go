@@ -1,7 +1,7 @@
 package ceph
 
 // Host-side helpers of this suite only: UUIDs, polling, the mount at a path,
-// process names. Those the suites share are in test/internal/hosttest.
+// process names. Those the suites share are in internal/hosttest and internal/host.
 
 import (
 	"fmt"
