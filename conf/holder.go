@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -73,29 +72,47 @@ func ParseCluster(s string) (Cluster, error) {
 	return Cluster{Namespace: ns, Name: name}, nil
 }
 
-var (
-	labelRe     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	subdomainRe = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-)
-
 // validateLabel checks a DNS-1123 label, the rule for namespace names.
 func validateLabel(s string) error {
-	return validateDNSName(s, 63, labelRe, "a DNS-1123 label: lower case letters, digits and '-', starting and ending with a letter or digit")
+	return validateDNSName(s, 63, isDNSLabel, "a DNS-1123 label: lower case letters, digits and '-', starting and ending with a letter or digit")
 }
 
 // validateSubdomain checks a DNS-1123 subdomain, the rule for object names.
 func validateSubdomain(s string) error {
-	return validateDNSName(s, 253, subdomainRe, "a DNS-1123 subdomain: lower case letters, digits, '-' and '.', each part starting and ending with a letter or digit")
+	isSubdomain := func(s string) bool {
+		for part := range strings.SplitSeq(s, ".") {
+			if !isDNSLabel(part) {
+				return false
+			}
+		}
+		return true
+	}
+	return validateDNSName(s, 253, isSubdomain, "a DNS-1123 subdomain: lower case letters, digits, '-' and '.', each part starting and ending with a letter or digit")
 }
 
-func validateDNSName(s string, maxLen int, re *regexp.Regexp, rule string) error {
+func validateDNSName(s string, maxLen int, valid func(string) bool, rule string) error {
 	if len(s) == 0 || len(s) > maxLen {
 		return fmt.Errorf("must be 1 to %d characters, got %d", maxLen, len(s))
 	}
-	if !re.MatchString(s) {
+	if !valid(s) {
 		return errors.New("must be " + rule)
 	}
 	return nil
+}
+
+// isDNSLabel matches [a-z0-9]([-a-z0-9]*[a-z0-9])? (Kubernetes'
+// IsDNS1123Label without the length), written out rather than as a regular
+// expression, whose compilation every plugin run would pay.
+func isDNSLabel(s string) bool {
+	if s == "" || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // HolderRule makes pods of PodNamespace whose name matches the PodName

@@ -2,6 +2,7 @@ package conf
 
 import (
 	"bytes"
+	"regexp"
 	"testing"
 	"text/template"
 
@@ -39,4 +40,21 @@ func TestFieldTemplateRendersAsTextTemplate(t *testing.T) {
 	}
 	_, err := parseFieldTemplate("{{.Cluster}}", "Namespace", "Name")
 	assert.ErrorContains(t, err, "want one of {{.Namespace}}, {{.Name}}")
+}
+
+// The written-out DNS-1123 checks accept exactly what Kubernetes' regular
+// expressions accept.
+func FuzzDNSNamesMatchKubernetesRegexps(f *testing.F) {
+	label := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	subdomain := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	for _, s := range []string{"rook-ceph", "a", "-a", "a-", "a.b", "a..b", ".a", "A", "my-cluster.v2", "", "a_b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 300 {
+			return
+		}
+		assert.Equal(t, len(s) <= 63 && label.MatchString(s), validateLabel(s) == nil, "label %q", s)
+		assert.Equal(t, len(s) <= 253 && subdomain.MatchString(s), validateSubdomain(s) == nil, "subdomain %q", s)
+	})
 }

@@ -39,6 +39,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,7 +73,8 @@ const (
 	defaultTimeout = 10 * time.Second
 )
 
-var defaultPorts = mustParsePorts(DefaultCephPorts)
+// defaultPorts is parsed on first use, not at every plugin start.
+var defaultPorts = sync.OnceValue(func() Ports { return mustParsePorts(DefaultCephPorts) })
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Sysfs == "" {
@@ -85,7 +87,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Proc = DefaultProc
 	}
 	if o.CephPorts.IsEmpty() {
-		o.CephPorts = defaultPorts
+		o.CephPorts = defaultPorts()
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = defaultTimeout

@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -192,7 +193,11 @@ func del(args *skel.CmdArgs) error {
 // is empty), Multus with retryDeleteOnError drops its cache on "no such
 // file or directory". A refused DEL read as success would let the runtime
 // remove the netns's interfaces and IP under live Ceph clients.
-var successWords = regexp.MustCompile(`(?i)not\s+found|no\s+such\s+file\s+or\s+directory`)
+//
+// Compiled on first use: only a failing DEL needs it, not every pod's ADD.
+var successWords = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)not\s+found|no\s+such\s+file\s+or\s+directory`)
+})
 
 // safeError rewrites the text of a CNI error so that it contains no
 // successWords, whatever the names in it (process names, paths, image
@@ -210,7 +215,7 @@ func safeError(err error) error {
 }
 
 func safeText(s string) string {
-	return successWords.ReplaceAllStringFunc(s, func(w string) string {
+	return successWords().ReplaceAllStringFunc(s, func(w string) string {
 		if strings.HasPrefix(strings.ToLower(w), "not") {
 			return "missing"
 		}
