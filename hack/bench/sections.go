@@ -400,7 +400,7 @@ func (b *bench) holder(ctx context.Context) error {
 			return err
 		}
 	}
-	b.holderRows(vs, "holder ADD (lock, intent record, bind mount, IPs, link, active record)", true, adds, addRSS)
+	b.holderRows(vs, "holder ADD (lock, addresses, record, bind mount, link)", true, adds, addRSS)
 	b.holderRows(vs, "holder DEL, unused (in-use check of this host, unmount, unlink, records)", false, dels, delRSS)
 	return nil
 }
