@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -132,10 +133,17 @@ func requireHostMountNS() error {
 	return nil
 }
 
+// memoryLimit is the Go runtime's soft memory limit for holder operations.
+const memoryLimit = 6 << 20
+
 // openStore opens the store of configuration c with the in-use check it
 // configures (every release, and every repair, runs it) and the teardown
 // of attachments whose runtime gave up.
 func openStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
+	// A holder's operation may check thousands of devices and processes:
+	// collect garbage early rather than let the heap double, so that the
+	// plugin stays small on a node that runs many pods at once.
+	debug.SetMemoryLimit(memoryLimit)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
