@@ -6,6 +6,9 @@
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), the e2e suite test/ (root)
 #   make e2e     only the e2e suite (E2E_RUN=regexp selects tests)
+#   make kube-up / kube-down   a real one-node Kubernetes with netns-pin
+#                installed by its DaemonSet (hack/kube/, root); then
+#                .cache/kube/bin/kubectl --kubeconfig .cache/kube/admin.kubeconfig
 #   make bench   benchmarks (BENCHTIME=...)
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make clean   remove bin/ and .cache/
@@ -41,7 +44,7 @@ define step
 	@start=$$(date +%s); $(2); printf '=== %s: ok (%ss)\n' "$(1)" "$$(( $$(date +%s) - start ))"
 endef
 
-.PHONY: all build tools packages demo test fmt-check vet staticcheck unit failpoints e2e e2e-run bench fuzz clean
+.PHONY: all build tools packages demo kube-up kube-down test fmt-check vet staticcheck unit failpoints e2e e2e-run bench fuzz clean
 
 all: build
 
@@ -59,13 +62,23 @@ build:
 # make demo: the plugin with cnitool and throwaway netns (seconds).
 # make demo DEMO=ceph: the same story on a real one-node Ceph cluster with a
 # ceph-fuse client under live I/O, side by side with a Rook-style holder.
+# make demo DEMO=kube: a holder DaemonSet rollout on a real one-node
+# Kubernetes (hack/kube/up.sh), in kubectl's own output.
 demo:
 ifeq ($(DEMO),ceph)
 	@$(MAKE) --no-print-directory tools build
 	@$(E2E_ENV) hack/ceph/demo.sh
+else ifeq ($(DEMO),kube)
+	@hack/kube/demo.sh
 else
 	@hack/demo.sh
 endif
+
+kube-up:
+	@hack/kube/up.sh
+
+kube-down:
+	@hack/kube/down.sh
 
 fmt-check:
 	$(call step,gofmt -l,files=$$(git ls-files -co --exclude-standard -- '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'); \
@@ -92,7 +105,8 @@ e2e: tools build e2e-run
 # -p 1: the e2e suites share the host (mount table, /var/lib/cni, containerd),
 # so they run one package at a time.
 e2e-run:
-	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v '/test/ceph$$'))
+	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v -e '/test/ceph$$' -e '/test/kube$$'))
+	$(call step,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
 
 test: tools build

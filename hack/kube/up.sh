@@ -55,7 +55,7 @@ remember_host() {
 
 make_links() {
 	ip link show "${BRIDGE}" >/dev/null 2>&1 || ip link add "${BRIDGE}" type bridge
-	ip addr show dev "${BRIDGE}" | grep -q " ${NODE_IP}/" || ip addr add "${NODE_IP}/24" dev "${BRIDGE}"
+	[[ "$(ip -4 -o addr show dev "${BRIDGE}")" == *" ${NODE_IP}/"* ]] || ip addr add "${NODE_IP}/24" dev "${BRIDGE}"
 	ip link set "${BRIDGE}" up
 	ip link show "${STORAGE_MASTER}" >/dev/null 2>&1 ||
 		ip link add "${STORAGE_MASTER}" type veth peer name "${STORAGE_PEER}"
@@ -202,6 +202,12 @@ write_cni() {
 		}]
 	}' >"${CNI_CONF_DIR}/.00-multus.conf.tmp"
 	mv "${CNI_CONF_DIR}/.00-multus.conf.tmp" "${CNI_CONF_DIR}/00-multus.conf"
+	# whereabouts reads its datastore from a flat file, where its
+	# DaemonSet would install it (NADs name it with configuration_path)
+	mkdir -p "${CNI_CONF_DIR}/whereabouts.d"
+	jq -n --arg kc "${KUBE_DIR}/whereabouts.kubeconfig" --arg log "${KUBE_DIR}/logs/whereabouts.log" \
+		'{datastore: "kubernetes", kubernetes: {kubeconfig: $kc}, log_file: $log, log_level: "verbose"}' \
+		>"${CNI_CONF_DIR}/whereabouts.d/whereabouts.conf"
 }
 
 write_kubelet_config() {
@@ -218,6 +224,8 @@ address: ${NODE_IP}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 clusterDomain: cluster.local
+# no DNS runs here; named so pods get no MissingClusterDNS warnings
+clusterDNS: [${SERVICE_SUBNET%.0/24}.10]
 staticPodPath: ${KUBE_DIR}/manifests
 podLogsDir: ${KUBE_DIR}/pod-logs
 volumePluginDir: ${KUBE_DIR}/volume-plugins
@@ -347,7 +355,7 @@ KUBE_CONTAINERD_SOCK=${CONTAINERD_SOCK}
 KUBE_CRICTL_CONFIG=${KUBE_DIR}/crictl.yaml
 KUBE_STORAGE_MASTER=${STORAGE_MASTER}
 KUBE_STORAGE_SUBNET=${STORAGE_SUBNET}
-KUBE_WHEREABOUTS_KUBECONFIG=${KUBE_DIR}/whereabouts.kubeconfig
+KUBE_WHEREABOUTS_CONF=${CNI_CONF_DIR}/whereabouts.d/whereabouts.conf
 KUBE_BUSYBOX_IMAGE=${BUSYBOX_IMAGE}
 K8S_VERSION=${K8S_VERSION}
 EOC
