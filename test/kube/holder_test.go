@@ -35,7 +35,9 @@ func (c *cluster) newHolderSet(t *testing.T, nadFile string) *holderSet {
 	h.link = c.linkOf(h.cluster)
 	c.ensureNamespace(t, pinNamespace)
 	c.apply(t, h.nad.object)
-	t.Cleanup(func() { c.deleteAndWait(t, pinNamespace, "network-attachment-definitions.k8s.cni.cncf.io", h.nad.name, "") })
+	t.Cleanup(func() {
+		c.deleteAndWait(t, pinNamespace, "network-attachment-definitions.k8s.cni.cncf.io", h.nad.name, "")
+	})
 	c.apply(t, c.holderDaemonSet(t, h.name, h.nad.name, h.cluster))
 	t.Cleanup(func() { c.deleteAndWait(t, pinNamespace, "daemonset", h.name, h.selector) })
 	return h

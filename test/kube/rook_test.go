@@ -4,6 +4,8 @@ package kube
 // ends in netns-pin with a `holders` rule for it.
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,15 +20,22 @@ import (
 // rookHolderDaemonSet is a holder DaemonSet shaped like Rook 1.15's
 // csi-rbdplugin-holder: a shell that links its own netns into the rbd
 // plugin's folder and sleeps, on the storage network without any claim.
-// Busybox's ln spells --force as -f.
+// Busybox's ln spells --force as -f; the kubelet expands $(VAR) in
+// commands, so the shell's $$ is written $$$$.
 func (c *cluster) rookHolderDaemonSet(name, nadName, pluginDir, path string) map[string]any {
 	labels := map[string]any{"app": name}
 	return map[string]any{
 		"apiVersion": "apps/v1", "kind": "DaemonSet",
 		"metadata": map[string]any{"name": name, "namespace": pinNamespace},
 		"spec": map[string]any{
-			"selector":       map[string]any{"matchLabels": labels},
-			"updateStrategy": map[string]any{"type": "RollingUpdate"},
+			"selector": map[string]any{"matchLabels": labels},
+			// Rook's holders roll with maxUnavailable 1: the DaemonSet
+			// controller then makes no new pod while the old one is
+			// Terminating (it counts it as the node's pod), so the node
+			// would have no holder while the old one drains. Surge, as in
+			// deploy/holder-daemonset.yaml, is what an operator sets.
+			"updateStrategy": map[string]any{"type": "RollingUpdate",
+				"rollingUpdate": map[string]any{"maxSurge": 1, "maxUnavailable": 0}},
 			"template": map[string]any{
 				"metadata": map[string]any{
 					"labels":      labels,
@@ -39,7 +48,7 @@ func (c *cluster) rookHolderDaemonSet(name, nadName, pluginDir, path string) map
 					"terminationGracePeriodSeconds": 1,
 					"containers": []any{map[string]any{
 						"name": "holder", "image": c.env["KUBE_BUSYBOX_IMAGE"], "imagePullPolicy": "Never",
-						"command":      []any{"/bin/sh", "-c", "ln -f -s /proc/$$/ns/net " + path + " && sleep infinity"},
+						"command":      []any{"/bin/sh", "-c", "ln -f -s /proc/$$$$/ns/net " + path + " && sleep infinity"},
 						"volumeMounts": []any{map[string]any{"name": "plugin-dir", "mountPath": pluginDir}},
 					}},
 					"volumes": []any{map[string]any{
@@ -67,7 +76,9 @@ func TestRookStyleHolder(t *testing.T) {
 	rookPath := filepath.Join(pluginDir, pinNamespace+".net.ns")
 	c.ensureNamespace(t, pinNamespace)
 	c.apply(t, nad.object)
-	t.Cleanup(func() { c.deleteAndWait(t, pinNamespace, "network-attachment-definitions.k8s.cni.cncf.io", nad.name, "") })
+	t.Cleanup(func() {
+		c.deleteAndWait(t, pinNamespace, "network-attachment-definitions.k8s.cni.cncf.io", nad.name, "")
+	})
 	c.apply(t, c.rookHolderDaemonSet(name, nad.name, pluginDir, rookPath))
 	t.Cleanup(func() { c.deleteAndWait(t, pinNamespace, "daemonset", name, "app="+name) })
 
@@ -81,7 +92,7 @@ func TestRookStyleHolder(t *testing.T) {
 	require.True(t, hosttest.Poll(podTimeout, 250*time.Millisecond, func() bool {
 		id, err := hosttest.NSIDOf(rookPath)
 		return err == nil && id.Dev == oldSB.netns.Dev && id.Ino == oldSB.netns.Ino
-	}), "%s does not lead into the holder's netns", rookPath)
+	}), "%s does not lead into the holder's netns: %s", rookPath, c.describePath(rookPath, old))
 	cl := startClient(t, rookPath)
 	require.Equal(t, oldSB.netns, cl.netns)
 
@@ -121,4 +132,12 @@ func TestRookStyleHolder(t *testing.T) {
 	require.True(t, ok, "the old Rook-style holder was not released once unused")
 	c.requirePinned(t, next, nextSB, clusterName, "active")
 	newClient.stop()
+}
+
+// describePath says where a Rook path leads and what the holder printed,
+// for failure messages.
+func (c *cluster) describePath(path string, p pod) string {
+	target, err := os.Readlink(path)
+	logs := c.kubectl("-n", p.Metadata.Namespace, "logs", p.Metadata.Name)
+	return fmt.Sprintf("readlink: %q (%v); holder's output: %s%s", target, err, logs.Stdout, logs.Stderr)
 }
