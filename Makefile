@@ -1,7 +1,8 @@
 # netns-pin - build, demo and test entry points.
 #
 #   make build   plugin binary: bin/netns-pin and .cache/cni/bin/netns-pin
-#   make tools   pinned cnitool + reference CNI plugins into .cache/ (cached by version)
+#   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, Kubernetes
+#                and etcd into .cache/ (cached by version; Kubernetes cold ~10 min)
 #   make demo    walk through a holder ADD / pin / netns survives / DEL (root)
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), the e2e suite test/ (root)
@@ -55,6 +56,7 @@ tools:
 	@hack/tools.sh packages
 	@hack/tools.sh tools
 	@hack/runtime/setup.sh tools
+	@hack/kube/build.sh
 
 build:
 	@hack/tools.sh plugin
