@@ -46,7 +46,7 @@ remember_host() {
 			echo "sysctl ${k} $(sysctl -n "${k}")"
 		done
 		# folders the kubelet makes at fixed places, whatever its root
-		for p in /var/lib/kubelet /var/log/containers /var/log/pods /etc/cni /opt/cni; do
+		for p in /var/lib/kubelet /var/log/containers /var/log/pods; do
 			[[ -e "${p}" ]] || echo "created ${p}"
 		done
 	} >"${f}.tmp"
