@@ -29,9 +29,14 @@ type holderSet struct {
 func (c *cluster) newHolderSet(t *testing.T, nadFile string) *holderSet {
 	t.Helper()
 	suffix := hosttest.RandHex(5)
-	h := &holderSet{c: c, name: "csi-holder-" + suffix, cluster: pinNamespace + "/ceph-" + suffix}
+	return c.newHolderSetOn(t, suffix, c.nad(t, nadFile, "ceph-public-"+suffix, nil))
+}
+
+// newHolderSetOn applies nad and a holder DaemonSet named after suffix.
+func (c *cluster) newHolderSetOn(t *testing.T, suffix string, nad *storageNet) *holderSet {
+	t.Helper()
+	h := &holderSet{c: c, name: "csi-holder-" + suffix, cluster: pinNamespace + "/ceph-" + suffix, nad: nad}
 	h.selector = "app.kubernetes.io/name=csi-holder,app.kubernetes.io/instance=" + h.name
-	h.nad = c.nad(t, nadFile, "ceph-public-"+suffix, nil)
 	h.link = c.linkOf(h.cluster)
 	c.ensureNamespace(t, pinNamespace)
 	c.apply(t, h.nad.object)

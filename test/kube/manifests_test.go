@@ -51,8 +51,9 @@ type storageNet struct {
 // cluster's storage subnet (its datastore is named in the node's
 // whereabouts.conf), and netns-pin's folders are the node's (pinDir under the
 // kubelet's plugins folder, as the default is under /var/lib/kubelet).
-// edit, when not nil, changes netns-pin's entry further.
-func (c *cluster) nad(t *testing.T, file, name string, edit func(pin map[string]any)) *storageNet {
+// edit, when not nil, changes the main plugin's and netns-pin's entries
+// further.
+func (c *cluster) nad(t *testing.T, file, name string, edit func(main, pin map[string]any)) *storageNet {
 	t.Helper()
 	obj := c.manifest(t, file)
 	meta := obj["metadata"].(map[string]any)
@@ -85,7 +86,7 @@ func (c *cluster) nad(t *testing.T, file, name string, edit func(pin map[string]
 		}
 	}
 	if edit != nil {
-		edit(pin)
+		edit(main, pin)
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	require.NoError(t, err)

@@ -69,7 +69,7 @@ func TestRookStyleHolder(t *testing.T) {
 	suffix := hosttest.RandHex(5)
 	name := "csi-rbdplugin-holder-" + suffix
 	clusterName := pinNamespace + "/rook-" + suffix
-	nad := c.nad(t, "network-attachment-definition-rook-links.yaml", "public-net-"+suffix, func(pin map[string]any) {
+	nad := c.nad(t, "network-attachment-definition-rook-links.yaml", "public-net-"+suffix, func(_, pin map[string]any) {
 		pin["holders"] = []any{map[string]any{"podNamespace": pinNamespace, "podName": name + "-*", "cluster": clusterName}}
 	})
 	pluginDir := filepath.Join(c.env["KUBELET_DIR"], "plugins", "rook-ceph.rbd.csi.ceph.com")
