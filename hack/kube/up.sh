@@ -337,8 +337,15 @@ install_netns_pin() {
 	sed "s#path: /opt/cni/bin#path: ${CNI_BIN_DIR}#" "${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
 	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
-	cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin" ||
-		log "note: ${CNI_BIN_DIR}/netns-pin differs from .cache/cni/bin/netns-pin (image from an older build?)"
+	if ! cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin"; then
+		# the plugin was rebuilt since (the image under the same name was
+		# re-imported): roll the installer, as a user upgrades
+		log "netns-pin changed: kubectl rollout restart daemonset/netns-pin-installer"
+		kubectl_ -n kube-system rollout restart daemonset/netns-pin-installer >/dev/null
+		kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
+		cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin" ||
+			die "the installer DaemonSet did not install the new netns-pin"
+	fi
 }
 
 write_env() {
