@@ -42,7 +42,9 @@ remember_host() {
 	local f="${KUBE_DIR}/host.orig" k p
 	[[ -f "${f}" ]] && return 0
 	{
-		for k in vm.overcommit_memory kernel.panic kernel.panic_on_oops; do
+		# the kubelet's kernel tunables, and the bridge plugin's ip_forward
+		for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops \
+			kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward; do
 			echo "sysctl ${k} $(sysctl -n "${k}")"
 		done
 		# folders the kubelet makes at fixed places, whatever its root
