@@ -172,6 +172,7 @@ func TestHolderDaemonSetRollout(t *testing.T) {
 	assert.Equal(t, old.sb.netns, cl.netns)
 
 	// The client leaves: within one kubelet retry, everything goes.
+	before := failedKills(c.eventsOf(t, old.pod, "FailedKillPod"))
 	cl.stop()
 	left := time.Now()
 	ok = hosttest.Poll(releaseTimeout, 500*time.Millisecond, func() bool {
@@ -183,7 +184,20 @@ func TestHolderDaemonSetRollout(t *testing.T) {
 	}
 	require.True(t, ok, "the old holder, its pin or its lease is still there %s after its client left", releaseTimeout)
 	t.Logf("old holder released %s after its client left", time.Since(left).Round(time.Millisecond))
+	// a retry already under way when the client left may fail once more
+	after := failedKills(c.eventsOf(t, old.pod, "FailedKillPod"))
+	assert.LessOrEqual(t, after, before+1, "FailedKillPod events after the client left: the kubelet needed more than one retry")
 	h.requireLinkTo(t, next)
 	c.requirePinned(t, next.pod, next.sb, h.cluster, "active")
 	assert.True(t, strings.HasPrefix(next.ip, strings.TrimSuffix(c.env["KUBE_STORAGE_SUBNET"], "0/24")))
+}
+
+// failedKills counts the kubelet's failed KillPod attempts in events
+// (repeated events are one event with a count).
+func failedKills(evs []event) int {
+	n := 0
+	for _, e := range evs {
+		n += max(e.Count, 1)
+	}
+	return n
 }
