@@ -1,12 +1,16 @@
 # netns-pin - build, demo and test entry points.
 #
 #   make build   plugin binary: bin/netns-pin and .cache/cni/bin/netns-pin
-#   make tools   pinned cnitool + reference CNI plugins into .cache/ (cached by version)
+#   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, Kubernetes
+#                and etcd into .cache/ (cached by version; Kubernetes cold ~10 min)
 #   make demo    walk through a holder ADD / pin / netns survives / DEL (root)
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), the e2e suites under test/, both demos (root)
 #   make e2e     only the e2e suite (E2E_RUN=regexp selects tests)
 #   make soak    the randomized model test for SOAK_STEPS steps (SEED=n replays a run)
+#   make kube-up / kube-down   a real one-node Kubernetes with netns-pin
+#                installed by its DaemonSet (hack/kube/, root); then
+#                .cache/kube/bin/kubectl --kubeconfig .cache/kube/admin.kubeconfig
 #   make bench   benchmarks (BENCHTIME=...)
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make clean   remove bin/ and .cache/
@@ -43,7 +47,7 @@ define step
 	@start=$$(date +%s); $(2); printf '=== %s: ok (%ss)\n' "$(1)" "$$(( $$(date +%s) - start ))"
 endef
 
-.PHONY: all build tools packages demo demos test fmt-check vet staticcheck unit failpoints e2e e2e-run soak bench fuzz clean
+.PHONY: all build tools packages demo demos kube-up kube-down test fmt-check vet staticcheck unit failpoints e2e e2e-run soak bench fuzz clean
 
 all: build
 
@@ -54,6 +58,7 @@ tools:
 	@hack/tools.sh packages
 	@hack/tools.sh tools
 	@hack/runtime/setup.sh tools
+	@hack/kube/build.sh
 
 build:
 	@hack/tools.sh plugin
@@ -61,13 +66,23 @@ build:
 # make demo: the plugin with cnitool and throwaway netns (seconds).
 # make demo DEMO=ceph: the same story on a real one-node Ceph cluster with a
 # ceph-fuse client under live I/O, side by side with a Rook-style holder.
+# make demo DEMO=kube: a holder DaemonSet rollout on a real one-node
+# Kubernetes (hack/kube/up.sh), in kubectl's own output.
 demo:
 ifeq ($(DEMO),ceph)
 	@$(MAKE) --no-print-directory tools build
 	@$(E2E_ENV) hack/ceph/demo.sh
+else ifeq ($(DEMO),kube)
+	@hack/kube/demo.sh
 else
 	@hack/demo.sh
 endif
+
+kube-up:
+	@hack/kube/up.sh
+
+kube-down:
+	@hack/kube/down.sh
 
 fmt-check:
 	$(call step,gofmt -l,files=$$(git ls-files -co --exclude-standard -- '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'); \
@@ -94,7 +109,8 @@ e2e: tools build e2e-run
 # -p 1: the e2e suites share the host (mount table, /var/lib/cni, containerd),
 # so they run one package at a time.
 e2e-run:
-	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v '/test/ceph$$'))
+	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v -e '/test/ceph$$' -e '/test/kube$$'))
+	$(call step,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
 
 # Both demos run as part of make test: a demo that stops working fails CI.

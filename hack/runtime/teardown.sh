@@ -4,7 +4,8 @@
 #   1. while containerd answers: stop and remove every pod sandbox (a holder
 #      whose DEL netns-pin refuses stays; step 4 takes its netns down),
 #      noting each sandbox's netns path in <dir>/netns.list;
-#   2. stop containerd by the PID in <dir>/containerd.pid (TERM, then KILL);
+#   2. stop the suite's kube-apiserver and etcd (<dir>/kube-api/*.pid), and
+#      containerd by the PID in <dir>/containerd.pid (TERM, then KILL);
 #   3. kill what is left of the shims and sandbox processes, by the PIDs in
 #      containerd's state folder, checking each is what it should be;
 #   4. unmount everything under <dir> (pins, rootfs, shm) and the sandbox
@@ -74,7 +75,18 @@ if alive "${cpid}" && [[ -x "${CRICTL}" ]] && [[ -S "${SOCK}" ]]; then
 	done
 fi
 
-# 2. containerd
+# 2. the suite's kube-apiserver and etcd (test/runtime starts them with
+# their PIDs in <dir>/kube-api/), when their test process died first
+for f in "${DIR}"/kube-api/kube-apiserver.pid "${DIR}"/kube-api/etcd.pid; do
+	[[ -f "${f}" ]] || continue
+	pid="$(cat "${f}")"
+	alive "${pid}" || continue
+	[[ "$(readlink "/proc/${pid}/exe")" == */"$(basename "${f}" .pid)" ]] || continue
+	kill -TERM "${pid}"
+	wait_gone "${pid}" 10000 || kill -KILL "${pid}"
+done
+
+# containerd
 if alive "${cpid}"; then
 	kill -TERM "${cpid}"
 	if ! wait_gone "${cpid}" 10000; then

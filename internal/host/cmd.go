@@ -60,10 +60,10 @@ func RunCmd(timeout time.Duration, extraEnv []string, stdin []byte, name string,
 	return CmdResult{Cmd: name + " " + strings.Join(args, " "), Stdout: out.String(), Stderr: errb.String(), Err: err}
 }
 
-// checkExecutable says why p is not an executable file, or returns nil. The
+// CheckExecutable says why p is not an executable file, or returns nil. The
 // suites check their binaries up front so that a missing build fails with a
 // hint instead of an obscure CNI error.
-func checkExecutable(p string) error {
+func CheckExecutable(p string) error {
 	st, err := os.Stat(p)
 	if err != nil {
 		return fmt.Errorf("%s is missing", p)
@@ -95,11 +95,11 @@ func DiscoverCNI(repoRoot string, plugins ...string) (cniPath, cnitool string, e
 	}
 	hint := "run `make tools build` (or `hack/tools.sh`), or set NETNS_PIN_CNI_PATH / NETNS_PIN_CNITOOL"
 	for _, p := range plugins {
-		if err := checkExecutable(filepath.Join(cniPath, p)); err != nil {
+		if err := CheckExecutable(filepath.Join(cniPath, p)); err != nil {
 			return "", "", fmt.Errorf("NETNS_PIN_CNI_PATH=%s: %w; %s", cniPath, err, hint)
 		}
 	}
-	if err := checkExecutable(cnitool); err != nil {
+	if err := CheckExecutable(cnitool); err != nil {
 		return "", "", fmt.Errorf("NETNS_PIN_CNITOOL: %w; %s", err, hint)
 	}
 	return cniPath, cnitool, nil

@@ -1,7 +1,7 @@
 package runtime
 
 // Pod sandboxes through crictl, the storage networks (NetworkAttachment-
-// Definitions served by the kube API stand-in), the fixture sysfs tree with
+// Definitions in the suite's kube-apiserver), the fixture sysfs tree with
 // rbd devices, and the checks of pins, links and records on the host.
 
 import (
@@ -107,7 +107,7 @@ func (s *suite) newStorageNet(t *testing.T, spec netSpec) *storageNet {
 	var err error
 	sn.conflist, err = json.MarshalIndent(list, "", "  ")
 	require.NoError(t, err)
-	s.api.putNAD(nadNamespace, sn.name, sn.conflist)
+	require.NoError(t, s.api.putNAD(nadNamespace, sn.name, sn.conflist))
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("NetworkAttachmentDefinition %s/%s config:\n%s", nadNamespace, sn.name, sn.conflist)
@@ -144,7 +144,9 @@ func (sn *storageNet) selection(cluster string) map[string]string {
 // config is the netns-pin entry as netns-pin parses it.
 func (sn *storageNet) config(t *testing.T) *conf.Config {
 	t.Helper()
-	entry, err := conf.PluginEntry(sn.s.api.nadJSON(nadNamespace, sn.name))
+	nad, err := sn.s.api.nadJSON(nadNamespace, sn.name)
+	require.NoError(t, err)
+	entry, err := conf.PluginEntry(nad)
 	require.NoError(t, err)
 	c, err := conf.Parse(entry)
 	require.NoError(t, err)
@@ -296,12 +298,13 @@ func (sb *sandbox) String() string {
 	return fmt.Sprintf("pod %s/%s (sandbox %s)", sb.ns, sb.name, id)
 }
 
-// runPod puts the pod into the kube API stand-in and starts its sandbox,
-// as kubelet would. A failed runp returns the result with sb.id empty.
+// runPod creates the pod in the API server and starts its sandbox, as
+// kubelet would. A failed runp returns the result with sb.id empty.
 func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]string) (*sandbox, host.CmdResult) {
 	t.Helper()
-	sb := &sandbox{s: s, ns: ns, name: name, uid: newUID(), annotation: annotations}
-	s.api.putPod(ns, name, sb.uid, annotations)
+	uid, err := s.api.createPod(ns, name, annotations)
+	require.NoError(t, err)
+	sb := &sandbox{s: s, ns: ns, name: name, uid: uid, annotation: annotations}
 	dir := filepath.Join(s.work, "pods")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	sb.podJSON = filepath.Join(dir, ns+"_"+name+"_"+sb.uid+".json")
@@ -517,7 +520,9 @@ func (sn *storageNet) hostLocalHas(ip string) bool {
 // string; this shows the code the plugin itself returns.
 func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniError, host.CmdResult) {
 	t.Helper()
-	entry, err := conf.PluginEntry(sn.s.api.nadJSON(nadNamespace, sn.name))
+	nad, err := sn.s.api.nadJSON(nadNamespace, sn.name)
+	require.NoError(t, err)
+	entry, err := conf.PluginEntry(nad)
 	require.NoError(t, err)
 	if pinCluster != "" {
 		var m map[string]any

@@ -6,9 +6,10 @@
 //	            eth0: default network, bridge + host-local
 //	            net1: NetworkAttachmentDefinition "ceph-public-*":
 //	                  [ macvlan (master: a veth end) + host-local, netns-pin ]
-//	Multus reads pods and NetworkAttachmentDefinitions from kubeAPIStandIn,
-//	an HTTP server on 127.0.0.1 that answers the few kube-apiserver paths
-//	Multus uses.
+//	Multus reads pods and NetworkAttachmentDefinitions from a real
+//	kube-apiserver (and etcd) on 127.0.0.1, the binaries hack/kube/build.sh
+//	builds, and writes the pods' network-status back to it. There is no
+//	kubelet here: test/kube is the suite with one.
 //
 // The tests start pod sandboxes with `crictl runp` and stop them with
 // `crictl stopp` / `crictl rmp`, exactly as kubelet drives the runtime, and

@@ -1,7 +1,8 @@
 package runtime
 
-// The suite's runtime: hack/runtime/setup.sh on first use, the kube API
-// stand-in, the Multus configuration, and hack/runtime/teardown.sh at the end.
+// The suite's runtime: hack/runtime/setup.sh on first use, a kube-apiserver
+// for Multus, the Multus configuration, and hack/runtime/teardown.sh at the
+// end.
 
 import (
 	"bufio"
@@ -25,7 +26,7 @@ import (
 )
 
 const (
-	setupTimeout = 15 * time.Minute // from nothing: apt + two Go builds
+	setupTimeout = 15 * time.Minute // from nothing: apt + two Go builds (hack/kube/build.sh: make tools)
 	cmdTimeout   = 2 * time.Minute
 	readyTimeout = 60 * time.Second
 	// defaultSubnet is the default network's (eth0); the storage networks
@@ -45,7 +46,7 @@ type suite struct {
 	cniConf      string
 	cgroupParent string
 	pinBin       string // the netns-pin binary containerd runs (through cni/bin)
-	api          *kubeAPIStandIn
+	api          *kubeAPI
 	bridge       string // default network's bridge
 	master       string // veth end, macvlan master of the storage networks
 	peer         string // the veth's other end
@@ -142,8 +143,8 @@ func newSuite() (*suite, error) {
 	if err := s.makeLinks(); err != nil {
 		return s, err
 	}
-	if s.api, err = startKubeAPIStandIn(); err != nil {
-		return s, err
+	if s.api, err = startKubeAPI(repo, filepath.Join(s.dir, "kube-api")); err != nil {
+		return s, fmt.Errorf("kube-apiserver for Multus: %w", err)
 	}
 	if err := s.writeMultusConfig(); err != nil {
 		return s, err
@@ -263,7 +264,7 @@ func (s *suite) multusConfig() map[string]any {
 		"cniVersion":         "1.0.0",
 		"name":               "multus-cni-network",
 		"type":               "multus",
-		"kubeconfig":         filepath.Join(s.dir, "multus.kubeconfig"),
+		"kubeconfig":         s.api.kubeconfig,
 		"delegates":          []any{defaultNet},
 		"confDir":            filepath.Join(s.dir, "multus.d"),
 		"cniDir":             filepath.Join(s.dir, "multus-cache"),
@@ -278,17 +279,6 @@ func (s *suite) multusConfig() map[string]any {
 
 func (s *suite) writeMultusConfig() error {
 	if err := os.MkdirAll(filepath.Join(s.dir, "multus.d"), 0o755); err != nil {
-		return err
-	}
-	kubeconfig := map[string]any{
-		"apiVersion":      "v1",
-		"kind":            "Config",
-		"clusters":        []any{map[string]any{"name": "stand-in", "cluster": map[string]any{"server": s.api.URL()}}},
-		"users":           []any{map[string]any{"name": "multus", "user": map[string]any{}}},
-		"contexts":        []any{map[string]any{"name": "stand-in", "context": map[string]any{"cluster": "stand-in", "user": "multus"}}},
-		"current-context": "stand-in",
-	}
-	if err := writeJSON(filepath.Join(s.dir, "multus.kubeconfig"), kubeconfig); err != nil {
 		return err
 	}
 	return writeJSON(filepath.Join(s.cniConf, "00-multus.conf"), s.multusConfig())
@@ -377,10 +367,6 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-func newUID() string {
-	return fmt.Sprintf("%s-%s-%s-%s-%s", host.RandHex(8), host.RandHex(4), host.RandHex(4), host.RandHex(4), host.RandHex(12))
 }
 
 // testDir is a folder for one test's pins, state and fixtures.

@@ -5,6 +5,13 @@
 //
 //	go run ./hack/runtime/ociimage -bin pause -ref localhost/netns-pin/pause:test -o pause.tar
 //
+// hack/kube/build.sh also packs images of several files with it: -add puts
+// more files in the layer, -symlink adds symbolic links (busybox's applets)
+// and -cmd sets the image's default arguments:
+//
+//	go run ./hack/runtime/ociimage -bin netns-pin -add /bin/busybox=busybox \
+//	    -symlink /bin/sh=busybox -cmd version -ref registry.example.org/netns-pin/netns-pin:0.1.0 -o installer.tar
+//
 // The output is deterministic: the same binary gives the same digests.
 package main
 
@@ -47,19 +54,44 @@ const (
 // epoch is the fixed timestamp of every file, so digests are reproducible.
 var epoch = time.Unix(0, 0).UTC()
 
+// pairs is a repeatable DST=SRC flag.
+type pairs map[string]string
+
+func (p pairs) String() string { return fmt.Sprint(map[string]string(p)) }
+func (p pairs) Set(v string) error {
+	dst, src, ok := strings.Cut(v, "=")
+	if !ok || !strings.HasPrefix(dst, "/") || src == "" {
+		return fmt.Errorf("%q: want /path/in/image=source", v)
+	}
+	p[dst] = src
+	return nil
+}
+
+// image is what goes into the archive besides the entrypoint binary.
+type image struct {
+	add      pairs // path in the image -> file on the host
+	symlinks pairs // path in the image -> link target
+	cmd      []string
+}
+
 func main() {
 	bin := flag.String("bin", "", "static binary to put into the image")
 	name := flag.String("name", "", "path of the binary in the image (default /<basename of -bin>)")
 	ref := flag.String("ref", "localhost/netns-pin/pause:test", "image reference (io.containerd.image.name)")
 	out := flag.String("o", "image.tar", "output archive")
+	img := image{add: pairs{}, symlinks: pairs{}}
+	flag.Var(img.add, "add", "/path/in/image=file: one more file (repeatable)")
+	flag.Var(img.symlinks, "symlink", "/path/in/image=target: a symbolic link (repeatable)")
+	cmd := flag.String("cmd", "", "default arguments of the entrypoint, space separated")
 	flag.Parse()
-	if err := run(*bin, *name, *ref, *out); err != nil {
+	img.cmd = strings.Fields(*cmd)
+	if err := run(*bin, *name, *ref, *out, img); err != nil {
 		fmt.Fprintln(os.Stderr, "ociimage:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin, name, ref, out string) error {
+func run(bin, name, ref, out string, img image) error {
 	if bin == "" {
 		return fmt.Errorf("-bin is required")
 	}
@@ -73,16 +105,30 @@ func run(bin, name, ref, out string) error {
 	if !strings.HasPrefix(name, "/") {
 		return fmt.Errorf("-name %q: want an absolute path", name)
 	}
-	layer, err := tarball(map[string][]byte{strings.TrimPrefix(name, "/"): data}, 0o755)
+	content := map[string][]byte{strings.TrimPrefix(name, "/"): data}
+	for dst, src := range img.add {
+		if content[strings.TrimPrefix(dst, "/")], err = os.ReadFile(src); err != nil {
+			return err
+		}
+	}
+	links := map[string]string{}
+	for dst, target := range img.symlinks {
+		links[strings.TrimPrefix(dst, "/")] = target
+	}
+	layer, err := tarballWithLinks(content, links, 0o755)
 	if err != nil {
 		return err
 	}
 	layerDesc := describe(mediaLayer, layer)
+	imgConfig := map[string]any{"Entrypoint": []string{name}}
+	if len(img.cmd) > 0 {
+		imgConfig["Cmd"] = img.cmd
+	}
 	config, err := json.Marshal(map[string]any{
 		"created":      epoch.Format(time.RFC3339),
 		"architecture": runtime.GOARCH,
 		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": []string{name}},
+		"config":       imgConfig,
 		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layerDesc.Digest}},
 		"history":      []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "hack/runtime/ociimage"}},
 	})
@@ -150,6 +196,11 @@ func describe(mediaType string, b []byte) descriptor {
 
 // tarball writes files (with their parent folders) in sorted order.
 func tarball(files map[string][]byte, mode int64) ([]byte, error) {
+	return tarballWithLinks(files, nil, mode)
+}
+
+// tarballWithLinks is tarball plus symbolic links (name -> target).
+func tarballWithLinks(files map[string][]byte, links map[string]string, mode int64) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	names := make([]string, 0, len(files))
@@ -157,8 +208,13 @@ func tarball(files map[string][]byte, mode int64) ([]byte, error) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	linkNames := make([]string, 0, len(links))
+	for n := range links {
+		linkNames = append(linkNames, n)
+	}
+	slices.Sort(linkNames)
 	dirs := map[string]bool{}
-	for _, n := range names {
+	for _, n := range append(slices.Clone(names), linkNames...) {
 		for d := path.Dir(n); d != "." && !dirs[d]; d = path.Dir(d) {
 			dirs[d] = true
 		}
@@ -178,6 +234,11 @@ func tarball(files map[string][]byte, mode int64) ([]byte, error) {
 			return nil, err
 		}
 		if _, err := tw.Write(files[n]); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range linkNames {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: n, Linkname: links[n], Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 			return nil, err
 		}
 	}

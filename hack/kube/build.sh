@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# hack/kube/build.sh - build (or find in the cache) everything the one-node
+# cluster of hack/kube/up.sh runs, at pinned versions, from the Go module
+# proxy and Debian's packages:
+#
+#   .cache/kube/k8s-<version>/   kube-apiserver, kube-controller-manager,
+#                                kube-scheduler, kubelet, kubectl and etcd, one
+#                                `go build` of the wrapper module hack/kube/k8s
+#   .cache/kube/whereabouts-<v>/ whereabouts (IPAM plugin) and its CRDs
+#   .cache/kube/images/*.tar     OCI archives: the pause image, a busybox image
+#                                and the netns-pin image of deploy/Containerfile
+#   .cache/kube/bin/             links to the binaries of the pinned versions
+#
+# Multus (thin plugin), crictl, containerd and runc come from
+# hack/runtime/setup.sh tools, the reference CNI plugins and netns-pin from
+# hack/tools.sh. A warm run only checks stamps; Kubernetes cold takes about
+# ten minutes on two cores.
+set -euo pipefail
+# shellcheck source=hack/kube/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+ensure_packages() {
+	local missing=()
+	command -v openssl >/dev/null || missing+=(openssl)
+	[[ -x /bin/busybox ]] || missing+=(busybox-static)
+	((${#missing[@]} == 0)) && return 0
+	[[ "$(id -u)" == 0 ]] || die "missing Debian packages ${missing[*]} and not root"
+	log "apt-get install ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq </dev/null
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
+}
+
+# Kubernetes reports the version it was built as through these variables;
+# kubectl version and the node's kubeletVersion read them.
+k8s_ldflags() {
+	local minor="${K8S_VERSION#v1.}" ld="-s -w" p
+	minor="${minor%%.*}"
+	for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+		ld+=" -X ${p}.gitVersion=${K8S_VERSION} -X ${p}.gitMajor=1 -X ${p}.gitMinor=${minor} -X ${p}.gitTreeState=clean"
+	done
+	echo "${ld}"
+}
+
+build_k8s() {
+	local sum
+	sum="$(cat "${ROOT}/hack/kube/k8s/go.sum" | cksum | cut -d' ' -f1)"
+	stamp_ok k8s "${K8S_VERSION}-${sum}" && [[ -x "${K8S_BIN}/etcd" ]] && return 0
+	log "go build Kubernetes ${K8S_VERSION} and etcd ${ETCD_VERSION} (cold: ~10 min) -> ${K8S_BIN#"${ROOT}"/}"
+	local start tmp="${K8S_BIN}.tmp"
+	start="$(now_ms)"
+	rm -rf "${tmp}"
+	mkdir -p "${tmp}"
+	(cd "${ROOT}/hack/kube/k8s" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$(k8s_ldflags)" -o "${tmp}/" \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl \
+		go.etcd.io/etcd/server/v3)
+	# go build names etcd's main package after its module's path ("server")
+	mv "${tmp}/server" "${tmp}/etcd"
+	rm -rf "${K8S_BIN}"
+	mv "${tmp}" "${K8S_BIN}"
+	stamp_set k8s "${K8S_VERSION}-${sum}"
+	log "Kubernetes built in $((($(now_ms) - start) / 1000)) s"
+}
+
+# whereabouts' go.mod has a replace directive, so `go install pkg@version`
+# refuses it: build its command from a scratch module that requires it.
+build_whereabouts() {
+	stamp_ok whereabouts "${WHEREABOUTS_VERSION}" && [[ -x "${WHEREABOUTS_BIN}/whereabouts" ]] && return 0
+	log "go build ${WHEREABOUTS_MODULE}/cmd@${WHEREABOUTS_VERSION}"
+	local src="${KUBE_CACHE}/src/whereabouts-${WHEREABOUTS_VERSION}" dir
+	rm -rf "${src}"
+	mkdir -p "${src}" "${WHEREABOUTS_BIN}"
+	(cd "${src}" && go mod init netns-pin.local/whereabouts >/dev/null 2>&1 &&
+		go get "${WHEREABOUTS_MODULE}/cmd@${WHEREABOUTS_VERSION}" >/dev/null 2>&1 &&
+		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${WHEREABOUTS_BIN}/whereabouts" "${WHEREABOUTS_MODULE}/cmd")
+	dir="$(cd "${src}" && go list -m -f '{{.Dir}}' "${WHEREABOUTS_MODULE}")"
+	cp "${dir}"/doc/crds/whereabouts.cni.cncf.io_*.yaml "${WHEREABOUTS_BIN}/"
+	chmod 0644 "${WHEREABOUTS_BIN}"/*.yaml
+	stamp_set whereabouts "${WHEREABOUTS_VERSION}"
+}
+
+# multus_crd: the NetworkAttachmentDefinition CRD as Multus ships it (the
+# first document of its thin DaemonSet manifest).
+multus_crd() {
+	[[ -s "${KUBE_CACHE}/nad-crd-${MULTUS_VERSION}.yaml" ]] && return 0
+	local dir
+	dir="$(cd / && go mod download -json "${MULTUS_MODULE}@${MULTUS_VERSION}" | jq -r .Dir)"
+	awk 'BEGIN{RS="\n---\n"} /kind: CustomResourceDefinition/ {print; exit}' \
+		"${dir}/deployments/multus-daemonset.yml" >"${KUBE_CACHE}/nad-crd-${MULTUS_VERSION}.yaml"
+	grep -q 'network-attachment-definitions.k8s.cni.cncf.io' "${KUBE_CACHE}/nad-crd-${MULTUS_VERSION}.yaml" ||
+		die "no NetworkAttachmentDefinition CRD in Multus ${MULTUS_VERSION}'s deployments/multus-daemonset.yml"
+}
+
+ociimage() { (cd "${ROOT}" && go run ./hack/runtime/ociimage "$@"); }
+
+# busybox_args: -add/-symlink flags for Debian's static busybox and all its
+# applets under /bin.
+busybox_args() {
+	local a
+	echo "-add /bin/busybox=/bin/busybox"
+	for a in $(/bin/busybox --list); do
+		[[ "${a}" == busybox ]] || echo "-symlink /bin/${a}=busybox"
+	done
+}
+
+# Images: no registry is reachable, so each is an OCI archive made here.
+# The netns-pin image is what deploy/Containerfile describes: the static
+# plugin at /netns-pin on busybox, entrypoint /netns-pin, command version.
+build_images() {
+	local sum
+	mkdir -p "${IMAGES}" "${KUBE_CACHE}/bin"
+	sum="$(cat "${ROOT}/hack/runtime/pause/main.go" "${ROOT}/hack/runtime/ociimage/main.go" "${CACHE}/cni/bin/netns-pin" /bin/busybox | cksum | cut -d' ' -f1)"
+	stamp_ok kube-images "${sum}" && [[ -f "${IMAGES}/netns-pin.tar" ]] && return 0
+	log "OCI archives: ${PAUSE_IMAGE}, ${BUSYBOX_IMAGE}, ${INSTALLER_IMAGE}"
+	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "${KUBE_CACHE}/bin/pause" ./hack/runtime/pause)
+	ociimage -bin "${KUBE_CACHE}/bin/pause" -ref "${PAUSE_IMAGE}" -o "${IMAGES}/pause.tar"
+	# shellcheck disable=SC2046
+	ociimage -bin /bin/busybox -name /bin/busybox $(busybox_args | grep -v '^-add') -cmd sh -ref "${BUSYBOX_IMAGE}" -o "${IMAGES}/busybox.tar"
+	# shellcheck disable=SC2046
+	ociimage -bin "${CACHE}/cni/bin/netns-pin" -name /netns-pin $(busybox_args) -cmd version \
+		-ref "${INSTALLER_IMAGE}" -o "${IMAGES}/netns-pin.tar"
+	stamp_set kube-images "${sum}"
+}
+
+link_bins() {
+	local b
+	mkdir -p "${KUBE_CACHE}/bin"
+	for b in "${K8S_BIN}"/*; do ln -sfn "${b}" "${KUBE_CACHE}/bin/$(basename "${b}")"; done
+	ln -sfn "${WHEREABOUTS_BIN}/whereabouts" "${KUBE_CACHE}/bin/whereabouts"
+}
+
+main() {
+	local start
+	start="$(now_ms)"
+	[[ "$(id -u)" == 0 ]] || die "run as root"
+	ensure_packages
+	bash "${ROOT}/hack/runtime/setup.sh" tools
+	bash "${ROOT}/hack/tools.sh" plugin
+	mkdir -p "${KUBE_CACHE}"
+	multus_crd
+	build_images
+	build_whereabouts
+	build_k8s
+	link_bins
+	log "built in $((($(now_ms) - start) / 1000)) s"
+}
+
+main "$@"

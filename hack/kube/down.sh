@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# hack/kube/down.sh (make kube-down) - stop the cluster of hack/kube/up.sh
+# and put back what it and the kubelet changed on the host, also after a
+# failed or interrupted run:
+#   1. while the API server answers: delete the workloads (DaemonSets, then
+#      pods, not waiting for holders that netns-pin keeps Terminating);
+#   2. stop the kubelet, the scheduler, the controller manager, the API
+#      server and etcd by their recorded PIDs (TERM, then KILL);
+#   3. hack/runtime/teardown.sh on the run folder: sandboxes, containerd,
+#      shims, every mount below the folder (pins included), the kubepods
+#      cgroups, the folder itself;
+#   4. the host links, the sysctls the kubelet set and the folders it made
+#      at fixed places.
+# The build cache (.cache/kube) stays; admin.kubeconfig and env go.
+set -uo pipefail
+# shellcheck source=hack/kube/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+FAILED=0
+
+# stop NAME: TERM the recorded PID, KILL it after 15 s.
+stop() {
+	local pid deadline
+	pid="$(pid_of "$1")" || return 0
+	kill -TERM "${pid}" 2>/dev/null
+	deadline=$(($(now_ms) + 15000))
+	while kill -0 "${pid}" 2>/dev/null && (($(now_ms) < deadline)); do sleep 0.1; done
+	if kill -0 "${pid}" 2>/dev/null; then
+		log "$1 (pid ${pid}) ignored SIGTERM for 15 s: SIGKILL"
+		kill -KILL "${pid}" 2>/dev/null
+	fi
+	log "stopped $1 (pid ${pid})"
+	rm -f "${KUBE_DIR}/pids/$1"
+}
+
+delete_workloads() {
+	pid_of kube-apiserver >/dev/null && [[ -x "${KUBECTL}" ]] || return 0
+	local k=("${KUBECTL}" --kubeconfig "${KUBE_DIR}/admin.kubeconfig" --request-timeout=20s)
+	"${k[@]}" delete daemonsets,deployments,replicasets,jobs --all --all-namespaces --wait=false >/dev/null 2>&1
+	# a holder still in use stays Terminating: the forced teardown of its
+	# sandbox below takes it down
+	"${k[@]}" delete pods --all --all-namespaces --wait=true --timeout=30s >/dev/null 2>&1 ||
+		log "pods left after 30 s: $("${k[@]}" get pods -A --no-headers 2>/dev/null | wc -l)"
+}
+
+restore_host() {
+	local f="${KUBE_DIR}/host.orig" what a b
+	[[ -f "${f}" ]] || return 0
+	while read -r what a b; do
+		case "${what}" in
+		sysctl) sysctl -qw "${a}=${b}" || FAILED=1 ;;
+		created) rm -rf --one-file-system "${a}" || FAILED=1 ;;
+		esac
+	done <"${f}"
+}
+
+delete_links() {
+	local l
+	for l in "${BRIDGE}" "${STORAGE_MASTER}"; do
+		if ip link show "${l}" >/dev/null 2>&1; then
+			ip link del "${l}" || FAILED=1
+		fi
+	done
+}
+
+main() {
+	local start
+	start="$(now_ms)"
+	[[ "$(id -u)" == 0 ]] || die "run as root"
+	if [[ ! -d "${KUBE_DIR}" ]]; then
+		log "${KUBE_DIR}: nothing to tear down"
+		delete_links
+		exit "${FAILED}"
+	fi
+	delete_workloads
+	local c
+	for c in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "${c}"; done
+	# teardown.sh removes the folder; keep what step 4 needs
+	cp "${KUBE_DIR}/host.orig" "${KUBE_CACHE}/.host.orig" 2>/dev/null
+	KEEP_DIR=0 bash "${ROOT}/hack/runtime/teardown.sh" "${KUBE_DIR}" || FAILED=1
+	mkdir -p "${KUBE_DIR}"
+	mv "${KUBE_CACHE}/.host.orig" "${KUBE_DIR}/host.orig" 2>/dev/null
+	restore_host
+	rm -rf "${KUBE_DIR}"
+	delete_links
+	rm -f "${ADMIN_KUBECONFIG}" "${KUBE_CACHE}/env"
+	log "down in $((($(now_ms) - start) / 1000)) s$( ((FAILED)) && echo ' (with errors)')"
+	exit "${FAILED}"
+}
+
+main "$@"

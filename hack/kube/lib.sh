@@ -1,0 +1,91 @@
+# hack/kube/lib.sh - shared by hack/kube/*.sh (sourced): pinned versions,
+# the cache and run folders, small helpers.
+# shellcheck shell=bash
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CACHE="${ROOT}/.cache"
+KUBE_CACHE="${CACHE}/kube"
+STAMP_DIR="${CACHE}/stamps"
+
+# Kubernetes and etcd: the versions hack/kube/k8s/go.mod requires.
+K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "${ROOT}/hack/kube/k8s/go.mod")"
+ETCD_VERSION="$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "${ROOT}/hack/kube/k8s/go.mod")"
+WHEREABOUTS_MODULE="github.com/k8snetworkplumbingwg/whereabouts"
+WHEREABOUTS_VERSION="v0.9.2"
+# hack/runtime/setup.sh builds Multus; its CRD comes from the same module.
+MULTUS_MODULE="gopkg.in/k8snetworkplumbingwg/multus-cni.v4"
+MULTUS_VERSION="$(sed -n 's/^MULTUS_VERSION="\(.*\)"$/\1/p' "${ROOT}/hack/runtime/setup.sh")"
+
+# Built once per version, kept across kube-down.
+K8S_BIN="${KUBE_CACHE}/k8s-${K8S_VERSION}"
+WHEREABOUTS_BIN="${KUBE_CACHE}/whereabouts-${WHEREABOUTS_VERSION}"
+IMAGES="${KUBE_CACHE}/images"
+# What people use: kubectl and the admin kubeconfig of the running cluster.
+KUBECTL="${KUBE_CACHE}/bin/kubectl"
+ADMIN_KUBECONFIG="${KUBE_CACHE}/admin.kubeconfig"
+
+# Images the node's store gets (no registry is involved): the names the
+# manifests of deploy/ use, and a busybox for shell-based pods.
+PAUSE_IMAGE="registry.k8s.io/pause:3.10"
+INSTALLER_IMAGE="$(awk '/image: .*netns-pin/ {print $2; exit}' "${ROOT}/deploy/installer-daemonset.yaml")"
+BUSYBOX_IMAGE="localhost/netns-pin/busybox:test"
+
+# The running cluster: its own containerd root, state and socket, the
+# kubelet's root, the CNI folders, logs and PIDs, all below KUBE_DIR.
+KUBE_DIR="${NETNS_PIN_KUBE_DIR:-/var/lib/netns-pin-kube}"
+NODE_NAME="${NETNS_PIN_KUBE_NODE:-netns-pin-node}"
+CNI_BIN_DIR="${KUBE_DIR}/cni/bin"
+CNI_CONF_DIR="${KUBE_DIR}/cni/net.d"
+KUBELET_DIR="${KUBE_DIR}/kubelet"
+CONTAINERD_SOCK="${KUBE_DIR}/containerd/containerd.sock"
+# Host links: the default network's bridge, and a veth pair whose end is
+# the storage network's macvlan master (this kernel has no dummy links).
+BRIDGE="npkbr0"
+STORAGE_MASTER="npkm0"
+STORAGE_PEER="npkp0"
+# Addresses: test/ uses 10.99.X.0/24 and test/runtime 10.98.N.0/24.
+POD_SUBNET="10.97.0.0/24"
+STORAGE_SUBNET="10.97.64.0/24"
+SERVICE_SUBNET="10.97.128.0/24"
+
+export PATH="/usr/local/go/bin:${PATH}"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+
+log() { printf '[kube] %s\n' "$*" >&2; }
+die() {
+	log "ERROR: $*"
+	exit 1
+}
+now_ms() { date +%s%3N; }
+
+# stamp_ok NAME VERSION: a build of that version finished.
+stamp_ok() { [[ -f "${STAMP_DIR}/$1@$2" ]]; }
+stamp_set() {
+	rm -f "${STAMP_DIR}/$1@"*
+	mkdir -p "${STAMP_DIR}"
+	date -u +%FT%TZ >"${STAMP_DIR}/$1@$2"
+}
+
+# wait_until SECONDS DESCRIPTION CMD...: poll CMD until it succeeds.
+wait_until() {
+	local timeout="$1" what="$2" deadline
+	shift 2
+	deadline=$(($(now_ms) + timeout * 1000))
+	until "$@" >/dev/null 2>&1; do
+		(($(now_ms) < deadline)) || die "timed out after ${timeout}s waiting for ${what}"
+		sleep 0.2
+	done
+}
+
+kubectl_() { "${KUBECTL}" --kubeconfig "${ADMIN_KUBECONFIG}" "$@"; }
+
+# pid_of NAME: the recorded PID of a component, when it still runs the
+# binary it was started from.
+pid_of() {
+	local f="${KUBE_DIR}/pids/$1" pid
+	[[ -f "${f}" ]] || return 1
+	read -r pid <"${f}"
+	[[ -n "${pid}" ]] && kill -0 "${pid}" 2>/dev/null || return 1
+	[[ "$(tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null)" == *"$1"* ]] || return 1
+	echo "${pid}"
+}

@@ -1,0 +1,399 @@
+#!/usr/bin/env bash
+# hack/kube/up.sh (make kube-up) - a real one-node Kubernetes on this
+# machine, with netns-pin installed the way a user installs it.
+#
+#   1. hack/kube/build.sh: the pinned binaries and images (cached)
+#   2. its own containerd (root, state and socket under KUBE_DIR), etcd,
+#      kube-apiserver, kube-controller-manager, kube-scheduler and the
+#      kubelet, each started in the background with its PID recorded
+#   3. the node's CNI: Multus (thin) as the only configuration, with a
+#      kubeconfig of its own and the default network (bridge + host-local)
+#      as its delegate; the reference plugins and whereabouts in the CNI bin
+#      folder; the NetworkAttachmentDefinition CRD from Multus' sources and
+#      whereabouts' CRDs from its own
+#   4. netns-pin: the image of deploy/Containerfile imported into the node's
+#      image store, deploy/installer-daemonset.yaml applied (its host path
+#      pointed at this node's CNI bin folder) and waited for until the
+#      binary is in place
+#
+# Idempotent: with the cluster up it only checks and re-applies. Afterwards
+#   .cache/kube/bin/kubectl --kubeconfig .cache/kube/admin.kubeconfig get nodes
+# works; .cache/kube/env has the paths for scripts and tests. Stop it with
+# hack/kube/down.sh (make kube-down). Environment: NETNS_PIN_KUBE_DIR (the
+# run folder, default /var/lib/netns-pin-kube).
+set -euo pipefail
+# shellcheck source=hack/kube/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+PKI="${KUBE_DIR}/pki"
+ETCD_PORT=12379
+API_PORT=16443
+API_URL="https://127.0.0.1:${API_PORT}"
+# The node's address: the default network's bridge carries it, so the
+# cluster needs no route to anywhere.
+NODE_IP="${POD_SUBNET%.0/24}.1"
+START_TIMEOUT=120
+
+# --- host: folders, links, sysctls to restore -------------------------
+
+# remember_host records, once, what the kubelet and this script change on
+# the host, so down.sh can put it back.
+remember_host() {
+	local f="${KUBE_DIR}/host.orig" k p
+	[[ -f "${f}" ]] && return 0
+	{
+		# the kubelet's kernel tunables, and the bridge plugin's ip_forward
+		for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops \
+			kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward; do
+			echo "sysctl ${k} $(sysctl -n "${k}")"
+		done
+		# folders the kubelet makes at fixed places, whatever its root
+		for p in /var/lib/kubelet /var/log/containers /var/log/pods; do
+			[[ -e "${p}" ]] || echo "created ${p}"
+		done
+	} >"${f}.tmp"
+	mv "${f}.tmp" "${f}"
+}
+
+make_links() {
+	ip link show "${BRIDGE}" >/dev/null 2>&1 || ip link add "${BRIDGE}" type bridge
+	[[ "$(ip -4 -o addr show dev "${BRIDGE}")" == *" ${NODE_IP}/"* ]] || ip addr add "${NODE_IP}/24" dev "${BRIDGE}"
+	ip link set "${BRIDGE}" up
+	ip link show "${STORAGE_MASTER}" >/dev/null 2>&1 ||
+		ip link add "${STORAGE_MASTER}" type veth peer name "${STORAGE_PEER}"
+	ip link set "${STORAGE_MASTER}" up
+	ip link set "${STORAGE_PEER}" up
+}
+
+# --- PKI and kubeconfigs ----------------------------------------------
+
+# cert NAME SUBJECT EXTENSIONS: a key and a certificate signed by the CA.
+cert() {
+	[[ -f "${PKI}/$1.crt" ]] && return 0
+	openssl genrsa -out "${PKI}/$1.key" 2048 2>/dev/null
+	openssl req -new -key "${PKI}/$1.key" -subj "$2" -out "${PKI}/$1.csr" 2>/dev/null
+	printf '%b\n' "$3" >"${PKI}/$1.ext"
+	openssl x509 -req -in "${PKI}/$1.csr" -CA "${PKI}/ca.crt" -CAkey "${PKI}/ca.key" -CAcreateserial \
+		-days 3650 -extfile "${PKI}/$1.ext" -out "${PKI}/$1.crt" 2>/dev/null
+}
+
+kubeconfig() {
+	cat >"${KUBE_DIR}/$1.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: netns-pin
+  cluster: {certificate-authority: ${PKI}/ca.crt, server: "${API_URL}"}
+users:
+- name: $1
+  user: {client-certificate: ${PKI}/$1.crt, client-key: ${PKI}/$1.key}
+contexts:
+- name: netns-pin
+  context: {cluster: netns-pin, user: $1}
+current-context: netns-pin
+KC
+}
+
+make_pki() {
+	mkdir -p "${PKI}"
+	chmod 0700 "${PKI}"
+	if [[ ! -f "${PKI}/ca.crt" ]]; then
+		openssl genrsa -out "${PKI}/ca.key" 2048 2>/dev/null
+		openssl req -x509 -new -nodes -key "${PKI}/ca.key" -subj /CN=netns-pin-kube-ca -days 3650 -out "${PKI}/ca.crt"
+	fi
+	cert apiserver /CN=kube-apiserver "subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:${SERVICE_SUBNET%.0/24}.1,IP:${NODE_IP}\nextendedKeyUsage=serverAuth"
+	cert admin "/O=system:masters/CN=admin" extendedKeyUsage=clientAuth
+	cert kubelet "/O=system:nodes/CN=system:node:${NODE_NAME}" extendedKeyUsage=clientAuth
+	cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" extendedKeyUsage=clientAuth
+	cert controller-manager /CN=system:kube-controller-manager extendedKeyUsage=clientAuth
+	cert scheduler /CN=system:kube-scheduler extendedKeyUsage=clientAuth
+	# Multus and whereabouts run as users of their own, given the
+	# ClusterRoles of their upstream manifests (apply_rbac)
+	cert multus /CN=netns-pin:multus extendedKeyUsage=clientAuth
+	cert whereabouts /CN=netns-pin:whereabouts extendedKeyUsage=clientAuth
+	[[ -f "${PKI}/sa.key" ]] || {
+		openssl genrsa -out "${PKI}/sa.key" 2048 2>/dev/null
+		openssl rsa -in "${PKI}/sa.key" -pubout -out "${PKI}/sa.pub" 2>/dev/null
+	}
+	local u
+	for u in admin kubelet controller-manager scheduler multus whereabouts; do kubeconfig "${u}"; done
+	mkdir -p "${KUBE_CACHE}"
+	cp "${KUBE_DIR}/admin.kubeconfig" "${ADMIN_KUBECONFIG}"
+}
+
+# --- configuration files ----------------------------------------------
+
+write_containerd_config() {
+	mkdir -p "${KUBE_DIR}/containerd/root" "${KUBE_DIR}/containerd/state" "${KUBE_DIR}/run" "${KUBE_DIR}/opt"
+	cat >"${KUBE_DIR}/containerd/config.toml" <<EOC
+# Written by hack/kube/up.sh: the node's runtime, apart from any other
+# containerd on the machine.
+version = 2
+root = "${KUBE_DIR}/containerd/root"
+state = "${KUBE_DIR}/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp"]
+
+[grpc]
+  address = "${CONTAINERD_SOCK}"
+
+[ttrpc]
+  address = "${CONTAINERD_SOCK}.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "${KUBE_DIR}/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "${PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  # sandboxes' netns under the state folder, not /var/run/netns
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "${KUBE_DIR}/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "${CNI_BIN_DIR}"
+    conf_dir = "${CNI_CONF_DIR}"
+    max_conf_num = 1
+EOC
+	cat >"${KUBE_DIR}/crictl.yaml" <<EOC
+runtime-endpoint: unix://${CONTAINERD_SOCK}
+image-endpoint: unix://${CONTAINERD_SOCK}
+timeout: 60
+EOC
+	# hack/runtime/teardown.sh (used by down.sh) reads these
+	cat >"${KUBE_DIR}/env" <<EOC
+# Written by hack/kube/up.sh; source it.
+CGROUP_PARENT=/kubepods
+EOC
+}
+
+# The node's CNI: Multus as the only configuration, the default network
+# inline as its delegate (Multus v4.2.3 caches a "clusterNetwork" given as a
+# file path without the plugins' own fields). retryDeleteOnError keeps a
+# pod's delegate cache while a DEL fails, so the kubelet's retries DEL the
+# same networks.
+write_cni() {
+	mkdir -p "${CNI_BIN_DIR}" "${CNI_CONF_DIR}" "${KUBE_DIR}/multus.d" "${KUBE_DIR}/lib/cni"
+	local p
+	for p in bridge macvlan host-local loopback; do
+		install -m 0755 "${CACHE}/cni/bin/${p}" "${CNI_BIN_DIR}/${p}"
+	done
+	install -m 0755 "${CACHE}/runtime/bin/multus" "${CNI_BIN_DIR}/multus"
+	install -m 0755 "${WHEREABOUTS_BIN}/whereabouts" "${CNI_BIN_DIR}/whereabouts"
+	jq -n --arg kc "${KUBE_DIR}/multus.kubeconfig" --arg dir "${KUBE_DIR}" --arg bin "${CNI_BIN_DIR}" \
+		--arg br "${BRIDGE}" --arg subnet "${POD_SUBNET}" --arg gw "${NODE_IP}" '{
+		cniVersion: "1.0.0", name: "multus-cni-network", type: "multus",
+		kubeconfig: $kc, confDir: ($dir + "/multus.d"), cniDir: ($dir + "/lib/cni/multus"),
+		binDir: $bin, logFile: ($dir + "/logs/multus.log"), logLevel: "verbose",
+		retryDeleteOnError: true, multusNamespace: "kube-system", systemNamespaces: ["kube-system"],
+		delegates: [{
+			cniVersion: "1.0.0", name: "default-net",
+			plugins: [{type: "bridge", bridge: $br, isGateway: true,
+				ipam: {type: "host-local", dataDir: ($dir + "/lib/cni/host-local"),
+					ranges: [[{subnet: $subnet, gateway: $gw}]], routes: [{dst: "0.0.0.0/0"}]}}]
+		}]
+	}' >"${CNI_CONF_DIR}/.00-multus.conf.tmp"
+	mv "${CNI_CONF_DIR}/.00-multus.conf.tmp" "${CNI_CONF_DIR}/00-multus.conf"
+	# whereabouts reads its datastore from a flat file, where its
+	# DaemonSet would install it (NADs name it with configuration_path)
+	mkdir -p "${CNI_CONF_DIR}/whereabouts.d"
+	jq -n --arg kc "${KUBE_DIR}/whereabouts.kubeconfig" --arg log "${KUBE_DIR}/logs/whereabouts.log" \
+		'{datastore: "kubernetes", kubernetes: {kubeconfig: $kc}, log_file: $log, log_level: "verbose"}' \
+		>"${CNI_CONF_DIR}/whereabouts.d/whereabouts.conf"
+}
+
+write_kubelet_config() {
+	cat >"${KUBE_DIR}/kubelet-config.yaml" <<EOC
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication: {anonymous: {enabled: false}, webhook: {enabled: true}, x509: {clientCAFile: ${PKI}/ca.crt}}
+authorization: {mode: Webhook}
+# cgroup v1 hosts without systemd
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://${CONTAINERD_SOCK}
+failSwapOn: false
+address: ${NODE_IP}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+clusterDomain: cluster.local
+# no DNS runs here; named so pods get no MissingClusterDNS warnings
+clusterDNS: [${SERVICE_SUBNET%.0/24}.10]
+staticPodPath: ${KUBE_DIR}/manifests
+podLogsDir: ${KUBE_DIR}/pod-logs
+volumePluginDir: ${KUBE_DIR}/volume-plugins
+# a test machine: never evict, never collect images (none can be pulled)
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "0%", nodefs.available: "0%", imagefs.available: "0%", nodefs.inodesFree: "0%"}
+# no iptables here
+makeIPTablesUtilChains: false
+EOC
+}
+
+# --- processes ----------------------------------------------------------
+
+# start NAME CMD...: run CMD in its own session, output to logs/NAME.log.
+start() {
+	local name="$1"
+	shift
+	pid_of "${name}" >/dev/null && return 0
+	setsid "$@" </dev/null >>"${KUBE_DIR}/logs/${name}.log" 2>&1 &
+	echo $! >"${KUBE_DIR}/pids/${name}"
+	# hack/runtime/teardown.sh stops containerd by this file
+	[[ "${name}" != containerd ]] || echo $! >"${KUBE_DIR}/containerd.pid"
+	log "${name} started (pid $!), log ${KUBE_DIR}/logs/${name}.log"
+}
+
+start_containerd() {
+	start containerd containerd --config "${KUBE_DIR}/containerd/config.toml"
+	wait_until 60 "containerd" ctr --address "${CONTAINERD_SOCK}" version
+	local img
+	for img in pause busybox netns-pin; do
+		ctr --address "${CONTAINERD_SOCK}" -n k8s.io images import "${IMAGES}/${img}.tar" >/dev/null
+	done
+}
+
+start_control_plane() {
+	start etcd "${K8S_BIN}/etcd" --name netns-pin --data-dir "${KUBE_DIR}/etcd" \
+		--listen-client-urls "http://127.0.0.1:${ETCD_PORT}" --advertise-client-urls "http://127.0.0.1:${ETCD_PORT}" \
+		--listen-peer-urls http://127.0.0.1:12380 --initial-advertise-peer-urls http://127.0.0.1:12380 \
+		--initial-cluster netns-pin=http://127.0.0.1:12380 --listen-metrics-urls http://127.0.0.1:12381
+	start kube-apiserver "${K8S_BIN}/kube-apiserver" --etcd-servers="http://127.0.0.1:${ETCD_PORT}" \
+		--bind-address=127.0.0.1 --secure-port="${API_PORT}" --advertise-address="${NODE_IP}" \
+		--service-cluster-ip-range="${SERVICE_SUBNET}" --client-ca-file="${PKI}/ca.crt" \
+		--tls-cert-file="${PKI}/apiserver.crt" --tls-private-key-file="${PKI}/apiserver.key" \
+		--kubelet-client-certificate="${PKI}/apiserver-kubelet-client.crt" \
+		--kubelet-client-key="${PKI}/apiserver-kubelet-client.key" --kubelet-preferred-address-types=InternalIP \
+		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file="${PKI}/sa.pub" --service-account-signing-key-file="${PKI}/sa.key" \
+		--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=true
+	wait_until "${START_TIMEOUT}" "kube-apiserver" kubectl_ get --raw /readyz
+	start kube-controller-manager "${K8S_BIN}/kube-controller-manager" \
+		--kubeconfig="${KUBE_DIR}/controller-manager.kubeconfig" \
+		--authentication-kubeconfig="${KUBE_DIR}/controller-manager.kubeconfig" \
+		--authorization-kubeconfig="${KUBE_DIR}/controller-manager.kubeconfig" \
+		--bind-address=127.0.0.1 --leader-elect=false --service-account-private-key-file="${PKI}/sa.key" \
+		--root-ca-file="${PKI}/ca.crt" --use-service-account-credentials=true \
+		--service-cluster-ip-range="${SERVICE_SUBNET}" --controllers='*,-bootstrapsigner,-tokencleaner,-csrsigning'
+	start kube-scheduler "${K8S_BIN}/kube-scheduler" --kubeconfig="${KUBE_DIR}/scheduler.kubeconfig" \
+		--authentication-kubeconfig="${KUBE_DIR}/scheduler.kubeconfig" \
+		--authorization-kubeconfig="${KUBE_DIR}/scheduler.kubeconfig" --bind-address=127.0.0.1 --leader-elect=false
+}
+
+start_kubelet() {
+	start kubelet "${K8S_BIN}/kubelet" --config="${KUBE_DIR}/kubelet-config.yaml" \
+		--kubeconfig="${KUBE_DIR}/kubelet.kubeconfig" --root-dir="${KUBELET_DIR}" \
+		--cert-dir="${KUBELET_DIR}/pki" --hostname-override="${NODE_NAME}" --node-ip="${NODE_IP}"
+	wait_until "${START_TIMEOUT}" "node ${NODE_NAME}" kubectl_ get node "${NODE_NAME}"
+	kubectl_ wait --for=condition=Ready "node/${NODE_NAME}" --timeout="${START_TIMEOUT}s" >/dev/null
+}
+
+# --- what runs on the cluster ----------------------------------------
+
+# yaml_docs_of_kind KIND FILE: the documents of a multi-document YAML file
+# with that top-level kind.
+yaml_docs_of_kind() {
+	awk -v kind="kind: $1" 'BEGIN { RS = "\n---\n" }
+		{ n = split($0, l, "\n"); for (i = 1; i <= n; i++) if (l[i] == kind) { print; print "---"; next } }' "$2"
+}
+
+# apply_rbac: Multus' and whereabouts' ClusterRoles from their own
+# manifests, bound to the users of their kubeconfigs.
+apply_rbac() {
+	local mdir wdir
+	mdir="$(cd / && go mod download -json "${MULTUS_MODULE}@${MULTUS_VERSION}" | jq -r .Dir)"
+	wdir="$(cd "${KUBE_CACHE}/src/whereabouts-${WHEREABOUTS_VERSION}" && go list -m -f '{{.Dir}}' "${WHEREABOUTS_MODULE}")"
+	{
+		yaml_docs_of_kind ClusterRole "${mdir}/deployments/multus-daemonset.yml"
+		yaml_docs_of_kind ClusterRole "${wdir}/doc/crds/daemonset-install.yaml"
+	} | kubectl_ apply -f - >/dev/null
+	kubectl_ create clusterrolebinding netns-pin-multus --clusterrole=multus --user=netns-pin:multus \
+		--dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
+	kubectl_ create clusterrolebinding netns-pin-whereabouts --clusterrole=whereabouts-cni --user=netns-pin:whereabouts \
+		--dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
+}
+
+apply_crds() {
+	kubectl_ apply -f "${KUBE_CACHE}/nad-crd-${MULTUS_VERSION}.yaml" >/dev/null
+	kubectl_ apply -f "${WHEREABOUTS_BIN}/whereabouts.cni.cncf.io_ippools.yaml" \
+		-f "${WHEREABOUTS_BIN}/whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml" \
+		-f "${WHEREABOUTS_BIN}/whereabouts.cni.cncf.io_nodeslicepools.yaml" >/dev/null
+	kubectl_ wait --for=condition=Established --timeout=60s \
+		crd/network-attachment-definitions.k8s.cni.cncf.io crd/ippools.whereabouts.cni.cncf.io \
+		crd/overlappingrangeipreservations.whereabouts.cni.cncf.io >/dev/null
+}
+
+# install_netns_pin applies deploy/installer-daemonset.yaml as it is but
+# for the host path of the CNI bin folder, and waits for the copy.
+install_netns_pin() {
+	sed "s#path: /opt/cni/bin#path: ${CNI_BIN_DIR}#" "${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
+	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
+	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
+	if ! cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin"; then
+		# the plugin was rebuilt since (the image under the same name was
+		# re-imported): roll the installer, as a user upgrades
+		log "netns-pin changed: kubectl rollout restart daemonset/netns-pin-installer"
+		kubectl_ -n kube-system rollout restart daemonset/netns-pin-installer >/dev/null
+		kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
+		cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin" ||
+			die "the installer DaemonSet did not install the new netns-pin"
+	fi
+}
+
+write_env() {
+	cat >"${KUBE_CACHE}/env" <<EOC
+# Written by hack/kube/up.sh: the running cluster. Source it.
+KUBECONFIG=${ADMIN_KUBECONFIG}
+KUBECTL=${KUBECTL}
+KUBE_DIR=${KUBE_DIR}
+KUBE_NODE=${NODE_NAME}
+KUBE_NODE_IP=${NODE_IP}
+KUBELET_DIR=${KUBELET_DIR}
+KUBE_CNI_BIN_DIR=${CNI_BIN_DIR}
+KUBE_CONTAINERD_SOCK=${CONTAINERD_SOCK}
+KUBE_CRICTL_CONFIG=${KUBE_DIR}/crictl.yaml
+KUBE_STORAGE_MASTER=${STORAGE_MASTER}
+KUBE_STORAGE_SUBNET=${STORAGE_SUBNET}
+KUBE_WHEREABOUTS_CONF=${CNI_CONF_DIR}/whereabouts.d/whereabouts.conf
+KUBE_BUSYBOX_IMAGE=${BUSYBOX_IMAGE}
+K8S_VERSION=${K8S_VERSION}
+EOC
+}
+
+main() {
+	local start
+	start="$(now_ms)"
+	[[ "$(id -u)" == 0 ]] || die "run as root"
+	bash "${ROOT}/hack/kube/build.sh"
+	local t_build
+	t_build="$(now_ms)"
+	mkdir -p "${KUBE_DIR}/logs" "${KUBE_DIR}/pids" "${KUBE_DIR}/manifests"
+	chmod 0711 "${KUBE_DIR}"
+	remember_host
+	make_links
+	make_pki
+	write_containerd_config
+	write_cni
+	write_kubelet_config
+	start_containerd
+	start_control_plane
+	apply_rbac
+	apply_crds
+	start_kubelet
+	install_netns_pin
+	write_env
+	log "up in $((($(now_ms) - start) / 1000)) s (build/check $(((t_build - start) / 1000)) s): $("${KUBECTL}" --kubeconfig "${ADMIN_KUBECONFIG}" get node "${NODE_NAME}" --no-headers)"
+	log "kubectl: ${KUBECTL} --kubeconfig ${ADMIN_KUBECONFIG}"
+}
+
+main "$@"

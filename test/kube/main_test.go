@@ -1,0 +1,222 @@
+package kube
+
+// The suite's cluster: hack/kube/up.sh on first use, hack/kube/down.sh at
+// the end, and the helpers every scenario uses (kubectl, the manifests of
+// deploy/ with their names and addresses patched, what netns-pin leaves on
+// the node).
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/internal/host"
+)
+
+const (
+	upTimeout  = 40 * time.Minute // from nothing: Kubernetes builds in ~10 min on 2 cores
+	cmdTimeout = 2 * time.Minute
+	// podTimeout bounds a pod's start or a DaemonSet's rollout step.
+	podTimeout = 2 * time.Minute
+	// releaseTimeout bounds the release of a holder once unused: the kubelet
+	// retries a failed KillPod on its pod worker's backoff, at most a
+	// minute or so apart (plus the sync period), so one retry fits.
+	releaseTimeout = 3 * time.Minute
+	// pinNamespace is where the holders run and what the NADs of deploy/
+	// list in cniArgsNamespaces.
+	pinNamespace = "rook-ceph"
+	storageIf    = "net1"
+)
+
+// cluster is the running Kubernetes shared by every test.
+type cluster struct {
+	repo       string
+	env        map[string]string // .cache/kube/env
+	kubectlBin string
+	kubeconfig string
+	crictl     string
+	crictlConf string
+	pinBin     string // the binary the installer put into the node's CNI bin dir
+	pinDir     string // the NADs' pinDir: the kubelet's plugins folder, as on a real node
+	stateDir   string
+	owned      bool // up.sh started it: down.sh removes it at the end
+}
+
+var (
+	clOnce sync.Once
+	cl     *cluster
+	clErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cl != nil && cl.owned {
+		if err := cl.down(); err != nil {
+			fmt.Fprintf(os.Stderr, "kube teardown: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+// requireCluster returns the running cluster, making it on first use. It
+// fails (never skips) the test when that is impossible.
+func requireCluster(t *testing.T) *cluster {
+	t.Helper()
+	clOnce.Do(func() { cl, clErr = newCluster() })
+	if clErr != nil {
+		t.Fatalf("Kubernetes end to end suite cannot run: %v", clErr)
+	}
+	return cl
+}
+
+func newCluster() (*cluster, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("it needs root (a kubelet, containerd, network namespaces): run `make test` or `go test ./test/kube/` as root")
+	}
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{repo: repo}
+	envFile := filepath.Join(repo, ".cache", "kube", "env")
+	wasUp := false
+	if env, err := readEnvFile(envFile); err == nil {
+		c.env = env
+		wasUp = c.kubectl("get", "--raw", "/readyz").Err == nil
+	}
+	c.owned = !wasUp && os.Getenv("NETNS_PIN_KUBE_KEEP") != "1"
+	// up.sh is idempotent: with the cluster up it checks and re-applies.
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(repo, "hack", "kube", "up.sh")).CombinedOutput()
+	fmt.Fprintf(os.Stderr, "hack/kube/up.sh (%s):\n%s", time.Since(start).Round(time.Millisecond), tail(string(out), 30))
+	if err != nil {
+		return c, fmt.Errorf("hack/kube/up.sh: %v", err)
+	}
+	if c.env, err = readEnvFile(envFile); err != nil {
+		return c, err
+	}
+	c.kubectlBin, c.kubeconfig = c.env["KUBECTL"], c.env["KUBECONFIG"]
+	c.crictl = filepath.Join(repo, ".cache", "runtime", "bin", "crictl")
+	c.crictlConf = c.env["KUBE_CRICTL_CONFIG"]
+	c.pinBin = filepath.Join(c.env["KUBE_CNI_BIN_DIR"], "netns-pin")
+	c.pinDir = filepath.Join(c.env["KUBELET_DIR"], "plugins", "netns-pin")
+	c.stateDir = filepath.Join(c.env["KUBE_DIR"], "lib", "cni", "netns-pin")
+	return c, host.CheckExecutable(c.pinBin)
+}
+
+func (c *cluster) down() error {
+	out, err := exec.Command(filepath.Join(c.repo, "hack", "kube", "down.sh")).CombinedOutput()
+	fmt.Fprintf(os.Stderr, "hack/kube/down.sh:\n%s", tail(string(out), 20))
+	return err
+}
+
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			env[k] = v
+		}
+	}
+	for _, k := range []string{"KUBECTL", "KUBECONFIG", "KUBE_DIR", "KUBELET_DIR", "KUBE_CNI_BIN_DIR", "KUBE_CRICTL_CONFIG",
+		"KUBE_STORAGE_MASTER", "KUBE_STORAGE_SUBNET", "KUBE_WHEREABOUTS_CONF", "KUBE_BUSYBOX_IMAGE"} {
+		if env[k] == "" {
+			return nil, fmt.Errorf("%s: %s is not set", path, k)
+		}
+	}
+	return env, sc.Err()
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n") + "\n"
+}
+
+// kubectl runs kubectl against the cluster.
+func (c *cluster) kubectl(args ...string) host.CmdResult {
+	return c.kubectlIn(nil, args...)
+}
+
+func (c *cluster) kubectlIn(stdin []byte, args ...string) host.CmdResult {
+	bin := c.kubectlBin
+	if bin == "" {
+		bin = c.env["KUBECTL"]
+	}
+	kc := c.kubeconfig
+	if kc == "" {
+		kc = c.env["KUBECONFIG"]
+	}
+	return host.RunCmd(cmdTimeout, nil, stdin, bin, append([]string{"--kubeconfig", kc}, args...)...)
+}
+
+func (c *cluster) mustKubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	r := c.kubectl(args...)
+	require.NoError(t, r.Err, "%s", r)
+	return r.Stdout
+}
+
+// apply sends objects to the API server with kubectl apply, as JSON.
+func (c *cluster) apply(t *testing.T, objs ...map[string]any) {
+	t.Helper()
+	for _, o := range objs {
+		b, err := json.Marshal(o)
+		require.NoError(t, err)
+		r := c.kubectlIn(b, "apply", "-f", "-")
+		require.NoError(t, r.Err, "kubectl apply %s %s:\n%s", str(o, "kind"), str(o, "metadata", "name"), r)
+	}
+}
+
+// getJSON decodes `kubectl get ... -o json`.
+func (c *cluster) getJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	out := c.mustKubectl(t, append(args, "-o", "json")...)
+	require.NoError(t, json.Unmarshal([]byte(out), v), "kubectl get %v", args)
+}
+
+// crictlRun runs crictl against the node's containerd.
+func (c *cluster) crictlRun(args ...string) host.CmdResult {
+	return host.RunCmd(cmdTimeout, nil, nil, c.crictl, append([]string{"--config", c.crictlConf}, args...)...)
+}
+
+func str(v any, path ...string) string {
+	s, _ := get(v, path...).(string)
+	return s
+}
+
+// get walks nested maps; nil when a key is missing.
+func get(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}

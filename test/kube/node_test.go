@@ -1,0 +1,356 @@
+package kube
+
+// What the tests look at: pods and events through the API server, sandboxes
+// through containerd's CRI, and netns-pin's records, pins and links on the
+// node.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/host"
+)
+
+// pod is what the tests read of a Pod.
+type pod struct {
+	Metadata struct {
+		Name              string            `json:"name"`
+		Namespace         string            `json:"namespace"`
+		UID               string            `json:"uid"`
+		DeletionTimestamp *time.Time        `json:"deletionTimestamp"`
+		Annotations       map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Status struct {
+		Phase      string `json:"phase"`
+		Conditions []struct {
+			Type               string    `json:"type"`
+			Status             string    `json:"status"`
+			LastTransitionTime time.Time `json:"lastTransitionTime"`
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+func (p pod) String() string { return p.Metadata.Namespace + "/" + p.Metadata.Name }
+
+// readySince is when the pod became Ready; zero when it is not.
+func (p pod) readySince() time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == "Ready" && c.Status == "True" {
+			return c.LastTransitionTime
+		}
+	}
+	return time.Time{}
+}
+
+// storageIP is net1's address as Multus reports it in the pod's
+// network-status annotation.
+func (p pod) storageIP() string {
+	var st []struct {
+		Interface string   `json:"interface"`
+		IPs       []string `json:"ips"`
+	}
+	_ = json.Unmarshal([]byte(p.Metadata.Annotations["k8s.v1.cni.cncf.io/network-status"]), &st)
+	for _, s := range st {
+		if s.Interface == storageIf && len(s.IPs) > 0 {
+			return s.IPs[0]
+		}
+	}
+	return ""
+}
+
+// pods lists the pods of a namespace matching a label selector.
+func (c *cluster) pods(t *testing.T, ns, selector string) []pod {
+	t.Helper()
+	var list struct {
+		Items []pod `json:"items"`
+	}
+	c.getJSON(t, &list, "-n", ns, "get", "pods", "-l", selector)
+	return list.Items
+}
+
+// podByUID returns the pod with that UID, false when it is gone.
+func (c *cluster) podByUID(t *testing.T, ns, selector, uid string) (pod, bool) {
+	t.Helper()
+	for _, p := range c.pods(t, ns, selector) {
+		if p.Metadata.UID == uid {
+			return p, true
+		}
+	}
+	return pod{}, false
+}
+
+// waitRunning waits for one Ready pod matching selector whose UID is not
+// in skip, and returns it.
+func (c *cluster) waitRunning(t *testing.T, ns, selector string, skip ...string) pod {
+	t.Helper()
+	var got pod
+	ok := host.Poll(podTimeout, 250*time.Millisecond, func() bool {
+		for _, p := range c.pods(t, ns, selector) {
+			if !slices.Contains(skip, p.Metadata.UID) && p.Metadata.DeletionTimestamp == nil &&
+				p.Status.Phase == "Running" && !p.readySince().IsZero() {
+				got = p
+				return true
+			}
+		}
+		return false
+	})
+	if !ok {
+		c.dumpState(t, ns)
+	}
+	require.True(t, ok, "no Ready pod %s in %s within %s", selector, ns, podTimeout)
+	return got
+}
+
+// dumpState logs what a person would look at when a wait fails.
+func (c *cluster) dumpState(t *testing.T, ns string) {
+	t.Helper()
+	t.Logf("kubectl get pods:\n%s", c.kubectl("-n", ns, "get", "pods", "-o", "wide").Stdout)
+	t.Logf("kubectl get events:\n%s", c.kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp").Stdout)
+	t.Logf("crictl pods:\n%s", c.crictlRun("pods").Stdout)
+}
+
+// sandbox is a pod's sandbox as containerd knows it.
+type sandbox struct {
+	id        string
+	netnsPath string
+	netns     nsID
+}
+
+// sandboxOf finds the pod's (newest) sandbox through the CRI.
+func (c *cluster) sandboxOf(t *testing.T, p pod) sandbox {
+	t.Helper()
+	r := c.crictlRun("pods", "--label", "io.kubernetes.pod.uid="+p.Metadata.UID, "-q", "--latest")
+	require.NoError(t, r.Err, "%s", r)
+	id := strings.TrimSpace(r.Stdout)
+	require.NotEmpty(t, id, "no sandbox for %s", p)
+	r = c.crictlRun("inspectp", "-o", "json", id)
+	require.NoError(t, r.Err, "%s", r)
+	var info struct {
+		Info struct {
+			RuntimeSpec struct {
+				Linux struct {
+					Namespaces []struct {
+						Type string `json:"type"`
+						Path string `json:"path"`
+					} `json:"namespaces"`
+				} `json:"linux"`
+			} `json:"runtimeSpec"`
+		} `json:"info"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &info))
+	sb := sandbox{id: id}
+	for _, n := range info.Info.RuntimeSpec.Linux.Namespaces {
+		if n.Type == "network" {
+			sb.netnsPath = n.Path
+		}
+	}
+	require.NotEmpty(t, sb.netnsPath, "sandbox %s has no netns path", id)
+	sb.netns = nsIdentity(t, sb.netnsPath)
+	return sb
+}
+
+// record is netns-pin's record of a pinned attachment (the fields the
+// tests check).
+type record struct {
+	Cluster  string   `json:"cluster"`
+	PodNS    string   `json:"podNamespace"`
+	PodName  string   `json:"podName"`
+	PodUID   string   `json:"podUID"`
+	PinPath  string   `json:"pinPath"`
+	NetnsDev uint64   `json:"netnsDev"`
+	NetnsIno uint64   `json:"netnsIno"`
+	IPs      []string `json:"ips"`
+	Links    []string `json:"links"`
+	State    string   `json:"state"`
+}
+
+func (c *cluster) recordPath(sb sandbox) string {
+	return filepath.Join(c.stateDir, "records", sb.id+"."+storageIf+".json")
+}
+
+func (c *cluster) pinPath(sb sandbox) string {
+	return filepath.Join(c.pinDir, "pins", sb.id+"."+storageIf)
+}
+
+// readRecord returns the sandbox's record, nil when there is none.
+func (c *cluster) readRecord(t *testing.T, sb sandbox) *record {
+	t.Helper()
+	b, err := os.ReadFile(c.recordPath(sb))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	var r record
+	require.NoError(t, json.Unmarshal(b, &r), "record %s", c.recordPath(sb))
+	return &r
+}
+
+// requirePinned checks the pod's netns is pinned for clusterName in state
+// want and the pin holds that netns.
+func (c *cluster) requirePinned(t *testing.T, p pod, sb sandbox, clusterName, want string) *record {
+	t.Helper()
+	r := c.readRecord(t, sb)
+	require.NotNil(t, r, "no record for %s (%s)", p, c.recordPath(sb))
+	assert.Equal(t, clusterName, r.Cluster)
+	assert.Equal(t, want, r.State, "record state of %s", p)
+	assert.Equal(t, p.Metadata.Name, r.PodName)
+	assert.Equal(t, p.Metadata.UID, r.PodUID)
+	assert.Equal(t, c.pinPath(sb), r.PinPath)
+	assert.Equal(t, sb.netns, nsIdentity(t, c.pinPath(sb)), "pin of %s", p)
+	return r
+}
+
+// unpinned reports whether nothing of the sandbox is left in netns-pin's
+// folders: no record, no pin.
+func (c *cluster) unpinned(sb sandbox) bool {
+	_, errR := os.Lstat(c.recordPath(sb))
+	_, errP := os.Lstat(c.pinPath(sb))
+	return os.IsNotExist(errR) && os.IsNotExist(errP)
+}
+
+// linkTarget is the pin a cluster's link leads to (through its relative
+// symlink), "" when there is no link.
+func linkTarget(link string) string {
+	target, err := os.Readlink(link)
+	if err != nil {
+		return ""
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(link), target)
+	}
+	return target
+}
+
+// nsID is an nsfs file's identity: device and inode.
+type nsID struct{ Dev, Ino uint64 }
+
+func nsIdentity(t *testing.T, path string) nsID {
+	t.Helper()
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(path, &st), "stat %s", path)
+	return nsID{uint64(st.Dev), st.Ino}
+}
+
+// addrsIn lists the global addresses of ifname in the netns at path (none
+// when the interface is missing).
+func addrsIn(t *testing.T, path, ifname string) []string {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	require.NoError(t, err, "open netns %s", path)
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	require.NoError(t, err, "netlink handle in %s", path)
+	defer h.Close()
+	l, err := h.LinkByName(ifname)
+	if err != nil {
+		return nil
+	}
+	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
+	require.NoError(t, err)
+	var out []string
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap().IsGlobalUnicast() {
+			out = append(out, ip.Unmap().String())
+		}
+	}
+	return out
+}
+
+// client stands for a Ceph client made in a holder's netns: a process
+// started with `nsenter --net=<link>`, the way ceph-csi runs `rbd map` and
+// CephFS mounts in the holder's netns. netns-pin counts it as a process
+// that uses the netns.
+type client struct {
+	cmd   *exec.Cmd
+	netns nsID
+}
+
+func startClient(t *testing.T, link string) *client {
+	t.Helper()
+	cmd := exec.Command("nsenter", "--net="+link, "--", "sleep", "3600")
+	require.NoError(t, cmd.Start(), "nsenter --net=%s", link)
+	cl := &client{cmd: cmd}
+	t.Cleanup(cl.stop)
+	// nsenter execs sleep in the same process once it has entered the netns
+	var id nsID
+	require.True(t, host.Poll(10*time.Second, 20*time.Millisecond, func() bool {
+		var st unix.Stat_t
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid))
+		if strings.TrimSpace(string(comm)) != "sleep" || unix.Stat(fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid), &st) != nil {
+			return false
+		}
+		id = nsID{uint64(st.Dev), st.Ino}
+		return true
+	}), "client through %s did not start", link)
+	cl.netns = id
+	return cl
+}
+
+func (cl *client) stop() {
+	if cl.cmd.ProcessState != nil {
+		return
+	}
+	_ = cl.cmd.Process.Signal(syscall.SIGKILL)
+	_ = cl.cmd.Wait()
+}
+
+// event is a Kubernetes event (the fields kubectl prints).
+type event struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Count   int    `json:"count"`
+	Source  struct {
+		Component string `json:"component"`
+	} `json:"source"`
+}
+
+// eventsOf lists the events of a pod with a reason.
+func (c *cluster) eventsOf(t *testing.T, p pod, reason string) []event {
+	t.Helper()
+	var list struct {
+		Items []event `json:"items"`
+	}
+	c.getJSON(t, &list, "-n", p.Metadata.Namespace, "get", "events",
+		"--field-selector", "involvedObject.uid="+p.Metadata.UID+",reason="+reason)
+	return list.Items
+}
+
+// whereaboutsHas reports whether whereabouts holds an address for the pod
+// (an allocation in any IPPool whose podref is the pod).
+func (c *cluster) whereaboutsHas(t *testing.T, p pod) bool {
+	t.Helper()
+	var list struct {
+		Items []struct {
+			Spec struct {
+				Allocations map[string]struct {
+					PodRef string `json:"podref"`
+				} `json:"allocations"`
+			} `json:"spec"`
+		} `json:"items"`
+	}
+	c.getJSON(t, &list, "get", "ippools.whereabouts.cni.cncf.io", "-A")
+	for _, pool := range list.Items {
+		for _, a := range pool.Spec.Allocations {
+			if a.PodRef == p.String() {
+				return true
+			}
+		}
+	}
+	return false
+}
