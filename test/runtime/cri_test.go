@@ -41,6 +41,7 @@ type netSpec struct {
 	holders           []map[string]any
 	cniArgsNamespaces []string
 	links             []string
+	cacheDirs         []string
 }
 
 // storageNet is a NetworkAttachmentDefinition "ceph-public-N" in namespace
@@ -89,6 +90,9 @@ func (s *suite) newStorageNet(t *testing.T, spec netSpec) *storageNet {
 	}
 	if spec.links != nil {
 		pin["links"] = spec.links
+	}
+	if spec.cacheDirs != nil {
+		pin["cacheDirs"] = spec.cacheDirs
 	}
 	list := map[string]any{
 		"cniVersion": "1.0.0",

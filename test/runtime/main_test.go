@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,9 @@ type suite struct {
 	master       string // veth end, macvlan master of the storage networks
 	peer         string // the veth's other end
 	setupTime    time.Duration
+	// noRetryOnError: Multus without "retryDeleteOnError" (see
+	// setRetryDeleteOnError).
+	noRetryOnError bool
 }
 
 var (
@@ -271,7 +275,7 @@ func (s *suite) multusConfig() map[string]any {
 		"binDir":             s.cniBin,
 		"logFile":            filepath.Join(s.dir, "multus.log"),
 		"logLevel":           "verbose",
-		"retryDeleteOnError": true,
+		"retryDeleteOnError": !s.noRetryOnError,
 		"multusNamespace":    "kube-system",
 		"systemNamespaces":   []string{"kube-system"},
 	}
@@ -282,6 +286,26 @@ func (s *suite) writeMultusConfig() error {
 		return err
 	}
 	return writeJSON(filepath.Join(s.cniConf, "00-multus.conf"), s.multusConfig())
+}
+
+// setRetryDeleteOnError rewrites Multus' configuration with
+// retryDeleteOnError on or off until the test ends, and waits until
+// containerd has loaded it.
+func (s *suite) setRetryDeleteOnError(t *testing.T, on bool) {
+	t.Helper()
+	set := func(on bool) error {
+		s.noRetryOnError = !on
+		if err := s.writeMultusConfig(); err != nil {
+			return err
+		}
+		want := regexp.MustCompile(fmt.Sprintf(`retryDeleteOnError\\?"\s*:\s*%v`, on))
+		if !host.Poll(readyTimeout, 50*time.Millisecond, func() bool { return want.MatchString(s.crictlRun("info").Stdout) }) {
+			return fmt.Errorf("containerd did not load Multus' configuration with retryDeleteOnError %v", on)
+		}
+		return nil
+	}
+	require.NoError(t, set(on))
+	t.Cleanup(func() { require.NoError(t, set(true)) })
 }
 
 // waitNetworkReady polls the CRI status until containerd has loaded the
