@@ -100,10 +100,9 @@ func (s *Store) load() (*view, error) {
 
 // Pin pins the netns of an attachment and points the cluster's links at
 // it: an active record with the netns's addresses, the bind mount, the
-// links. Pinning
-// an attachment that is already pinned to the same netns is a no-op but
-// for what is missing: an interrupted ADD is completed, a pin unmounted
-// from outside is made again.
+// links. Pinning an attachment that is already pinned to the same netns is
+// a no-op but for what is missing: an interrupted ADD is completed, a pin
+// unmounted from outside is made again.
 func (s *Store) Pin(req PinRequest) (*Record, error) {
 	name, err := AttachmentName(req.ContainerID, req.IfName)
 	if err != nil {
