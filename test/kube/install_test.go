@@ -40,6 +40,10 @@ func TestInstalledByDaemonSet(t *testing.T) {
 	}
 	logs := c.mustKubectl(t, "-n", "kube-system", "logs", "daemonset/netns-pin-installer", "-c", "install")
 	assert.Contains(t, logs, "netns-pin", "the installer ran the installed binary's version command")
+	// the node's sweeper runs the installed binary in the host's mount
+	// namespace
+	sweep := c.mustKubectl(t, "-n", "kube-system", "logs", "daemonset/netns-pin-installer", "-c", "sweep")
+	assert.Contains(t, sweep, `"msg":"sweeper started"`, "the sweep container runs netns-pin sweep")
 	// the binary in the node's CNI bin folder is the one the image carries
 	installed, err := os.ReadFile(c.pinBin)
 	require.NoError(t, err)
