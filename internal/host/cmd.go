@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -121,4 +122,32 @@ func Poll(timeout, interval time.Duration, cond func() bool) bool {
 		}
 		<-tick.C
 	}
+}
+
+// ReadEnvFile reads the KEY=VALUE lines of a file written by the setup
+// scripts (hack/runtime/setup.sh, hack/kube/up.sh) and requires every key
+// of want to be set.
+func ReadEnvFile(path string, want ...string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			env[k] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	for _, k := range want {
+		if env[k] == "" {
+			return nil, fmt.Errorf("%s: %s is not set", path, k)
+		}
+	}
+	return env, nil
 }

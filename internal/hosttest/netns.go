@@ -1,11 +1,14 @@
 package hosttest
 
 import (
+	"net/netip"
 	"os"
 	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/netns-pin/netns-pin/internal/host"
 )
@@ -77,4 +80,29 @@ func StartInNetns(t *testing.T, path, name string, args ...string) *exec.Cmd {
 		}
 	})
 	return cmd
+}
+
+// AddrsIn lists the global IPv4/IPv6 addresses of ifname in the netns at
+// path (none when the interface is missing).
+func AddrsIn(t *testing.T, path, ifname string) []string {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	require.NoError(t, err, "open netns %s", path)
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	require.NoError(t, err, "netlink handle in %s", path)
+	defer h.Close()
+	l, err := h.LinkByName(ifname)
+	if err != nil {
+		return nil
+	}
+	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
+	require.NoError(t, err)
+	var out []string
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap().IsGlobalUnicast() {
+			out = append(out, ip.Unmap().String())
+		}
+	}
+	return out
 }

@@ -87,7 +87,7 @@ func (h *holderSet) waitHolder(t *testing.T, skip ...string) holder {
 	ho := holder{pod: p, sb: sb, ip: p.storageIP()}
 	require.NotEmpty(t, ho.ip, "no %s address in the network-status of %s", storageIf, p)
 	assert.Contains(t, r.IPs, ho.ip, "record's addresses")
-	assert.Equal(t, []string{ho.ip}, addrsIn(t, sb.netnsPath, storageIf), "%s of %s", storageIf, p)
+	assert.Equal(t, []string{ho.ip}, hosttest.AddrsIn(t, sb.netnsPath, storageIf), "%s of %s", storageIf, p)
 	return ho
 }
 
@@ -167,7 +167,7 @@ func TestHolderDaemonSetRollout(t *testing.T) {
 	require.True(t, ok, "the old holder must stay Terminating while its client lives")
 	assert.NotNil(t, p.Metadata.DeletionTimestamp)
 	c.requirePinned(t, old.pod, old.sb, h.cluster, "draining")
-	assert.Equal(t, []string{old.ip}, addrsIn(t, c.pinPath(old.sb), storageIf), "the old netns keeps its interface and address")
+	assert.Equal(t, []string{old.ip}, hosttest.AddrsIn(t, c.pinPath(old.sb), storageIf), "the old netns keeps its interface and address")
 	assert.True(t, c.whereaboutsHas(t, old.pod), "whereabouts keeps the old holder's lease")
 	h.requireLinkTo(t, next)
 	assert.Equal(t, old.sb.netns, cl.netns)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // Scenario 4: `kubectl delete pod --force --grace-period=0` of a holder in
@@ -45,7 +46,7 @@ func TestForceDeletedHolderInUse(t *testing.T) {
 		return rec != nil && rec.State == "draining"
 	}), "the force-deleted holder's record did not turn draining")
 	c.requirePinned(t, old.pod, old.sb, h.cluster, "draining")
-	assert.Equal(t, []string{old.ip}, addrsIn(t, c.pinPath(old.sb), storageIf))
+	assert.Equal(t, []string{old.ip}, hosttest.AddrsIn(t, c.pinPath(old.sb), storageIf))
 	assert.True(t, c.whereaboutsHas(t, old.pod), "whereabouts keeps the lease while the netns is used")
 
 	cl.stop()
@@ -98,7 +99,7 @@ func TestDrainingHolderSurvivesNodeRestart(t *testing.T) {
 	_, present := c.podByUID(t, pinNamespace, h.selector, old.pod.Metadata.UID)
 	assert.True(t, present, "the draining holder is still Terminating after the restart")
 	c.requirePinned(t, old.pod, old.sb, h.cluster, "draining")
-	assert.Equal(t, []string{old.ip}, addrsIn(t, c.pinPath(old.sb), storageIf))
+	assert.Equal(t, []string{old.ip}, hosttest.AddrsIn(t, c.pinPath(old.sb), storageIf))
 	assert.True(t, c.whereaboutsHas(t, old.pod))
 	h.requireLinkTo(t, next)
 	c.waitRunning(t, pinNamespace, h.selector, old.pod.Metadata.UID)

@@ -6,7 +6,6 @@ package kube
 // the node).
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,6 +58,10 @@ var (
 	clErr  error
 )
 
+// kubeEnvKeys are what hack/kube/up.sh writes to .cache/kube/env.
+var kubeEnvKeys = []string{"KUBECTL", "KUBECONFIG", "KUBE_DIR", "KUBELET_DIR", "KUBE_CNI_BIN_DIR", "KUBE_CRICTL_CONFIG",
+	"KUBE_STORAGE_MASTER", "KUBE_STORAGE_SUBNET", "KUBE_WHEREABOUTS_CONF", "KUBE_BUSYBOX_IMAGE"}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if cl != nil && cl.owned {
@@ -94,7 +97,7 @@ func newCluster() (*cluster, error) {
 	c := &cluster{repo: repo}
 	envFile := filepath.Join(repo, ".cache", "kube", "env")
 	wasUp := false
-	if env, err := readEnvFile(envFile); err == nil {
+	if env, err := host.ReadEnvFile(envFile, kubeEnvKeys...); err == nil {
 		c.env = env
 		wasUp = c.kubectl("get", "--raw", "/readyz").Err == nil
 	}
@@ -108,7 +111,7 @@ func newCluster() (*cluster, error) {
 	if err != nil {
 		return c, fmt.Errorf("hack/kube/up.sh: %v", err)
 	}
-	if c.env, err = readEnvFile(envFile); err != nil {
+	if c.env, err = host.ReadEnvFile(envFile, kubeEnvKeys...); err != nil {
 		return c, err
 	}
 	c.kubectlBin, c.kubeconfig = c.env["KUBECTL"], c.env["KUBECONFIG"]
@@ -124,29 +127,6 @@ func (c *cluster) down() error {
 	out, err := exec.Command(filepath.Join(c.repo, "hack", "kube", "down.sh")).CombinedOutput()
 	fmt.Fprintf(os.Stderr, "hack/kube/down.sh:\n%s", tail(string(out), 20))
 	return err
-}
-
-func readEnvFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
-			env[k] = v
-		}
-	}
-	for _, k := range []string{"KUBECTL", "KUBECONFIG", "KUBE_DIR", "KUBELET_DIR", "KUBE_CNI_BIN_DIR", "KUBE_CRICTL_CONFIG",
-		"KUBE_STORAGE_MASTER", "KUBE_STORAGE_SUBNET", "KUBE_WHEREABOUTS_CONF", "KUBE_BUSYBOX_IMAGE"} {
-		if env[k] == "" {
-			return nil, fmt.Errorf("%s: %s is not set", path, k)
-		}
-	}
-	return env, sc.Err()
 }
 
 func tail(s string, lines int) string {

@@ -7,7 +7,6 @@ package kube
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,8 +18,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/host"
@@ -244,31 +241,6 @@ func nsIdentity(t *testing.T, path string) nsID {
 	var st unix.Stat_t
 	require.NoError(t, unix.Stat(path, &st), "stat %s", path)
 	return nsID{uint64(st.Dev), st.Ino}
-}
-
-// addrsIn lists the global addresses of ifname in the netns at path (none
-// when the interface is missing).
-func addrsIn(t *testing.T, path, ifname string) []string {
-	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	require.NoError(t, err, "open netns %s", path)
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	require.NoError(t, err, "netlink handle in %s", path)
-	defer h.Close()
-	l, err := h.LinkByName(ifname)
-	if err != nil {
-		return nil
-	}
-	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
-	require.NoError(t, err)
-	var out []string
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap().IsGlobalUnicast() {
-			out = append(out, ip.Unmap().String())
-		}
-	}
-	return out
 }
 
 // client stands for a Ceph client made in a holder's netns: a process

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // appPod is a busybox pod on the storage network, with no claim.
@@ -55,7 +56,7 @@ func TestNonHolderPodsPassThrough(t *testing.T) {
 		ip := p.storageIP()
 		require.NotEmpty(t, ip, "%s has no %s address", p, storageIf)
 		sb := c.sandboxOf(t, p)
-		assert.Equal(t, []string{ip}, addrsIn(t, sb.netnsPath, storageIf))
+		assert.Equal(t, []string{ip}, hosttest.AddrsIn(t, sb.netnsPath, storageIf))
 		assert.Nil(t, c.readRecord(t, sb), "no record for %s", p)
 		assert.True(t, c.unpinned(sb), "no pin for %s", p)
 		after, err := os.ReadDir(filepath.Join(c.stateDir, "records"))

@@ -117,7 +117,7 @@ func TestRookStyleHolder(t *testing.T) {
 	_, present := c.podByUID(t, pinNamespace, "app="+name, old.Metadata.UID)
 	assert.True(t, present, "the old holder stays Terminating while used")
 	c.requirePinned(t, old, oldSB, clusterName, "draining")
-	assert.Equal(t, []string{oldIP}, addrsIn(t, c.pinPath(oldSB), storageIf), "the old netns keeps its interface and address")
+	assert.Equal(t, []string{oldIP}, hosttest.AddrsIn(t, c.pinPath(oldSB), storageIf), "the old netns keeps its interface and address")
 	assert.True(t, c.whereaboutsHas(t, old))
 	evs := c.eventsOf(t, old, "FailedKillPod")
 	assert.True(t, strings.Contains(evs[0].Message, "netns-pin: cluster "+clusterName), "event: %s", evs[0].Message)

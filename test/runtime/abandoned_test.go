@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // Multus thin without "retryDeleteOnError" deletes its cache of the pod's
@@ -85,7 +86,7 @@ func TestMultusGivesUpAndTheSweeperFinishes(t *testing.T) {
 	})
 	require.True(t, abandoned, "the sweeper sees that the runtime abandoned the holder")
 	sn.requirePinned(t, holder, cluster, "draining")
-	assert.Equal(t, []string{holder.storageIP}, addrsIn(t, sn.pinPath(holder), storageIfName), "net1 keeps its address while rbd0 is mapped")
+	assert.Equal(t, []string{holder.storageIP}, hosttest.AddrsIn(t, sn.pinPath(holder), storageIfName), "net1 keeps its address while rbd0 is mapped")
 	assert.True(t, sn.hostLocalHas(holder.storageIP))
 
 	sn.removeRBDDevice(t, 0)

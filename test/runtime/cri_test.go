@@ -7,7 +7,6 @@ package runtime
 import (
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 const (
@@ -337,7 +337,7 @@ func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]str
 	sb.defaultIP = st.Status.Network.IP
 	requireNsfs(t, sb.netnsPath)
 	sb.netnsID = nsIdentity(t, sb.netnsPath)
-	addrs := addrsIn(t, sb.netnsPath, storageIfName)
+	addrs := hosttest.AddrsIn(t, sb.netnsPath, storageIfName)
 	require.Len(t, addrs, 1, "%s: addresses of %s", sb, storageIfName)
 	sb.storageIP = addrs[0]
 	return sb, r
@@ -464,27 +464,6 @@ func requireNsfs(t *testing.T, path string) {
 	var fs unix.Statfs_t
 	require.NoError(t, unix.Statfs(path, &fs), "statfs %s", path)
 	require.Equal(t, int64(nsfsMagic), int64(fs.Type), "%s is not an nsfs file", path)
-}
-
-// addrsIn lists the global IPv4/IPv6 addresses of ifname in the netns at
-// path (no address when the interface is missing).
-func addrsIn(t *testing.T, path, ifname string) []string {
-	t.Helper()
-	h := netlinkHandle(t, path)
-	defer h.Close()
-	l, err := h.LinkByName(ifname)
-	if err != nil {
-		return nil
-	}
-	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
-	require.NoError(t, err)
-	var out []string
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap().IsGlobalUnicast() {
-			out = append(out, ip.Unmap().String())
-		}
-	}
-	return out
 }
 
 // linksIn lists the interface names in the netns at path.

@@ -5,7 +5,6 @@ package runtime
 // end.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -134,7 +133,7 @@ func newSuite() (*suite, error) {
 	if err != nil {
 		return s, fmt.Errorf("hack/runtime/setup.sh %s: %v", s.dir, err)
 	}
-	env, err := readEnvFile(filepath.Join(s.dir, "env"))
+	env, err := host.ReadEnvFile(filepath.Join(s.dir, "env"), "CRICTL", "CRI_CONFIG_FILE", "CNI_BIN_DIR", "CNI_CONF_DIR", "CGROUP_PARENT")
 	if err != nil {
 		return s, err
 	}
@@ -154,28 +153,6 @@ func newSuite() (*suite, error) {
 		return s, err
 	}
 	return s, s.waitNetworkReady()
-}
-
-func readEnvFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
-			env[k] = v
-		}
-	}
-	for _, k := range []string{"CRICTL", "CRI_CONFIG_FILE", "CNI_BIN_DIR", "CNI_CONF_DIR", "CGROUP_PARENT"} {
-		if env[k] == "" {
-			return nil, fmt.Errorf("%s: %s is not set", path, k)
-		}
-	}
-	return env, sc.Err()
 }
 
 // reapStale tears down runtimes of earlier runs that died without their

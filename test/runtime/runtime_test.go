@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -128,7 +129,7 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 	assert.Equal(t, "SANDBOX_NOTREADY", holder.podState(t))
 	requireNsfs(t, holder.netnsPath)
 	assert.Equal(t, holder.netnsID, nsIdentity(t, holder.netnsPath))
-	assert.Equal(t, []string{holder.storageIP}, addrsIn(t, holder.netnsPath, storageIfName), "net1 keeps its address")
+	assert.Equal(t, []string{holder.storageIP}, hosttest.AddrsIn(t, holder.netnsPath, storageIfName), "net1 keeps its address")
 	assert.True(t, sn.hostLocalHas(holder.storageIP), "host-local keeps the lease of %s", holder.storageIP)
 	t.Logf("interfaces left in the refused sandbox's netns: %v (Multus ran every delegate's DEL)", linksIn(t, holder.netnsPath))
 	sn.requirePinned(t, holder, cluster, "draining")
@@ -203,7 +204,7 @@ func TestHolderRestartTakesOverLink(t *testing.T) {
 	require.Error(t, res.Err, "crictl stopp of the referenced old holder:\n%s", res)
 	assert.Contains(t, runtimeError(res), "netns-pin: cluster "+cluster+": holder pod rook-ceph/"+old.name+" is still in use by")
 	sn.requirePinned(t, old, cluster, "draining")
-	assert.Equal(t, []string{old.storageIP}, addrsIn(t, old.netnsPath, storageIfName))
+	assert.Equal(t, []string{old.storageIP}, hosttest.AddrsIn(t, old.netnsPath, storageIfName))
 	sn.requireLinkTo(t, link, next) // new volumes go to the new holder
 
 	// The last volume of the old holder is unmapped: it goes, the link stays.
