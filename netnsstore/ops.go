@@ -54,15 +54,26 @@ func (v *view) drop(attachment string) { v.recs = withoutRecord(v.recs, attachme
 // release would move or remove. It wraps errCheckFailed: not known to be
 // unused is in use.
 func (v *view) blocked() error {
-	if len(v.bad) == 0 {
+	errs := v.badErrs()
+	if len(errs) == 0 {
 		return nil
 	}
+	return fmt.Errorf("%w: no pin is released while a record cannot be used (%d): %w", errCheckFailed, len(errs), errs[0])
+}
+
+// badErrs is why each record that cannot be used cannot, ordered by
+// attachment so that commands say it the same way every time.
+func (v *view) badErrs() []error {
 	names := make([]string, 0, len(v.bad))
 	for n := range v.bad {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return fmt.Errorf("%w: no pin is released while a record cannot be used (%d): %w", errCheckFailed, len(names), v.bad[names[0]])
+	errs := make([]error, len(names))
+	for i, n := range names {
+		errs[i] = v.bad[n]
+	}
+	return errs
 }
 
 // op runs fn under the store's lock, after reading every record and
@@ -424,11 +435,7 @@ func (s *Store) List() ([]*Record, error) {
 	var out []*Record
 	err := s.op("", func(v *view) error {
 		out = v.recs
-		var errs []error
-		for _, err := range v.bad {
-			errs = append(errs, err)
-		}
-		return errors.Join(errs...)
+		return errors.Join(v.badErrs()...)
 	})
 	return out, err
 }

@@ -68,6 +68,15 @@ func (s *Store) CheckTarget(r *Record) (netnsPath string, ips []string) {
 	return h.path, s.addrsNow(h, r)
 }
 
+// usesNow runs the in-use check on what a release of r would check
+// (CheckTarget), changing nothing.
+func (s *Store) usesNow(r *Record) ([]Use, error) {
+	path, ips := s.CheckTarget(r)
+	t := *r
+	t.IPs = ips
+	return s.inUse(&t, path)
+}
+
 // addrsNow is the union of r's recorded addresses and those its netns,
 // open at h, has now. A netns that is held always lists its addresses;
 // should it fail, the recorded ones still count.

@@ -3,6 +3,7 @@ package netnsstore
 import (
 	"errors"
 	"io/fs"
+	"slices"
 )
 
 // Finding is one thing a sweep changed, or would change with a dry run.
@@ -27,71 +28,51 @@ func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
 		held := func(r *Record) bool { return r.State == StateDraining || r.State == StateUnpinned }
 		var errs []error
 		findings, errs = s.collect(v, held, string(StateDraining))
-		for _, err := range v.bad {
-			errs = append(errs, err)
-		}
-		return errors.Join(errs...)
+		return errors.Join(append(errs, v.badErrs()...)...)
 	})
 	return findings, err
 }
 
 // sweepDryRun says what Sweep would do: what repair would do with each
-// record, and the in-use check of every draining record.
+// record, and the in-use check of every draining record, on what a release
+// would check (CheckTarget).
 func (s *Store) sweepDryRun() ([]Finding, error) {
-	unlock, err := s.lock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	v, err := s.load()
-	if err != nil {
-		return nil, err
-	}
 	var out []Finding
-	var errs []error
-	for _, r := range v.recs {
-		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster}
-		d := s.diagnose(r)
-		if d.action == "" && r.State != StateDraining {
-			continue
-		}
-		if d.action == ActionDrop || d.action == ActionRepin {
-			f.Action, f.Reason = d.action, d.reason
-			out = append(out, f)
-			continue
-		}
-		h := s.reach(r, "")
-		path := ""
-		if h != nil {
-			path = h.path
-		}
-		uses, err := s.inUse(r, path)
-		h.Close()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		f.Action, f.Reason = ActionRelease, "no longer in use"
-		if len(uses) > 0 {
-			f.Action, f.Reason = ActionKeep, "still in use"
-			for _, u := range uses {
-				f.References = append(f.References, u.What)
+	err := s.locked(func(v *view) error {
+		var errs []error
+		for _, r := range v.recs {
+			d := s.diagnose(r)
+			if d.action == "" && r.State != StateDraining {
+				continue
 			}
+			f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: d.action, Reason: d.reason}
+			if d.action != ActionDrop && d.action != ActionRepin {
+				uses, err := s.usesNow(r)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				f.Action, f.Reason = ActionRelease, "no longer in use"
+				if len(uses) > 0 {
+					f.Action, f.Reason = ActionKeep, "still in use"
+					for _, u := range uses {
+						f.References = append(f.References, u.What)
+					}
+				}
+				if d.reason != "" {
+					f.Reason = d.reason + ", " + f.Reason
+				}
+			}
+			out = append(out, f)
 		}
-		if d.reason != "" {
-			f.Reason = d.reason + ", " + f.Reason
-		}
-		out = append(out, f)
-	}
-	orphans, err := s.orphanPins(v)
-	errs = append(errs, err)
-	for _, n := range orphans {
-		out = append(out, Finding{Attachment: n, Action: ActionSettle, Reason: "pin without a record"})
-	}
-	for _, err := range v.bad {
+		orphans, err := s.orphanPins(v)
 		errs = append(errs, err)
-	}
-	return out, errors.Join(errs...)
+		for _, n := range orphans {
+			out = append(out, Finding{Attachment: n, Action: ActionSettle, Reason: "pin without a record"})
+		}
+		return errors.Join(append(errs, v.badErrs()...)...)
+	})
+	return out, err
 }
 
 // collect settles each record of v that want selects and says what became
@@ -99,7 +80,7 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding, []error) {
 	var findings []Finding
 	var errs []error
-	for _, r := range append([]*Record(nil), v.recs...) {
+	for _, r := range slices.Clone(v.recs) {
 		if !want(r) {
 			continue
 		}

@@ -195,6 +195,16 @@ type inUseReport struct {
 	References []inuse.Reference `json:"references"`
 }
 
+// referencesNow is the in-use check of r on what a DEL would check (the
+// pin or the runtime's netns, the addresses recorded and present),
+// changing nothing.
+func referencesNow(s *netnsstore.Store, c *conf.Config, r *netnsstore.Record) ([]inuse.Reference, error) {
+	path, ips := s.CheckTarget(r)
+	t := *r
+	t.IPs = ips
+	return inuse.Check(inUseTarget(&t, path), c.InUseOptions())
+}
+
 func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJSON bool) error {
 	rs, err := s.List()
 	if err != nil && len(rs) == 0 {
@@ -205,11 +215,7 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		if r.Attachment != what && r.Cluster != what {
 			continue
 		}
-		// What a DEL would check: the addresses the netns has now too.
-		path, ips := s.CheckTarget(r)
-		t := *r
-		t.IPs = ips
-		refs, err := inuse.Check(inUseTarget(&t, path), c.InUseOptions())
+		refs, err := referencesNow(s, c, r)
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.Attachment, err)
 		}
@@ -280,10 +286,10 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 	if force {
 		// Say what the release cuts before cutting it.
 		if r, err := s.Get(attachment); err == nil && r != nil {
-			if uses, err := inUseChecker(c)(r, r.PinPath); err == nil && len(uses) > 0 {
-				what := make([]string, len(uses))
-				for i, u := range uses {
-					what[i] = u.What
+			if refs, err := referencesNow(s, c, r); err == nil && len(refs) > 0 {
+				what := make([]string, len(refs))
+				for i, ref := range refs {
+					what[i] = ref.String()
 				}
 				fmt.Fprintf(w, "forcing release of %s while in use by: %s\n", attachment, strings.Join(what, "; "))
 			}
