@@ -137,25 +137,9 @@ func (c *cluster) sandboxOf(t *testing.T, p pod) sandbox {
 	require.NotEmpty(t, id, "no sandbox for %s", p)
 	r = c.crictlRun("inspectp", "-o", "json", id)
 	require.NoError(t, r.Err, "%s", r)
-	var info struct {
-		Info struct {
-			RuntimeSpec struct {
-				Linux struct {
-					Namespaces []struct {
-						Type string `json:"type"`
-						Path string `json:"path"`
-					} `json:"namespaces"`
-				} `json:"linux"`
-			} `json:"runtimeSpec"`
-		} `json:"info"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &info))
-	sb := sandbox{id: id}
-	for _, n := range info.Info.RuntimeSpec.Linux.Namespaces {
-		if n.Type == "network" {
-			sb.netnsPath = n.Path
-		}
-	}
+	st, err := host.ParseInspectp([]byte(r.Stdout))
+	require.NoError(t, err)
+	sb := sandbox{id: id, netnsPath: st.NetnsPath()}
 	require.NotEmpty(t, sb.netnsPath, "sandbox %s has no netns path", id)
 	sb.netns = nsIdentity(t, sb.netnsPath)
 	return sb

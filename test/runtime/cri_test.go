@@ -332,7 +332,7 @@ func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]str
 	require.Len(t, sb.id, 64, "crictl runp printed %q", r.Stdout)
 	st := sb.inspect(t)
 	require.Equal(t, "SANDBOX_READY", st.Status.State)
-	sb.netnsPath = st.netnsPath()
+	sb.netnsPath = st.NetnsPath()
 	require.NotEmpty(t, sb.netnsPath, "no network namespace path in crictl inspectp %s", sb.id)
 	sb.defaultIP = st.Status.Network.IP
 	requireNsfs(t, sb.netnsPath)
@@ -351,41 +351,12 @@ func (s *suite) mustRunPod(t *testing.T, ns, name string, annotations map[string
 	return sb
 }
 
-type inspectStatus struct {
-	Status struct {
-		ID      string `json:"id"`
-		State   string `json:"state"`
-		Network struct {
-			IP string `json:"ip"`
-		} `json:"network"`
-	} `json:"status"`
-	Info struct {
-		RuntimeSpec struct {
-			Linux struct {
-				Namespaces []struct {
-					Type string `json:"type"`
-					Path string `json:"path"`
-				} `json:"namespaces"`
-			} `json:"linux"`
-		} `json:"runtimeSpec"`
-	} `json:"info"`
-}
-
-func (st inspectStatus) netnsPath() string {
-	for _, n := range st.Info.RuntimeSpec.Linux.Namespaces {
-		if n.Type == "network" {
-			return n.Path
-		}
-	}
-	return ""
-}
-
-func (sb *sandbox) inspect(t *testing.T) inspectStatus {
+func (sb *sandbox) inspect(t *testing.T) host.SandboxInspect {
 	t.Helper()
 	r := sb.s.crictlRun("inspectp", "-o", "json", sb.id)
 	require.NoError(t, r.Err, "crictl inspectp %s:\n%s", sb.id, r)
-	var st inspectStatus
-	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &st))
+	st, err := host.ParseInspectp([]byte(r.Stdout))
+	require.NoError(t, err)
 	return st
 }
 
