@@ -489,3 +489,29 @@ func TestCheckRunsAfterTheLinksMovedOff(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"b.net1 -> ../pins/a.net1", "a.net1 -> (none)"}, during)
 }
+
+// A pin whose record was removed by hand is an orphan: repair releases it
+// only when the in-use check, run on the netns it holds with the addresses
+// it has now, finds nothing.
+func TestOrphanPinIsCheckedBeforeRelease(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.15.5/24")
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(filepath.Join(s.StateDir, "records", "c1.net1.json")))
+
+	var seen *Record
+	s.inUse = func(o *Record, _ string) ([]Use, error) { seen = o; return uses("process 9 (ceph-fuse)"), nil }
+	_, err = s.List()
+	require.NoError(t, err)
+	require.NotNil(t, seen, "the orphan was checked")
+	assert.Equal(t, []string{"10.98.15.5"}, seen.IPs, "with the addresses its netns has now")
+	assert.Equal(t, r.NetnsID(), seen.NetnsID())
+	assert.Equal(t, 2, nsfsMounts(t, r.NetnsIno), "in use: the orphan pin stays mounted")
+
+	s.inUse = notInUse
+	_, err = s.List()
+	require.NoError(t, err)
+	assert.Equal(t, 1, nsfsMounts(t, r.NetnsIno), "unused: only the netns's own mount remains")
+	assert.NoFileExists(t, r.PinPath)
+}
