@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,7 +70,7 @@ var errNoCache = errors.New("no libcni cache entry was captured")
 // the pin: what the runtime would have done on a retry.
 // DEL is idempotent in every CNI plugin, so running it again after a crash
 // frees nothing twice.
-func chainTeardown(log logger) netnsstore.TeardownFunc {
+func chainTeardown(log *slog.Logger) netnsstore.TeardownFunc {
 	return func(r *netnsstore.Record) error {
 		err := runChainDel(r)
 		if errors.Is(err, errNoCache) {
@@ -79,10 +80,6 @@ func chainTeardown(log logger) netnsstore.TeardownFunc {
 		}
 		return err
 	}
-}
-
-type logger interface {
-	Warn(msg string, args ...any)
 }
 
 // cacheEntry is the part of a libcni result cache entry ("cniCacheV1",
