@@ -91,7 +91,7 @@ func (r *request) pin(cl conf.Cluster) error {
 	if err != nil {
 		return err
 	}
-	if err := requireHostMountNS(); err != nil {
+	if err := requirePinsReach(r.conf.PinDir); err != nil {
 		return err
 	}
 	links, err := r.conf.LinkPaths(cl)
@@ -121,14 +121,12 @@ func (r *request) pin(cl conf.Cluster) error {
 	return nil
 }
 
-func requireHostMountNS() error {
-	same, ref, err := nsinfo.HostMountNS()
-	if err != nil {
+// requirePinsReach fails unless a pin made in pinDir reaches the host's
+// mount namespace, where ceph-csi looks for it (see nsinfo.PinsReachHost;
+// Multus thick mode needs pinDir as a Bidirectional volume).
+func requirePinsReach(pinDir string) error {
+	if err := nsinfo.PinsReachHost(pinDir); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, "netns-pin: "+err.Error(), "")
-	}
-	if !same {
-		return types.NewError(types.ErrPluginNotAvailable,
-			fmt.Sprintf("netns-pin: not running in the host mount namespace (compared /proc/self/ns/mnt with %s): pins made here would be invisible to ceph-csi and die with this namespace; run netns-pin from the runtime directly or from Multus thin mode, not from a Multus thick-mode daemon", ref), "")
 	}
 	return nil
 }

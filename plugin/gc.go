@@ -46,15 +46,15 @@ func cmdGC(args *skel.CmdArgs) error {
 	return nil
 }
 
-// cmdStatus answers whether pins can be made: the plugin must run in the
-// host mount namespace and pinDir/stateDir must be usable.
+// cmdStatus answers whether pins can be made: a pin made here must reach
+// the host's mount namespace and pinDir/stateDir must be usable.
 func cmdStatus(args *skel.CmdArgs) error {
 	r, err := parseRequest(args)
 	if err != nil {
 		return err
 	}
 	var problems []string
-	if err := requireHostMountNS(); err != nil {
+	if err := requirePinsReach(r.conf.PinDir); err != nil {
 		problems = append(problems, err.Error())
 	}
 	if _, _, done, err := r.openStore(); err != nil {

@@ -1,8 +1,8 @@
 package e2e
 
 // What the plugin must refuse (docs/design.md §5, §12, §13): a CNI_NETNS that is not another
-// network namespace, a holder ADD without prevResult, and running outside
-// the host mount namespace.
+// network namespace, a holder ADD without prevResult, and running in a mount
+// namespace from which pins would not reach the host.
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
@@ -70,9 +71,11 @@ func TestPinRequiresPrevResult(t *testing.T) {
 	assert.Empty(t, hosttest.MountsUnder(t, c.work), "mounts")
 }
 
-// The plugin run in a mount namespace of its own (as Multus thick mode runs
-// delegates): ADD fails and says so, STATUS reports error 50.
-func TestPinRefusesForeignMountNamespace(t *testing.T) {
+// foreignMountNSChain is a chain whose netns-pin runs in a mount namespace
+// of its own, a copy of the host's (as Multus thick mode runs delegates in
+// its daemon's container).
+func foreignMountNSChain(t *testing.T) *chain {
+	t.Helper()
 	e := requireEnv(t)
 	dir := hosttest.NewWorkDir(t, "netns-pin-e2e-")
 	cniPath := filepath.Join(dir, "bin")
@@ -82,13 +85,20 @@ func TestPinRefusesForeignMountNamespace(t *testing.T) {
 	}
 	wrapper := fmt.Sprintf("#!/bin/sh\nexec unshare --mount --propagation unchanged -- %s \"$@\"\n", filepath.Join(e.cniPath, "netns-pin"))
 	require.NoError(t, os.WriteFile(filepath.Join(cniPath, "netns-pin"), []byte(wrapper), 0o755))
+	return newChain(t, chainSpec{version: "1.1.0", cniPath: cniPath})
+}
 
-	c := newChain(t, chainSpec{version: "1.1.0", cniPath: cniPath})
+// The plugin run in a mount namespace of its own where pinDir is no peer of
+// a host mount: ADD fails and names the volume to add, STATUS reports
+// error 50.
+func TestPinRefusesForeignMountNamespace(t *testing.T) {
+	c := foreignMountNSChain(t)
 	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), false)
 	_, err := a.add(t)
 	require.Error(t, err, "ADD outside the host mount namespace")
-	assert.Contains(t, err.Error(), "mount namespace", "the error must say what is wrong")
+	assert.Contains(t, err.Error(), "would not reach the host", "the error must say what is wrong")
+	assert.Contains(t, err.Error(), "mountPropagation: Bidirectional", "and what to do")
 	t.Logf("ADD: %v", err)
 	assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins")
 	assert.Empty(t, hosttest.MountsUnder(t, c.work), "mounts")
@@ -98,4 +108,22 @@ func TestPinRefusesForeignMountNamespace(t *testing.T) {
 	err = c.cni.GetStatusNetworkList(ctx, c.list)
 	require.Error(t, err, "STATUS outside the host mount namespace")
 	assert.EqualValues(t, types.ErrPluginNotAvailable, cniErrorCode(err), "STATUS error code: %v", err)
+}
+
+// The same mount namespace of its own, but pinDir there is a peer of the
+// host's pinDir (a shared mount before the namespace was made, as a
+// Bidirectional volume is): the pin made there appears on the host, and so
+// does its release.
+func TestPinFromPeerMountNamespace(t *testing.T) {
+	c := foreignMountNSChain(t)
+	require.NoError(t, os.MkdirAll(c.pinDir, 0o755))
+	require.NoError(t, unix.Mount(c.pinDir, c.pinDir, "", unix.MS_BIND, ""))
+	require.NoError(t, unix.Mount("", c.pinDir, "", unix.MS_SHARED, ""))
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), false)
+	a.mustAdd(t)
+	assert.Equal(t, hosttest.StatNS(t, ns.Path), hosttest.StatNS(t, a.pinPath()), "the pin on the host is the netns")
+	require.NoError(t, a.del())
+	assert.Empty(t, treeEntries(t, filepath.Join(c.pinDir, "pins")), "pins")
+	assert.Equal(t, []string{c.pinDir}, hosttest.MountsUnder(t, c.work), "only pinDir's own mount is left")
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hack/runtime/setup.sh - a real CRI runtime for netns-pin's runtime end to end
-# suite (test/runtime): containerd + runc (Debian), crictl, Multus (thin), the
-# reference CNI plugins, netns-pin and a local pause image.
+# suite (test/runtime): containerd + runc (Debian), crictl, Multus (thin, and
+# thick: multus-shim + the multus-daemon image), the reference CNI plugins,
+# netns-pin and a local pause image.
 #
 # Usage:
 #   hack/runtime/setup.sh tools   build/install what is missing, start nothing
@@ -16,6 +17,9 @@
 #   .cache/runtime/bin/crictl   sigs.k8s.io/cri-tools/cmd/crictl@${CRICTL_VERSION}
 #   .cache/runtime/bin/multus   gopkg.in/k8snetworkplumbingwg/multus-cni.v4/cmd/multus@${MULTUS_VERSION}
 #                               (the thin plugin; the version is named, never listed)
+#   .cache/runtime/bin/multus-shim, multus-daemon   the thick plugin's two halves,
+#                               same module and version
+#   .cache/runtime/multus-daemon.tar   OCI archive of multus-daemon (hack/runtime/ociimage)
 #   .cache/runtime/pause.tar    OCI archive of hack/runtime/pause (static Go), made
 #                               by hack/runtime/ociimage: no registry is reachable
 #   .cache/cni/bin/*            reference plugins + netns-pin (hack/tools.sh)
@@ -26,7 +30,7 @@
 #   containerd/config.toml    CRI with restrict_oom_score_adj = true,
 #                             sandbox_image = the local pause image
 #   containerd.pid, containerd.log, run/containerd.sock
-#   cni/bin/                  links to multus, the reference plugins, netns-pin
+#   cni/bin/                  links to multus, multus-shim, the reference plugins, netns-pin
 #   cni/net.d/                empty: the caller writes the Multus config
 #   crictl.yaml
 #
@@ -45,6 +49,7 @@ CRICTL_VERSION="v1.34.0"
 MULTUS_MODULE="gopkg.in/k8snetworkplumbingwg/multus-cni.v4"
 MULTUS_VERSION="v4.2.3"
 PAUSE_IMAGE="localhost/netns-pin/pause:test"
+MULTUS_DAEMON_IMAGE="localhost/netns-pin/multus-daemon:${MULTUS_VERSION}"
 SETUP_TIMEOUT="${SETUP_TIMEOUT:-60}"
 
 export PATH="/usr/local/go/bin:${PATH}"
@@ -93,17 +98,25 @@ build_crictl() {
 
 # Multus: `go install pkg@version` asks the proxy for the module's version
 # list (deprecation check), which the proxy refuses for this module. Download
-# exactly the named version and build its thin plugin (cmd/multus) in the
-# module cache with the module's own go.sum.
+# exactly the named version and build its thin plugin (cmd/multus) and the
+# thick plugin's shim and daemon in the module cache with the module's own
+# go.sum; the daemon goes into an image, as upstream ships it.
 build_multus() {
-	stamp_ok multus "${MULTUS_VERSION}" "${RT_BIN}/multus" && return 0
-	log "go mod download ${MULTUS_MODULE}@${MULTUS_VERSION}; go build ./cmd/multus"
-	local dir
+	stamp_ok multus "${MULTUS_VERSION}-thick2" "${RT_BIN}/multus" && [[ -f "${RT_CACHE}/multus-daemon.tar" ]] && return 0
+	log "go mod download ${MULTUS_MODULE}@${MULTUS_VERSION}; go build ./cmd/multus ./cmd/multus-shim ./cmd/multus-daemon"
+	local dir cmd
 	dir="$(cd / && go mod download -json "${MULTUS_MODULE}@${MULTUS_VERSION}" | jq -r .Dir)"
 	[[ -d "${dir}" ]] || die "multus module not downloaded (${dir})"
-	(cd "${dir}" && CGO_ENABLED=0 go build -mod=readonly -trimpath -o "${RT_BIN}/.multus.tmp" ./cmd/multus)
-	mv -f "${RT_BIN}/.multus.tmp" "${RT_BIN}/multus"
-	stamp_set multus "${MULTUS_VERSION}"
+	for cmd in multus multus-shim multus-daemon; do
+		(cd "${dir}" && CGO_ENABLED=0 go build -mod=readonly -trimpath -o "${RT_BIN}/.${cmd}.tmp" "./cmd/${cmd}")
+		mv -f "${RT_BIN}/.${cmd}.tmp" "${RT_BIN}/${cmd}"
+	done
+	# multus-daemon checks that it runs as root with os/user, which needs
+	# /etc/passwd in a static build.
+	printf 'root:x:0:0:root:/root:/sbin/nologin\n' >"${RT_CACHE}/passwd"
+	(cd "${ROOT}" && go run ./hack/runtime/ociimage -bin "${RT_BIN}/multus-daemon" -add "/etc/passwd=${RT_CACHE}/passwd" \
+		-ref "${MULTUS_DAEMON_IMAGE}" -o "${RT_CACHE}/multus-daemon.tar")
+	stamp_set multus "${MULTUS_VERSION}-thick2"
 }
 
 build_pause_image() {
@@ -221,6 +234,7 @@ EOF
 	done
 	ln -sfn "${NETNS_PIN_BIN}" "${DIR}/cni/bin/netns-pin"
 	ln -sfn "${RT_BIN}/multus" "${DIR}/cni/bin/multus"
+	ln -sfn "${RT_BIN}/multus-shim" "${DIR}/cni/bin/multus-shim"
 }
 
 running() {
@@ -247,11 +261,13 @@ start_containerd() {
 	wait_until "${SETUP_TIMEOUT}" "containerd's socket" ctr --address "${DIR}/run/containerd.sock" version
 }
 
-import_image() {
-	if ctr --address "${DIR}/run/containerd.sock" -n k8s.io images ls -q | grep -qx "${PAUSE_IMAGE}"; then
-		return 0
-	fi
-	ctr --address "${DIR}/run/containerd.sock" -n k8s.io images import "${RT_CACHE}/pause.tar" >/dev/null
+import_images() {
+	local ctr=(ctr --address "${DIR}/run/containerd.sock" -n k8s.io) have ref
+	have="$("${ctr[@]}" images ls -q)"
+	for ref in "${PAUSE_IMAGE}=pause.tar" "${MULTUS_DAEMON_IMAGE}=multus-daemon.tar"; do
+		grep -qxF "${ref%%=*}" <<<"${have}" && continue
+		"${ctr[@]}" images import "${RT_CACHE}/${ref#*=}" >/dev/null
+	done
 }
 
 write_env() {
@@ -267,6 +283,8 @@ CTR=$(command -v ctr)
 CNI_BIN_DIR=${DIR}/cni/bin
 CNI_CONF_DIR=${DIR}/cni/net.d
 PAUSE_IMAGE=${PAUSE_IMAGE}
+MULTUS_DAEMON_IMAGE=${MULTUS_DAEMON_IMAGE}
+MULTUS_BIN_DIR=${RT_BIN}
 CGROUP_PARENT=/netns-pin-rt-$(basename "${DIR}" | tr -c 'a-zA-Z0-9_\n-' '_')
 MULTUS_VERSION=${MULTUS_VERSION}
 CRICTL_VERSION=${CRICTL_VERSION}
@@ -297,7 +315,7 @@ main() {
 	t_tools="$(now_ms)"
 	write_config
 	start_containerd
-	import_image
+	import_images
 	CRI_CONFIG_FILE="${DIR}/crictl.yaml" wait_until "${SETUP_TIMEOUT}" "the CRI plugin" \
 		"${RT_BIN}/crictl" --config "${DIR}/crictl.yaml" info
 	write_env

@@ -1,15 +1,12 @@
 // Package nsinfo answers questions about namespaces that netns-pin does not
-// own: the addresses of a network namespace, and whether this process runs
-// in the host's mount namespace.
+// own: the addresses of a network namespace, and whether a mount made by
+// this process reaches the host's mount namespace.
 package nsinfo
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 
@@ -78,37 +75,4 @@ func globalAddr(m syscall.NetlinkMessage) (netip.Addr, bool) {
 	}
 	addr = addr.Unmap()
 	return addr, addr.IsValid() && !addr.IsLinkLocalUnicast()
-}
-
-// HostMountNS tells whether this process runs in the host's mount
-// namespace, and which reference it compared with. Pins made in any other
-// mount namespace (Multus thick mode runs delegates in its own container)
-// are invisible to ceph-csi and vanish with that namespace.
-// The reference is PID 1; where /proc/1/ns is unreadable (some VMs and
-// sandboxes) PID 2, kthreadd, which the kernel starts in the initial
-// namespaces.
-func HostMountNS() (same bool, reference string, err error) {
-	self, err := os.Stat("/proc/self/ns/mnt")
-	if err != nil {
-		return false, "", fmt.Errorf("stat /proc/self/ns/mnt: %w", err)
-	}
-	var errs []error
-	for _, ref := range []string{"/proc/1/ns/mnt", "/proc/2/ns/mnt"} {
-		if ref == "/proc/2/ns/mnt" && !isKthreadd() {
-			errs = append(errs, errors.New("PID 2 is not kthreadd"))
-			continue
-		}
-		fi, err := os.Stat(ref)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		return os.SameFile(self, fi), ref, nil
-	}
-	return false, "", fmt.Errorf("cannot find the host mount namespace: %w", errors.Join(errs...))
-}
-
-func isKthreadd() bool {
-	b, err := os.ReadFile("/proc/2/comm")
-	return err == nil && strings.TrimSpace(string(b)) == "kthreadd"
 }

@@ -34,6 +34,7 @@ type kubeAPI struct {
 	dir        string
 	kubectlBin string
 	kubeconfig string // cluster-admin through a static token
+	token      string // that token
 	url        string
 	procs      []*exec.Cmd
 }
@@ -116,7 +117,7 @@ func (k *kubeAPI) writeFiles(token string, port int) error {
 	if err := os.WriteFile(filepath.Join(k.dir, "sa.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		return err
 	}
-	k.url = "https://127.0.0.1:" + strconv.Itoa(port)
+	k.url, k.token = "https://127.0.0.1:"+strconv.Itoa(port), token
 	k.kubeconfig = filepath.Join(k.dir, "kubeconfig")
 	return writeJSON(k.kubeconfig, map[string]any{
 		"apiVersion": "v1", "kind": "Config",
