@@ -165,6 +165,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 			}
 			v.put(r)
 			failpoint.Hit("add-record-written")
+			s.startSync()
 			if err := s.publish(v, r, src); err != nil {
 				// An ADD that fails is undone like a DEL: its links may
 				// have been published, so the in-use check decides.

@@ -140,19 +140,53 @@ func (s *Store) writeRecord(r *Record) error {
 }
 
 // syncRecords makes the renames and removals of this operation durable:
-// one fsync of the records folder per operation, at its end. A record's
-// own content is synced before its rename, so a machine that crashes
-// finds each record old or new, never torn; which of the two matters
-// little, since records of an earlier boot are dropped.
+// one fsync of the records folder per operation, at its end (or two, when
+// the operation started one early with startSync and renamed more after).
+// A record's own content is synced before its rename, so a machine that
+// crashes finds each record old or new, never torn; which of the two
+// matters little, since records of an earlier boot are dropped.
 func (s *Store) syncRecords() error {
+	err := s.waitSync()
 	if !s.unsynced {
-		return nil
+		return err
 	}
 	s.unsynced = false
-	if err := unix.Fsync(s.recordsFd); err != nil {
-		return fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, err)
+	if serr := unix.Fsync(s.recordsFd); serr != nil {
+		return errors.Join(err, fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, serr))
 	}
-	return nil
+	return err
+}
+
+// startSync starts the fsync of the records folder that syncRecords waits
+// for, so that it runs while the operation mounts and links: the rename of
+// a record has to be visible before its pin exists (a process that dies
+// in between leaves a record to repair), but durable only before the
+// operation ends, since a machine crash takes the mounts with it. On ext4
+// the folder's fsync is a journal commit, as long as a bind mount and a
+// link.
+func (s *Store) startSync() {
+	if !s.unsynced || s.syncing != nil {
+		return
+	}
+	s.unsynced = false
+	done, fd := make(chan error, 1), s.recordsFd
+	go func() {
+		if err := unix.Fsync(fd); err != nil {
+			done <- fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, err)
+		}
+		close(done)
+	}()
+	s.syncing = done
+}
+
+// waitSync waits for the fsync that startSync started, if any.
+func (s *Store) waitSync() error {
+	if s.syncing == nil {
+		return nil
+	}
+	err := <-s.syncing
+	s.syncing = nil
+	return err
 }
 
 // HasRecord tells, with one lstat and without opening the store, whether

@@ -37,7 +37,8 @@ type Store struct {
 	teardown    TeardownFunc
 	writer      string
 
-	unsynced  bool // records renamed or removed since the folder's last fsync
+	unsynced  bool       // records renamed or removed since the folder's last fsync
+	syncing   chan error // an fsync of the records folder under way (startSync)
 	bootID    string
 	pinDirFd  int
 	pinsFd    int
@@ -152,6 +153,7 @@ func (s *Store) ensureShared() error {
 
 // Close releases the directory descriptors.
 func (s *Store) Close() {
+	_ = s.waitSync() // the records folder's fd must outlive its fsync
 	for _, fd := range []*int{&s.pinDirFd, &s.pinsFd, &s.stateFd, &s.recordsFd} {
 		if *fd >= 0 {
 			unix.Close(*fd)
