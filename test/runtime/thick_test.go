@@ -142,7 +142,9 @@ type thickMultus struct {
 // startThickMultus starts multus-daemon with the upstream DaemonSet's
 // volumes and, when pinDir is not empty, pinDir at /hostroot<pinDir> with
 // Bidirectional propagation; then makes multus-shim containerd's network.
-func (s *suite) startThickMultus(t *testing.T, pinDir string) *thickMultus {
+// cache is Multus' cniDir, where libcni keeps the delegates' results
+// (upstream: the host's /var/lib/cni/multus); "" makes one.
+func (s *suite) startThickMultus(t *testing.T, pinDir, cache string) *thickMultus {
 	t.Helper()
 	shareRoot(t)
 	env, err := host.ReadEnvFile(filepath.Join(s.dir, "env"), "MULTUS_DAEMON_IMAGE", "MULTUS_BIN_DIR")
@@ -150,7 +152,10 @@ func (s *suite) startThickMultus(t *testing.T, pinDir string) *thickMultus {
 	dir := s.testDir(t)
 	// The daemon makes its socket folder afresh: like upstream, a host
 	// folder is /host/run and the socket folder is below it.
-	run, cache, sa, cfg := filepath.Join(dir, "run"), filepath.Join(dir, "multus-cache"), filepath.Join(dir, "serviceaccount"), filepath.Join(dir, "multus.d")
+	run, sa, cfg := filepath.Join(dir, "run"), filepath.Join(dir, "serviceaccount"), filepath.Join(dir, "multus.d")
+	if cache == "" {
+		cache = filepath.Join(dir, "multus-cache")
+	}
 	socketDir := filepath.Join(run, "multus")
 	// The daemon's /host/etc/cni/net.d (upstream: the host's /etc/cni/net.d)
 	// with the default network: multus-daemon v4.2.3 stays up only with
@@ -240,6 +245,17 @@ func (m *thickMultus) del(t *testing.T, sb *sandbox) {
 	require.NoError(t, r.Err, "multus-shim DEL:\n%s", r)
 }
 
+// status runs netns-pin's CNI STATUS as the daemon's delegates run, in its
+// mount namespace chrooted into /hostroot: what docs/operating.md tells
+// operators to run (there with kubectl exec and chroot) to check the setup.
+func (m *thickMultus) status(t *testing.T, sn *storageNet) host.CmdResult {
+	t.Helper()
+	cfg := fmt.Sprintf(`{"cniVersion":"1.1.0","name":%q,"type":"netns-pin","pinDir":%q,"stateDir":%q}`, sn.name, sn.pinDir, sn.stateDir)
+	pid := strconv.Itoa(m.pid)
+	return host.RunCmd(cmdTimeout, []string{"CNI_COMMAND=STATUS", "CNI_PATH=" + m.s.cniBin}, []byte(cfg),
+		"nsenter", "--target", pid, "--mount", "--root=/proc/"+pid+"/root/hostroot", "--", filepath.Join(m.s.cniBin, "netns-pin"))
+}
+
 func uniq(dirs ...string) []string {
 	var out []string
 	for _, d := range dirs {
@@ -279,7 +295,7 @@ func TestThickMultusHolderPinReachesHost(t *testing.T) {
 		{"podNamespace": "rook-ceph", "podName": "csi-holder-*", "cluster": cluster},
 	}})
 	link := sn.link(t, cluster)
-	multus := s.startThickMultus(t, sn.pinDir)
+	multus := s.startThickMultus(t, sn.pinDir, "")
 	// ceph-csi's node plugin, started before the pin exists: what it sees
 	// comes by propagation.
 	env, err := host.ReadEnvFile(filepath.Join(s.dir, "env"), "PAUSE_IMAGE")
@@ -288,6 +304,10 @@ func TestThickMultusHolderPinReachesHost(t *testing.T) {
 		{ContainerPath: "/pins-h2c", HostPath: sn.pinDir, Propagation: propHostToContainer},
 		{ContainerPath: "/pins-bidi", HostPath: sn.pinDir, Propagation: propBidirectional},
 	})
+
+	r := multus.status(t, sn)
+	require.NoError(t, r.Err, "STATUS in the daemon's container:\n%s", r)
+	assert.Empty(t, r.Stdout, "STATUS prints nothing when it succeeds")
 
 	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-t-"+host.RandHex(5), sn.selection(""))
 	sn.requirePinned(t, holder, cluster, "active")
@@ -343,7 +363,7 @@ func TestThickMultusWithoutPinDirVolume(t *testing.T) {
 	sn := s.newStorageNet(t, netSpec{holders: []map[string]any{
 		{"podNamespace": "rook-ceph", "podName": "csi-holder-*", "cluster": cluster},
 	}})
-	s.startThickMultus(t, "")
+	multus := s.startThickMultus(t, "", "")
 
 	holder, r := s.runPod(t, "rook-ceph", "csi-holder-n-"+host.RandHex(5), sn.selection(""))
 	require.Error(t, r.Err, "a holder's sandbox must fail without the pinDir volume:\n%s", r)
@@ -358,4 +378,48 @@ func TestThickMultusWithoutPinDirVolume(t *testing.T) {
 		assert.True(t, os.IsNotExist(err), "%s made (stat err %v)", p, err)
 	}
 	assert.Empty(t, hosttest.MountsUnder(t, sn.dir), "mounts left on the host")
+	st := multus.status(t, sn)
+	require.Error(t, st.Err, "STATUS in the daemon's container without the volume:\n%s", st)
+	assert.Contains(t, st.Stdout, `"code": 50`, "STATUS: plugin not available")
+	assert.Contains(t, st.Stdout, "mountPropagation: Bidirectional", "STATUS names the volume")
+}
+
+// Under Multus thick the runtime never sees a refused DEL (multus-shim
+// answers it with success) and drops its netns: the sweeper on the host
+// finishes the teardown once the netns is unused, with the delegates'
+// libcni cache entry the refusal captured, and the release reaches the
+// daemon's container.
+func TestThickMultusSweeperFinishes(t *testing.T) {
+	s := requireRuntime(t)
+	const cluster = "rook-ceph/thick-c"
+	cache := filepath.Join(s.testDir(t), "multus-cache")
+	sn := s.newStorageNet(t, netSpec{
+		holders:   []map[string]any{{"podNamespace": "rook-ceph", "podName": "csi-holder-*", "cluster": cluster}},
+		cacheDirs: []string{cache},
+	})
+	multus := s.startThickMultus(t, sn.pinDir, cache)
+	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-s-"+host.RandHex(5), sn.selection(""))
+	sn.requirePinned(t, holder, cluster, "active")
+	sn.rbdDevice(t, 1, holder.storageIP)
+	require.NoError(t, holder.stop().Err, "crictl stopp: multus-shim reports success")
+	_, err := os.Lstat(holder.netnsPath)
+	require.True(t, os.IsNotExist(err), "containerd removed its netns (err %v)", err)
+	require.NoError(t, holder.remove().Err)
+	sn.requirePinned(t, holder, cluster, "draining")
+
+	nad := filepath.Join(sn.dir, "nad.json")
+	require.NoError(t, os.WriteFile(nad, sn.conflist, 0o644))
+	sweep := func() {
+		r := host.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "sweep", "--once")
+		require.NoError(t, r.Err, "netns-pin sweep --once:\n%s", r)
+	}
+	sweep()
+	sn.requirePinned(t, holder, cluster, "draining")
+	assert.True(t, sn.hostLocalHas(holder.storageIP), "host-local keeps %s while rbd1 is mapped", holder.storageIP)
+
+	sn.removeRBDDevice(t, 1)
+	sweep()
+	sn.requireUnpinned(t, holder)
+	assert.False(t, sn.hostLocalHas(holder.storageIP), "the sweeper's chain DEL gave %s back to host-local", holder.storageIP)
+	requireContainerPin(t, multus.hostContainer, "/hostroot"+sn.pinPath(holder), holder, false)
 }
