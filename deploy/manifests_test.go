@@ -122,7 +122,7 @@ func TestManifestsParse(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.kind()]++
 	}
-	assert.Equal(t, 2, kinds["DaemonSet"], "installer and holder DaemonSets")
+	assert.Equal(t, 3, kinds["DaemonSet"], "installer and holder DaemonSets, the Multus thick patch")
 	assert.Equal(t, 2, kinds["NetworkAttachmentDefinition"], "ceph-public and its Rook-links variant")
 	assert.Equal(t, 1, kinds["ConfigMap"], "ceph-csi config")
 }
@@ -329,4 +329,29 @@ func TestCephCSIConfigPointsAtLink(t *testing.T) {
 	}
 	assert.True(t, strings.HasPrefix(clusters[0].RBD.NetNamespaceFilePath, "/var/lib/kubelet/plugins/"),
 		"under the kubelet plugins folder the csi node plugins mount Bidirectional")
+}
+
+// The Multus thick patch mounts the default pinDir into Multus' daemon at
+// /hostroot + pinDir (its chrootDir) with Bidirectional propagation, the
+// volume netns-pin's check names when it is missing.
+func TestMultusThickPatch(t *testing.T) {
+	var ds *object
+	for _, o := range loadManifests(t) {
+		if o.file == "multus-thick-patch.yaml" {
+			ds = &o
+		}
+	}
+	require.NotNil(t, ds, "multus-thick-patch.yaml")
+	assert.Equal(t, "DaemonSet kube-system/kube-multus-ds", ds.kind()+" "+ds.namespace()+"/"+ds.name(), "Multus' own DaemonSet")
+	containers, _ := get(ds.raw, "spec", "template", "spec", "containers").([]any)
+	require.Len(t, containers, 1)
+	assert.Equal(t, "kube-multus", str(containers[0], "name"))
+	mounts, _ := get(containers[0], "volumeMounts").([]any)
+	require.Len(t, mounts, 1)
+	assert.Equal(t, "/hostroot"+conf.DefaultPinDir, str(mounts[0], "mountPath"))
+	assert.Equal(t, "Bidirectional", str(mounts[0], "mountPropagation"))
+	volumes, _ := get(ds.raw, "spec", "template", "spec", "volumes").([]any)
+	require.Len(t, volumes, 1)
+	assert.Equal(t, str(mounts[0], "name"), str(volumes[0], "name"))
+	assert.Equal(t, conf.DefaultPinDir, str(volumes[0], "hostPath", "path"))
 }

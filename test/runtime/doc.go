@@ -2,7 +2,9 @@
 // real CRI runtime calling Multus calling the storage network's chain.
 //
 //	crictl -> containerd (CRI, Debian's 1.6) -> runc + the local pause image
-//	       -> Multus (thin plugin, v4.2.3)
+//	       -> Multus (thin plugin, v4.2.3; thick_test.go: multus-shim ->
+//	          multus-daemon in a privileged hostPID container, the upstream
+//	          volumes, pinDir as a Bidirectional volume or not)
 //	            eth0: default network, bridge + host-local
 //	            net1: NetworkAttachmentDefinition "ceph-public-*":
 //	                  [ macvlan (master: a veth end) + host-local, netns-pin ]
