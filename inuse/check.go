@@ -86,7 +86,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Proc == "" {
 		o.Proc = DefaultProc
 	}
-	if o.CephPorts.IsEmpty() {
+	if o.CephPorts.isEmpty() {
 		o.CephPorts = defaultPorts()
 	}
 	if o.Timeout <= 0 {
@@ -263,7 +263,7 @@ func (c *checker) ceph() error {
 		}
 		fsid, id, _ := parseClientDirName(name) // indexed only when it parsed
 		c.unattributed = append(c.unattributed, Reference{
-			Kind: KindCephClient, ClusterFSID: fsid, ClientID: id,
+			Kind: kindCephClient, ClusterFSID: fsid, ClientID: id,
 			Reason: "debugfs client without status and without rbd device (CephFS before Linux 5.11, or rbd client between map and unmap)",
 		})
 	}
@@ -312,7 +312,7 @@ func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
 		st, err := parseStatus(string(data))
 		if err != nil {
 			res[i] = result{unattributed, Reference{
-				Kind: KindCephClient, ClusterFSID: fsid, ClientID: id,
+				Kind: kindCephClient, ClusterFSID: fsid, ClientID: id,
 				Reason: "unreadable debugfs status: " + err.Error(),
 			}}
 			return nil
@@ -321,12 +321,12 @@ func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
 		switch {
 		case c.ours(addr):
 			res[i] = result{ours, Reference{
-				Kind: KindCephFS, ClusterFSID: fsid, ClientID: id,
+				Kind: kindCephFS, ClusterFSID: fsid, ClientID: id,
 				ClientAddr: st.Addr.String(), Addr: addr.Unmap(), Blocklisted: st.Blocklisted,
 			}}
 		case addr.IsUnspecified():
 			res[i] = result{unattributed, Reference{
-				Kind: KindCephClient, ClusterFSID: fsid, ClientID: id, ClientAddr: st.Addr.String(),
+				Kind: kindCephClient, ClusterFSID: fsid, ClientID: id, ClientAddr: st.Addr.String(),
 				Reason: "CephFS client has no address yet",
 			}}
 		}
@@ -384,17 +384,17 @@ func (c *checker) rbdDevices() error {
 	}
 	for _, r := range res {
 		switch r.Kind {
-		case KindRBD:
+		case kindRBD:
 			c.refs = append(c.refs, r)
-		case KindCephClient:
+		case kindCephClient:
 			c.unattributed = append(c.unattributed, r)
 		}
 	}
 	return nil
 }
 
-// rbdDevice reads one device. It returns a reference of kind KindRBD when
-// the device is the pin's, KindCephClient when it cannot be attributed (and
+// rbdDevice reads one device. It returns a reference of kind kindRBD when
+// the device is the pin's, kindCephClient when it cannot be attributed (and
 // unattributed clients count), and no kind otherwise; on the way it claims
 // the debugfs directory of the device's client.
 func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, error) {
@@ -417,7 +417,7 @@ func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, erro
 		return Reference{}, nil // unmapped while we looked
 	}
 	ref := c.rbdClient(raw, ok)
-	if ref.Kind == KindCephClient && c.o.Unattributed != PolicyBlock {
+	if ref.Kind == kindCephClient && c.o.Unattributed != PolicyBlock {
 		ref = Reference{} // unattributed clients are ignored
 	}
 	if ref.Kind == "" && c.unresolved.Load() == 0 {
@@ -472,20 +472,20 @@ func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, erro
 }
 
 // rbdClient tells from an rbd device's client_addr (ok: the attribute
-// exists) whether its client is the pin's (KindRBD), cannot be attributed
-// (KindCephClient), or is another netns's (no kind).
+// exists) whether its client is the pin's (kindRBD), cannot be attributed
+// (kindCephClient), or is another netns's (no kind).
 func (c *checker) rbdClient(raw string, ok bool) Reference {
 	if !ok {
-		return Reference{Kind: KindCephClient, Reason: "rbd device without client_addr (Linux before 4.9)"}
+		return Reference{Kind: kindCephClient, Reason: "rbd device without client_addr (Linux before 4.9)"}
 	}
 	ca, err := parseClientAddr(raw)
 	switch {
 	case err != nil:
-		return Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "unreadable client_addr: " + err.Error()}
+		return Reference{Kind: kindCephClient, ClientAddr: raw, Reason: "unreadable client_addr: " + err.Error()}
 	case ca.AddrPort.Addr().IsUnspecified():
-		return Reference{Kind: KindCephClient, ClientAddr: raw, Reason: "rbd client has no address yet"}
+		return Reference{Kind: kindCephClient, ClientAddr: raw, Reason: "rbd client has no address yet"}
 	case c.ours(ca.AddrPort.Addr()):
-		return Reference{Kind: KindRBD, ClientAddr: raw, Addr: ca.AddrPort.Addr().Unmap()}
+		return Reference{Kind: kindRBD, ClientAddr: raw, Addr: ca.AddrPort.Addr().Unmap()}
 	}
 	return Reference{}
 }
@@ -551,7 +551,7 @@ func (c *checker) cephMounts(data []byte, seen map[[2]int]bool) {
 		if err != nil {
 			// Unknown format: the line is still a ceph mount.
 			c.unattributed = append(c.unattributed, Reference{
-				Kind: KindCephClient, Source: string(line),
+				Kind: kindCephClient, Source: string(line),
 				Reason: "CephFS kernel mount, no debugfs to tell its netns, " + err.Error(),
 			})
 			continue
@@ -562,7 +562,7 @@ func (c *checker) cephMounts(data []byte, seen map[[2]int]bool) {
 			}
 			seen[[2]int{m.Major, m.Minor}] = true
 			ref := Reference{
-				Kind: KindCephClient, Source: m.Source, Mountpoint: m.Mountpoint,
+				Kind: kindCephClient, Source: m.Source, Mountpoint: m.Mountpoint,
 				Reason: "CephFS kernel mount, no debugfs to tell its netns",
 			}
 			if cs, err := parseCephSource(m.Source, m.VFSOptions); err == nil {

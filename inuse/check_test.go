@@ -47,7 +47,7 @@ func TestCheckRBDIPv4(t *testing.T) {
 	refs := check(t, f.target(ourIP4), f.options(PolicyBlock))
 	require.Len(t, refs, 1)
 	assert.Equal(t, Reference{
-		Kind: KindRBD, Device: "rbd0", Pool: "replicapool", Image: "csi-vol-1",
+		Kind: kindRBD, Device: "rbd0", Pool: "replicapool", Image: "csi-vol-1",
 		ClusterFSID: fsidA, ClientID: "client4161", ClientAddr: "192.168.20.5:0/3527561932", Addr: ourIP4,
 	}, refs[0])
 	assert.Equal(t, "rbd0 replicapool/csi-vol-1 client4161 192.168.20.5", refs[0].String())
@@ -113,14 +113,14 @@ func TestCheckRBDOlderKernelAttributes(t *testing.T) {
 
 	refs := check(t, f.target(ourIP4), f.options(PolicyBlock))
 	require.Len(t, refs, 2)
-	assert.Equal(t, Reference{Kind: KindRBD, Device: "rbd0", Pool: "rbd", Image: "img", ClusterFSID: fsidA, ClientID: "client4161", ClientAddr: "192.168.20.5:0/1", Addr: ourIP4}, refs[0])
-	assert.Equal(t, KindCephClient, refs[1].Kind)
+	assert.Equal(t, Reference{Kind: kindRBD, Device: "rbd0", Pool: "rbd", Image: "img", ClusterFSID: fsidA, ClientID: "client4161", ClientAddr: "192.168.20.5:0/1", Addr: ourIP4}, refs[0])
+	assert.Equal(t, kindCephClient, refs[1].Kind)
 	assert.Equal(t, "rbd1", refs[1].Device)
 	assert.Equal(t, "unattributed rbd device rbd1 rbd/old client4170: rbd device without client_addr (Linux before 4.9)", refs[1].String())
 	// Unattributed means every pin's reference.
 	assert.Equal(t, []string{refs[1].String()}, strs(check(t, f.target(otherIP4), f.options(PolicyBlock))))
 
-	refs = check(t, f.target(ourIP4), f.options(PolicyIgnore))
+	refs = check(t, f.target(ourIP4), f.options(policyIgnore))
 	assert.Equal(t, []string{"rbd0 rbd/img client4161 192.168.20.5"}, strs(refs))
 }
 
@@ -131,10 +131,10 @@ func TestCheckRBDBadClientAddr(t *testing.T) {
 	refs := check(t, f.target(ourIP4), f.options(PolicyBlock))
 	require.Len(t, refs, 2)
 	for _, r := range refs {
-		assert.Equal(t, KindCephClient, r.Kind)
+		assert.Equal(t, kindCephClient, r.Kind)
 		assert.NotEmpty(t, r.Reason)
 	}
-	assert.Empty(t, check(t, f.target(ourIP4), f.options(PolicyIgnore)))
+	assert.Empty(t, check(t, f.target(ourIP4), f.options(policyIgnore)))
 }
 
 func TestCheckCephFS(t *testing.T) {
@@ -150,9 +150,9 @@ func TestCheckCephFS(t *testing.T) {
 		"cephfs " + fsidA + ".client4170 192.168.20.5",
 		"cephfs " + fsidA + ".client4171 fd00::17",
 	}, strs(refs))
-	assert.Equal(t, Reference{Kind: KindCephFS, ClusterFSID: fsidA, ClientID: "client4170", ClientAddr: "192.168.20.5:0/3527561932", Addr: ourIP4}, refs[1])
+	assert.Equal(t, Reference{Kind: kindCephFS, ClusterFSID: fsidA, ClientID: "client4170", ClientAddr: "192.168.20.5:0/3527561932", Addr: ourIP4}, refs[1])
 
-	assert.Equal(t, []string{"cephfs " + fsidA + ".client4172 192.168.20.6"}, strs(check(t, f.target(otherIP4), f.options(PolicyIgnore))))
+	assert.Equal(t, []string{"cephfs " + fsidA + ".client4172 192.168.20.6"}, strs(check(t, f.target(otherIP4), f.options(policyIgnore))))
 }
 
 func TestCheckUnattributedDebugfsClient(t *testing.T) {
@@ -167,7 +167,7 @@ func TestCheckUnattributedDebugfsClient(t *testing.T) {
 
 	refs := check(t, f.target(ourIP4), f.options(PolicyBlock))
 	require.Len(t, refs, 2)
-	assert.Equal(t, KindCephClient, refs[0].Kind)
+	assert.Equal(t, kindCephClient, refs[0].Kind)
 	assert.Equal(t, "client5000", refs[0].ClientID)
 	assert.Equal(t, fsidA, refs[0].ClusterFSID)
 	assert.Contains(t, refs[0].String(), "unattributed ceph client "+fsidA+".client5000: ")
@@ -176,7 +176,7 @@ func TestCheckUnattributedDebugfsClient(t *testing.T) {
 	// Every pin sees them under "block", none under "ignore".
 	assert.Len(t, check(t, f.target(otherIP4), f.options(PolicyBlock)), 2)
 	assert.Len(t, check(t, f.target(), f.options("")), 2) // "" is block
-	assert.Empty(t, check(t, f.target(ourIP4), f.options(PolicyIgnore)))
+	assert.Empty(t, check(t, f.target(ourIP4), f.options(policyIgnore)))
 }
 
 func TestCheckRBDOfOtherNetnsClaimsItsClient(t *testing.T) {
@@ -207,19 +207,19 @@ func TestCheckMountinfoWithoutDebugfs(t *testing.T) {
 	require.Len(t, refs, 3)
 	assert.Equal(t, "rbd0 p/i client1 192.168.20.5", refs[0].String())
 	assert.Equal(t, Reference{
-		Kind: KindCephClient, Source: "admin@" + fsidB + ".myfs=/volumes/x", Mountpoint: "/mnt/with space",
+		Kind: kindCephClient, Source: "admin@" + fsidB + ".myfs=/volumes/x", Mountpoint: "/mnt/with space",
 		ClusterFSID: fsidB, Monitors: []string{"[fd00::1]:3300", "[fd00::2]:3300"},
 		Reason: "CephFS kernel mount, no debugfs to tell its netns",
 	}, refs[1])
 	assert.Equal(t, Reference{
-		Kind: KindCephClient, Source: "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid",
+		Kind: kindCephClient, Source: "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid",
 		Mountpoint:  "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount",
 		ClusterFSID: fsidA, Monitors: []string{"10.0.0.1:6789", "10.0.0.2:6789"},
 		Reason: "CephFS kernel mount, no debugfs to tell its netns",
 	}, refs[2])
 	assert.Equal(t, "unattributed ceph mount admin@"+fsidB+".myfs=/volumes/x on /mnt/with space: CephFS kernel mount, no debugfs to tell its netns", refs[1].String())
 
-	assert.Equal(t, []string{"rbd0 p/i client1 192.168.20.5"}, strs(check(t, f.target(ourIP4), f.options(PolicyIgnore))))
+	assert.Equal(t, []string{"rbd0 p/i client1 192.168.20.5"}, strs(check(t, f.target(ourIP4), f.options(policyIgnore))))
 }
 
 func TestCheckMountinfoIgnoredWithDebugfs(t *testing.T) {
@@ -242,7 +242,7 @@ func TestCheckMountinfoUnreadable(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), filepath.Join(f.proc, "1", "mountinfo"))
 	// Nothing to learn from it under "ignore".
-	assert.Empty(t, check(t, f.target(ourIP4), f.options(PolicyIgnore)))
+	assert.Empty(t, check(t, f.target(ourIP4), f.options(policyIgnore)))
 }
 
 // Hole: without debugfs only PID 1's mountinfo was searched, so a CephFS
@@ -264,7 +264,7 @@ func TestCheckMountinfoOfEveryMountNamespace(t *testing.T) {
 	f.write(filepath.Join(f.proc, "201", "mountinfo"), baseMountinfo+mountOld+"\n")
 	refs := check(t, f.target(ourIP4), f.options(PolicyBlock))
 	require.Len(t, refs, 1, "one mount namespace read once: %v", strs(refs))
-	assert.Equal(t, KindCephClient, refs[0].Kind)
+	assert.Equal(t, kindCephClient, refs[0].Kind)
 	assert.Contains(t, []string{"admin@" + fsidB + ".myfs=/volumes/x", "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid"}, refs[0].Source)
 
 	// PID 1's mount namespace adds its own ceph mount.
@@ -360,7 +360,7 @@ func TestCheckSockets(t *testing.T) {
 		"kernel socket [::ffff:192.168.20.5]:50002 -> [::ffff:10.0.0.2]:7300",
 		"kernel socket [fd00::17]:50000 -> [fd00::1]:3300",
 	}, strs(refs))
-	assert.Equal(t, Reference{Kind: KindSocket, Local: ap("192.168.20.5:41234"), Remote: ap("10.0.0.1:6789"), Inode: 1001}, refs[2])
+	assert.Equal(t, Reference{Kind: kindSocket, Local: ap("192.168.20.5:41234"), Remote: ap("10.0.0.1:6789"), Inode: 1001}, refs[2])
 	assert.Equal(t, 2, refs[0].Sockets)
 	assert.False(t, refs[0].InNetns)
 	assert.True(t, refs[1].InNetns)
@@ -422,7 +422,7 @@ func TestCheckDeterministic(t *testing.T) {
 			kinds = append(kinds, r.Kind)
 		}
 	}
-	assert.Equal(t, []Kind{KindRBD, KindCephFS, KindCephClient, KindProcess}, kinds)
+	assert.Equal(t, []Kind{kindRBD, kindCephFS, kindCephClient, KindProcess}, kinds)
 }
 
 // TestDefaultOptions: the options a zero Options stands for.

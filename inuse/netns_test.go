@@ -341,7 +341,7 @@ func TestNetnsUnheldSocketIsKernelSocket(t *testing.T) {
 	refs := checkReal(t, tg)
 	require.Len(t, refs, 2, "%v", refs)
 	assert.Equal(t, KindProcess, refs[0].Kind) // the helper
-	assert.Equal(t, Reference{Kind: KindSocket, Local: local, Remote: mon, Inode: refs[1].Inode}, refs[1])
+	assert.Equal(t, Reference{Kind: kindSocket, Local: local, Remote: mon, Inode: refs[1].Inode}, refs[1])
 	assert.NotZero(t, refs[1].Inode)
 	assert.Equal(t, "kernel socket "+local.String()+" -> 127.0.0.1:6789", refs[1].String())
 

@@ -57,7 +57,7 @@ func TestPortsContains(t *testing.T) {
 		assert.Equal(t, want, p.Contains(port), "port %d", port)
 	}
 	assert.False(t, Ports{}.Contains(6789))
-	assert.True(t, Ports{}.IsEmpty())
+	assert.True(t, Ports{}.isEmpty())
 	assert.True(t, mustParsePorts("1-65535").Contains(65535))
 	assert.Panics(t, func() { mustParsePorts("x") })
 }
@@ -73,7 +73,7 @@ func TestPortsText(t *testing.T) {
 }
 
 func TestParsePolicy(t *testing.T) {
-	for in, want := range map[string]Policy{"": PolicyBlock, "block": PolicyBlock, "ignore": PolicyIgnore} {
+	for in, want := range map[string]Policy{"": PolicyBlock, "block": PolicyBlock, "ignore": policyIgnore} {
 		p, err := ParsePolicy(in)
 		require.NoError(t, err)
 		assert.Equal(t, want, p)
@@ -84,7 +84,7 @@ func TestParsePolicy(t *testing.T) {
 	}
 	var p Policy
 	require.NoError(t, p.UnmarshalText([]byte("ignore")))
-	assert.Equal(t, PolicyIgnore, p)
+	assert.Equal(t, policyIgnore, p)
 	assert.Error(t, p.UnmarshalText([]byte("nope")))
 }
 
@@ -204,7 +204,7 @@ func cephMountRefs(text string) []Reference {
 func TestCephMounts(t *testing.T) {
 	const reason = "CephFS kernel mount, no debugfs to tell its netns"
 	assert.Equal(t, []Reference{{
-		Kind: KindCephClient, Source: "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid",
+		Kind: kindCephClient, Source: "10.0.0.1:6789,10.0.0.2:6789:/volumes/csi/csi-vol-1/uuid",
 		Mountpoint:  "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount",
 		ClusterFSID: fsidA, Monitors: []string{"10.0.0.1:6789", "10.0.0.2:6789"}, Reason: reason,
 	}}, cephMountRefs(mountOld))
@@ -241,7 +241,7 @@ func TestCephMounts(t *testing.T) {
 	} {
 		refs := cephMountRefs(in + "\n" + mountOld)
 		require.Len(t, refs, 2, in)
-		assert.Equal(t, Reference{Kind: KindCephClient, Source: in, Reason: refs[0].Reason}, refs[0], in)
+		assert.Equal(t, Reference{Kind: kindCephClient, Source: in, Reason: refs[0].Reason}, refs[0], in)
 		assert.True(t, strings.HasPrefix(refs[0].Reason, reason+", "), "%q: %s", in, refs[0].Reason)
 		assert.Equal(t, "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount", refs[1].Mountpoint, in)
 	}
@@ -258,7 +258,7 @@ func TestCephMounts(t *testing.T) {
 	} {
 		refs := cephMountRefs(in)
 		require.Len(t, refs, 1, in)
-		assert.Equal(t, KindCephClient, refs[0].Kind, in)
+		assert.Equal(t, kindCephClient, refs[0].Kind, in)
 	}
 }
 
@@ -410,11 +410,11 @@ func TestReferenceString(t *testing.T) {
 		r    Reference
 		want string
 	}{
-		{Reference{Kind: KindRBD, Device: "rbd0", Pool: "replicapool", Image: "csi-vol-1", ClientID: "client4161", Addr: netip.MustParseAddr("192.168.20.5")}, "rbd0 replicapool/csi-vol-1 client4161 192.168.20.5"},
+		{Reference{Kind: kindRBD, Device: "rbd0", Pool: "replicapool", Image: "csi-vol-1", ClientID: "client4161", Addr: netip.MustParseAddr("192.168.20.5")}, "rbd0 replicapool/csi-vol-1 client4161 192.168.20.5"},
 		{Reference{Kind: KindProcess, PID: 1234, Comm: "ceph-fuse", InNetns: true}, "process 1234 (ceph-fuse)"},
-		{Reference{Kind: KindSocket, Local: ap("10.0.0.5:41234"), Remote: ap("10.0.0.1:6789")}, "kernel socket 10.0.0.5:41234 -> 10.0.0.1:6789"},
-		{Reference{Kind: KindCephClient, ClientID: "client9", Reason: "why"}, "unattributed ceph client client9: why"},
-		{Reference{Kind: KindCephFS, ClientID: "client9"}, "cephfs client9"},
+		{Reference{Kind: kindSocket, Local: ap("10.0.0.5:41234"), Remote: ap("10.0.0.1:6789")}, "kernel socket 10.0.0.5:41234 -> 10.0.0.1:6789"},
+		{Reference{Kind: kindCephClient, ClientID: "client9", Reason: "why"}, "unattributed ceph client client9: why"},
+		{Reference{Kind: kindCephFS, ClientID: "client9"}, "cephfs client9"},
 		{Reference{Kind: "future"}, "future"},
 	} {
 		assert.Equal(t, tc.want, tc.r.String())
@@ -473,7 +473,7 @@ func FuzzCephMounts(f *testing.F) {
 		refs := cephMountRefs(s)
 		require.LessOrEqual(t, len(refs), lines)
 		for _, r := range refs {
-			require.Equal(t, KindCephClient, r.Kind)
+			require.Equal(t, kindCephClient, r.Kind)
 		}
 	})
 }

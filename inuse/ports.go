@@ -100,8 +100,8 @@ func (p Ports) Contains(port uint16) bool {
 	return false
 }
 
-// IsEmpty reports whether the set has no port.
-func (p Ports) IsEmpty() bool { return len(p.r) == 0 }
+// isEmpty reports whether the set has no port.
+func (p Ports) isEmpty() bool { return len(p.r) == 0 }
 
 // String returns the canonical form, e.g. "3300,6789,6800-7300".
 func (p Ports) String() string {
@@ -141,9 +141,9 @@ const (
 	// PolicyBlock (the default) counts unattributed clients as references of
 	// every pin: a client that may live in the pinned netns keeps it pinned.
 	PolicyBlock Policy = "block"
-	// PolicyIgnore does not report unattributed clients. Use it only when the
+	// policyIgnore does not report unattributed clients. Use it only when the
 	// node's kernel clients are known to live elsewhere (e.g. host network).
-	PolicyIgnore Policy = "ignore"
+	policyIgnore Policy = "ignore"
 )
 
 // ParsePolicy accepts "block", "ignore" and "" (meaning "block").
@@ -151,10 +151,10 @@ func ParsePolicy(s string) (Policy, error) {
 	switch Policy(s) {
 	case "", PolicyBlock:
 		return PolicyBlock, nil
-	case PolicyIgnore:
-		return PolicyIgnore, nil
+	case policyIgnore:
+		return policyIgnore, nil
 	}
-	return "", fmt.Errorf("unattributed policy %q: want %q or %q", s, PolicyBlock, PolicyIgnore)
+	return "", fmt.Errorf("unattributed policy %q: want %q or %q", s, PolicyBlock, policyIgnore)
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParsePolicy.

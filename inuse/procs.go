@@ -51,7 +51,7 @@ func (c *checker) processesAndSockets() error {
 		if held[i] || !still[s.Inode] {
 			continue
 		}
-		c.refs = append(c.refs, Reference{Kind: KindSocket, Local: s.Local, Remote: s.Remote, Inode: s.Inode})
+		c.refs = append(c.refs, Reference{Kind: kindSocket, Local: s.Local, Remote: s.Remote, Inode: s.Inode})
 	}
 	return nil
 }

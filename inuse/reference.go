@@ -8,36 +8,37 @@ import (
 	"strings"
 )
 
-// Kind is what holds a pinned netns.
+// Kind is what holds a pinned netns. Other packages read it as the string
+// it prints; only KindProcess, which the CLI tells apart, is exported.
 type Kind string
 
 const (
-	// KindRBD is a krbd device whose client's address is one of the pin's.
-	KindRBD Kind = "rbd"
-	// KindCephFS is a CephFS kernel client whose address is one of the pin's.
-	KindCephFS Kind = "cephfs"
-	// KindCephClient is a Ceph kernel client whose netns cannot be told
+	// kindRBD is a krbd device whose client's address is one of the pin's.
+	kindRBD Kind = "rbd"
+	// kindCephFS is a CephFS kernel client whose address is one of the pin's.
+	kindCephFS Kind = "cephfs"
+	// kindCephClient is a Ceph kernel client whose netns cannot be told
 	// (reported only with the "block" policy).
-	KindCephClient Kind = "ceph-client"
+	kindCephClient Kind = "ceph-client"
 	// KindProcess is a process in the pinned netns, or one holding a socket
 	// to a Ceph port inside it.
 	KindProcess Kind = "process"
-	// KindSocket is a TCP socket to a Ceph port inside the pinned netns that
+	// kindSocket is a TCP socket to a Ceph port inside the pinned netns that
 	// no process holds: a kernel client's socket.
-	KindSocket Kind = "socket"
+	kindSocket Kind = "socket"
 )
 
 func kindOrder(k Kind) int {
 	switch k {
-	case KindRBD:
+	case kindRBD:
 		return 0
-	case KindCephFS:
+	case kindCephFS:
 		return 1
-	case KindCephClient:
+	case kindCephClient:
 		return 2
 	case KindProcess:
 		return 3
-	case KindSocket:
+	case kindSocket:
 		return 4
 	}
 	return 5
@@ -48,7 +49,7 @@ func kindOrder(k Kind) int {
 type Reference struct {
 	Kind Kind `json:"kind"`
 
-	// Device is the krbd device ("rbd0") for KindRBD, and for KindCephClient
+	// Device is the krbd device ("rbd0") for kindRBD, and for kindCephClient
 	// when it comes from an rbd device whose address cannot be read.
 	Device        string `json:"device,omitempty"`
 	Pool          string `json:"pool,omitempty"`
@@ -56,19 +57,19 @@ type Reference struct {
 	Image         string `json:"image,omitempty"`
 	Snap          string `json:"snap,omitempty"` // empty for the image head ("-" in sysfs)
 
-	// Ceph client identity (KindRBD, KindCephFS, KindCephClient).
+	// Ceph client identity (kindRBD, kindCephFS, kindCephClient).
 	ClusterFSID string     `json:"clusterFSID,omitempty"`
 	ClientID    string     `json:"clientID,omitempty"` // "client4161"
 	ClientAddr  string     `json:"clientAddr,omitempty"`
 	Addr        netip.Addr `json:"addr,omitzero"`
 	Blocklisted bool       `json:"blocklisted,omitempty"`
 
-	// CephFS mount seen in mountinfo (KindCephClient without debugfs).
+	// CephFS mount seen in mountinfo (kindCephClient without debugfs).
 	Source     string   `json:"source,omitempty"`
 	Mountpoint string   `json:"mountpoint,omitempty"`
 	Monitors   []string `json:"monitors,omitempty"`
 
-	// Reason says why a KindCephClient reference could not be attributed,
+	// Reason says why a kindCephClient reference could not be attributed,
 	// or why a KindProcess one counts although it may run elsewhere.
 	Reason string `json:"reason,omitempty"`
 
@@ -82,7 +83,7 @@ type Reference struct {
 	// pinned netns) the process holds; Local and Remote are the first.
 	Sockets int `json:"sockets,omitempty"`
 
-	// Socket endpoints (KindSocket, and KindProcess when Sockets > 0).
+	// Socket endpoints (kindSocket, and KindProcess when Sockets > 0).
 	Local  netip.AddrPort `json:"local,omitzero"`
 	Remote netip.AddrPort `json:"remote,omitzero"`
 	Inode  uint64         `json:"inode,omitempty"`
@@ -98,14 +99,14 @@ type Reference struct {
 func (r Reference) String() string {
 	var b strings.Builder
 	switch r.Kind {
-	case KindRBD:
+	case kindRBD:
 		b.WriteString(r.Device)
 		r.writeImage(&b)
 		writeSep(&b, r.ClientID)
 		if r.Addr.IsValid() {
 			writeSep(&b, r.Addr.String())
 		}
-	case KindCephFS:
+	case kindCephFS:
 		b.WriteString("cephfs ")
 		b.WriteString(r.clientName())
 		if r.Addr.IsValid() {
@@ -114,7 +115,7 @@ func (r Reference) String() string {
 		if r.Blocklisted {
 			b.WriteString(" (blocklisted)")
 		}
-	case KindCephClient:
+	case kindCephClient:
 		b.WriteString("unattributed ")
 		switch {
 		case r.Device != "":
@@ -163,7 +164,7 @@ func (r Reference) String() string {
 			b.WriteString(r.Reason)
 		}
 		b.WriteString(")")
-	case KindSocket:
+	case kindSocket:
 		b.WriteString("kernel socket ")
 		b.WriteString(r.Local.String())
 		b.WriteString(" -> ")

@@ -133,7 +133,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 		switch {
 		case r != nil && r.NetnsID() != srcID:
 			return fmt.Errorf("attachment %s is pinned to %v, not to %s (%v)", name, r.NetnsID(), req.NetnsPath, srcID)
-		case r != nil && r.State != StateIntent && r.State != StateReleasing:
+		case r != nil && r.State != stateIntent && r.State != stateReleasing:
 			// A repeated ADD: a no-op for a whole record, whatever DEL
 			// decided meanwhile; a pin lost on the way is made again from
 			// the runtime's netns. (An interrupted ADD, or a release that
@@ -154,7 +154,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 				Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
 				Cluster: req.Cluster, PodNS: req.PodNS, PodName: req.PodName, PodUID: req.PodUID,
 				NetnsPath: req.NetnsPath, PinPath: s.pinPath(name), NetnsDev: srcID.Dev, NetnsIno: srcID.Ino,
-				IPs: unionAddrs(nil, ips), Links: slices.Clone(req.Links), BootID: s.bootID, State: StateActive,
+				IPs: unionAddrs(nil, ips), Links: slices.Clone(req.Links), BootID: s.bootID, State: stateActive,
 				Created: time.Now().UTC(),
 			}
 			if err := s.ensureShared(); err != nil {
@@ -176,7 +176,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 		}
 		// An ADD interrupted in a format that wrote an intent record first,
 		// or a release that this ADD interrupts: completed as an ADD.
-		r.State = StateActive
+		r.State = stateActive
 		if err := s.publish(v, r, src); err != nil {
 			return errors.Join(err, s.settle(v, r, nil))
 		}
@@ -200,8 +200,8 @@ func (s *Store) repinFrom(v *view, r *Record, src *os.File) error {
 	if err := s.mountPin(src, r.NetnsID(), r.Attachment); err != nil {
 		return err
 	}
-	if r.State == StateUnpinned {
-		r.State = StateDraining
+	if r.State == stateUnpinned {
+		r.State = stateDraining
 	}
 	return errors.Join(s.writeRecord(r), s.relink(r.Cluster, v.recs))
 }
@@ -311,7 +311,7 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 			}
 		}
 	}
-	first := r.State != StateDraining && r.State != StateUnpinned
+	first := r.State != stateDraining && r.State != stateUnpinned
 	if first {
 		r.DrainingSince = time.Now().UTC()
 	}
@@ -320,9 +320,9 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 		// its result cache right after.
 		r.Teardown = del
 	}
-	r.State = StateDraining
+	r.State = stateDraining
 	if !s.pinnedAs(r) {
-		r.State = StateUnpinned
+		r.State = stateUnpinned
 	}
 	if checkErr == nil {
 		r.References = make([]string, len(uses))
@@ -456,7 +456,7 @@ func (s *Store) check(v *view, attachment, netnsPath string) error {
 	if r == nil {
 		return fmt.Errorf("attachment %s has no record: it is not pinned", attachment)
 	}
-	if r.State != StateActive && r.State != StateDraining {
+	if r.State != stateActive && r.State != stateDraining {
 		return fmt.Errorf("attachment %s is in state %s", attachment, r.State)
 	}
 	if r.BootID != s.bootID {

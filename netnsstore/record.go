@@ -20,23 +20,23 @@ import (
 type State string
 
 const (
-	// StateActive: pinned and linked; the cluster's links prefer it. ADD
+	// stateActive: pinned and linked; the cluster's links prefer it. ADD
 	// writes it first, before the pin and the links exist: a crash in
 	// between leaves an active record without a pin, pinned again by the
 	// next operation from the runtime's netns.
-	StateActive State = "active"
-	// StateDraining: a DEL (or GC, or repair) found it in use; it stays
+	stateActive State = "active"
+	// stateDraining: a DEL (or GC, or repair) found it in use; it stays
 	// pinned and is linked only while its cluster has no active pin.
-	StateDraining State = "draining"
-	// StateUnpinned: in use, but its pin was unmounted from outside and
+	stateDraining State = "draining"
+	// stateUnpinned: in use, but its pin was unmounted from outside and
 	// the netns could not be reached to pin it again (the kernel clients
 	// hold it). Never a link target; DEL refuses until nothing uses it.
-	StateUnpinned State = "unpinned"
-	// StateIntent and StateReleasing are written by the previous release
+	stateUnpinned State = "unpinned"
+	// stateIntent and stateReleasing are written by the previous release
 	// only (an ADD before its mount, a release after its check); a store
 	// that finds one settles it like a DEL, and a repeated ADD completes it.
-	StateIntent    State = "intent"
-	StateReleasing State = "releasing"
+	stateIntent    State = "intent"
+	stateReleasing State = "releasing"
 )
 
 // recordFormat is the format this program writes. Format 1 (no "format"

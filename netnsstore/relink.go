@@ -7,7 +7,7 @@ import (
 
 // linkCandidate: only pins that are whole may be link targets.
 func linkCandidate(r *Record) bool {
-	return r.State == StateActive || r.State == StateDraining
+	return r.State == stateActive || r.State == stateDraining
 }
 
 // linkTargetOf applies the link rule of a cluster: its newest active pin,
@@ -20,9 +20,9 @@ func linkTargetOf(cluster string, rs []*Record) string {
 			continue
 		}
 		switch r.State {
-		case StateActive:
+		case stateActive:
 			active = r
-		case StateDraining:
+		case stateDraining:
 			draining = r
 		}
 	}

@@ -38,11 +38,11 @@ func (s *Store) diagnose(r *Record) diagnosis {
 	switch {
 	case r.BootID != s.bootID:
 		return diagnosis{ActionDrop, "pinned in an earlier boot " + r.BootID}
-	case r.State == StateIntent:
+	case r.State == stateIntent:
 		return diagnosis{ActionSettle, "ADD was interrupted"}
-	case r.State == StateReleasing:
+	case r.State == stateReleasing:
 		return diagnosis{ActionSettle, "a release was interrupted"}
-	case r.State == StateUnpinned:
+	case r.State == stateUnpinned:
 		return diagnosis{ActionSettle, "its pin was lost while in use"}
 	}
 	id, mounted, err := s.pinState(r.Attachment)

@@ -55,7 +55,7 @@ func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
 	assert.Equal(t, orig, statID(t, pin), "pin is the same netns (dev, inode)")
 	assert.Equal(t, "../pins/c1.net1", readLink(t, link), "link is relative")
 	assert.Equal(t, orig, statID(t, link), "link resolves to the netns")
-	assert.Equal(t, StateActive, r.State)
+	assert.Equal(t, stateActive, r.State)
 	assert.Equal(t, []string{"10.98.0.5"}, r.IPs)
 
 	// What the pin is for: the original name goes, the netns with its
@@ -118,7 +118,7 @@ func TestReleaseRefusedWhileInUse(t *testing.T) {
 	assert.Equal(t, []string{"10.98.2.5"}, seen.IPs)
 	r, err := s.Get("c1.net1")
 	require.NoError(t, err)
-	assert.Equal(t, StateDraining, r.State)
+	assert.Equal(t, stateDraining, r.State)
 	assert.Equal(t, refs, r.References)
 	assert.True(t, mountedAt(t, r.PinPath), "pin stays while in use")
 	assert.Equal(t, "../pins/c1.net1", readLink(t, r.Links[0]), "a draining pin with no successor keeps the link")
@@ -273,7 +273,7 @@ func TestRepairAfterInterruptedSteps(t *testing.T) {
 
 	// c2 as the previous release left an ADD that died after mounting and
 	// linking but before "active".
-	r2.State = StateIntent
+	r2.State = stateIntent
 	writeRaw(t, s, r2)
 	// A pin file without any record, as if ADD died before its record.
 	require.NoError(t, os.WriteFile(filepath.Join(s.PinDir, "pins", "orphan.net1"), nil, 0o444))
@@ -288,7 +288,7 @@ func TestRepairAfterInterruptedSteps(t *testing.T) {
 
 	// c1 as the previous release left a DEL that died after deciding to
 	// release.
-	r1.State = StateReleasing
+	r1.State = stateReleasing
 	writeRaw(t, s, r1)
 	rs, err = s.List()
 	require.NoError(t, err)
@@ -304,7 +304,7 @@ func TestRepairAfterInterruptedSteps(t *testing.T) {
 // after an upgrade, are settled through the check: in use, they stay
 // pinned and draining.
 func TestIntentAndReleasingRecordsAreCheckedBeforeRelease(t *testing.T) {
-	for _, st := range []State{StateIntent, StateReleasing} {
+	for _, st := range []State{stateIntent, stateReleasing} {
 		t.Run(string(st), func(t *testing.T) {
 			s := testStore(t)
 			n := testNetns(t, "10.98.7.9/24")
@@ -316,7 +316,7 @@ func TestIntentAndReleasingRecordsAreCheckedBeforeRelease(t *testing.T) {
 			rs, err := s.List()
 			require.NoError(t, err)
 			require.Len(t, rs, 1)
-			assert.Equal(t, StateDraining, rs[0].State)
+			assert.Equal(t, stateDraining, rs[0].State)
 			assert.Equal(t, "../pins/c1.net1", readLink(t, r.Links[0]), "the only pin of its cluster is the link target")
 			assert.FileExists(t, r.PinPath)
 			assert.Equal(t, 2, nsfsMounts(t, r.NetnsIno), "the netns's own mount and its pin")

@@ -25,9 +25,9 @@ func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
 	}
 	var findings []Finding
 	err := s.op("", func(v *view) error {
-		held := func(r *Record) bool { return r.State == StateDraining || r.State == StateUnpinned }
+		held := func(r *Record) bool { return r.State == stateDraining || r.State == stateUnpinned }
 		var errs []error
-		findings, errs = s.collect(v, held, string(StateDraining))
+		findings, errs = s.collect(v, held, string(stateDraining))
 		return errors.Join(append(errs, v.badErrs()...)...)
 	})
 	return findings, err
@@ -42,7 +42,7 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 		var errs []error
 		for _, r := range v.recs {
 			d := s.diagnose(r)
-			if d.action == "" && r.State != StateDraining {
+			if d.action == "" && r.State != stateDraining {
 				continue
 			}
 			f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: d.action, Reason: d.reason}
@@ -110,7 +110,7 @@ func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding
 func (s *Store) FinishAbandoned() ([]Finding, error) {
 	var findings []Finding
 	err := s.op("", func(v *view) error {
-		held := func(r *Record) bool { return r.State == StateDraining || r.State == StateUnpinned }
+		held := func(r *Record) bool { return r.State == stateDraining || r.State == stateUnpinned }
 		var errs []error
 		for _, r := range v.recs {
 			if !held(r) || r.Abandoned || !s.runtimeGone(r) {
