@@ -515,3 +515,44 @@ func TestOrphanPinIsCheckedBeforeRelease(t *testing.T) {
 	assert.Equal(t, 1, nsfsMounts(t, r.NetnsIno), "unused: only the netns's own mount remains")
 	assert.NoFileExists(t, r.PinPath)
 }
+
+// What a machine crash between a record's rename and its fsync leaves (an
+// empty file, or zeros) is dropped as a record of an earlier boot; the pin
+// file it owned is then an orphan, released only when the in-use check
+// finds nothing. Any other record that cannot be decoded still blocks.
+func TestTornRecordIsDroppedAndItsPinChecked(t *testing.T) {
+	for name, content := range map[string][]byte{"empty": nil, "zeros": make([]byte, 412)} {
+		t.Run(name, func(t *testing.T) {
+			s := testStore(t)
+			n := testNetns(t, "10.98.16.5/24")
+			r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+			require.NoError(t, err)
+			record := filepath.Join(s.StateDir, "records", "c1.net1.json")
+			require.NoError(t, os.WriteFile(record, content, 0o600))
+
+			s.inUse = func(*Record, string) ([]Use, error) { return uses("rbd 0"), nil }
+			recs, err := s.List()
+			require.NoError(t, err)
+			assert.Empty(t, recs)
+			assert.NoFileExists(t, record, "the torn record is dropped")
+			assert.Equal(t, 2, nsfsMounts(t, r.NetnsIno), "in use: its pin stays mounted")
+
+			s.inUse = notInUse
+			_, err = s.List()
+			require.NoError(t, err)
+			assert.Equal(t, 1, nsfsMounts(t, r.NetnsIno), "unused: released")
+		})
+	}
+	t.Run("garbage", func(t *testing.T) {
+		s := testStore(t)
+		n := testNetns(t, "10.98.16.6/24")
+		r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+		require.NoError(t, err)
+		record := filepath.Join(s.StateDir, "records", "c1.net1.json")
+		require.NoError(t, os.WriteFile(record, []byte("\x00{\"attachment\":"), 0o600))
+		_, err = s.List()
+		require.Error(t, err, "an undecodable record that is not torn blocks")
+		assert.FileExists(t, record)
+		assert.Equal(t, 2, nsfsMounts(t, r.NetnsIno), "its pin stays")
+	})
+}
