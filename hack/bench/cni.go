@@ -71,17 +71,28 @@ func (c call) run(ctx context.Context) (sample, []byte, error) {
 
 // cniEnv is the environment of a direct plugin call.
 func cniEnv(command, containerID, netns, cniArgs, cniPath string) []string {
-	env := []string{
-		"CNI_COMMAND=" + command,
-		"CNI_CONTAINERID=" + containerID,
-		"CNI_NETNS=" + netns,
-		"CNI_IFNAME=eth0",
-		"CNI_PATH=" + cniPath,
-	}
-	if cniArgs != "" {
-		env = append(env, "CNI_ARGS="+cniArgs)
-	}
-	return env
+	return []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + containerID, "CNI_NETNS=" + netns,
+		"CNI_IFNAME=eth0", "CNI_PATH=" + cniPath, "CNI_ARGS=" + cniArgs}
+}
+
+// attachment is one holder pod's interface as a runtime hands it to a
+// plugin: container ID, CNI_ARGS, netns and the plugin's stdin.
+type attachment struct {
+	cid, args, netns string
+	conf             []byte
+}
+
+// attach is a fresh attachment of holder pod pod, in netns, to network net
+// of the plugin whose conflist entry is entry; its prevResult has address
+// ip.
+func (b *bench) attach(net, netns, pod string, entry map[string]any, ip string) attachment {
+	cid := newCID()
+	return attachment{cid: cid, args: podArgs(holderNS, pod, cid), netns: netns, conf: pluginConf(b.name(net), entry, prevResult(ip))}
+}
+
+// call is the plugin call of bin for a.
+func (b *bench) call(bin, verb string, a attachment) call {
+	return call{bin: bin, env: cniEnv(verb, a.cid, a.netns, a.args, b.cfg.cniPath), stdin: a.conf}
 }
 
 func podUID() string {

@@ -87,3 +87,16 @@ func (c call) runRSS(ctx context.Context, wrap string) (sample, []byte, error) {
 	s.rssKiB = kib
 	return s, out, err
 }
+
+// rssFloor says how peak RSS is measured, and rsswrap's own (/bin/true's).
+func (b *bench) rssFloor(ctx context.Context) string {
+	if b.wrap == "" {
+		return "no C compiler: peak RSS not measured"
+	}
+	x, _, err := call{bin: "/bin/true"}.runRSS(ctx, b.wrap)
+	if err != nil {
+		logf("rsswrap /bin/true: %v", err)
+		return "peak RSS is ru_maxrss under rsswrap (fork, exec, wait4), whose floor could not be measured"
+	}
+	return "peak RSS is ru_maxrss under rsswrap (fork, exec, wait4), whose floor (/bin/true) is " + fmtKiB(float64(x.rssKiB))
+}

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/host"
@@ -20,45 +21,17 @@ type bench struct {
 	wrap             string // rsswrap binary ("" without a C compiler)
 	env              *env
 	rep              *report
-	pinDir, stateDir string
-
-	mu     sync.Mutex
-	pinRSS []float64 // ru_maxrss (KiB) of every direct netns-pin run
-
-	res map[metric]float64 // the figures the verdicts check
-
-	alts []alt // candidate builds compared alongside netns-pin
+	pinDir, stateDir string    // of the running section
+	pinRSS           []float64 // ru_maxrss (KiB) of every netns-pin probe run
 }
 
-// metric names a figure that a verdict checks.
-type metric string
-
+// The targets of the issue, each checked by the section that measures it.
 const (
-	mPassBase         metric = "pt.base"
-	mPassBasePaired   metric = "pt.base.paired"
-	mPassTuning       metric = "pt.tuning"
-	mPassTuningPaired metric = "pt.tuning.paired"
-	mHolderAdd        metric = "holder.add"
-	mHolderAddPaired  metric = "holder.add.paired"
-	mInUse1000        metric = "inuse.1000"
-	mInUse1000CPU     metric = "inuse.1000.cpu"
+	tPassBase   = "passthrough ADD within 1.05× of the baseline plugin"
+	tPassTuning = "passthrough ADD no slower than tuning"
+	tHolderAdd  = "holder ADD within 1.5× of the baseline"
+	tInUse      = "in-use check at 1000 rbd devices + 1000 CephFS clients under 20 ms"
 )
-
-// alt is a candidate netns-pin build (-alt label=binary): a proposed fix,
-// measured in the same interleaved rounds as the build under test.
-type alt struct{ label, bin string }
-
-func (b *bench) set(key metric, v float64) {
-	if b.res == nil {
-		b.res = map[metric]float64{}
-	}
-	b.res[key] = v
-}
-
-func (b *bench) get(key metric) (float64, bool) {
-	v, ok := b.res[key]
-	return v, ok && !math.IsNaN(v)
-}
 
 // rounds scales a round count, never below 3.
 func (b *bench) rounds(n int) int {
@@ -71,144 +44,44 @@ func (b *bench) name(s string) string { return b.cfg.prefix + "-" + s }
 // newCID is a fresh container ID.
 func newCID() string { return "bench" + host.RandHex(27) }
 
-const (
-	holderNS      = "rook-ceph"
-	holderCluster = "rook-ceph/my-cluster"
-)
+const holderNS = "rook-ceph"
 
 // pinEntry is netns-pin's conflist entry: a Rook-like holder rule, pins and
-// records in the work folder; extra fields override.
+// records in the section's folders; extra fields override.
 func (b *bench) pinEntry(extra map[string]any) map[string]any {
 	m := map[string]any{
 		"type":     "netns-pin",
 		"pinDir":   b.pinDir,
 		"stateDir": b.stateDir,
-		"holders":  []map[string]any{{"podNamespace": holderNS, "podName": "csi-holder-*", "cluster": holderCluster}},
+		"holders":  []map[string]any{{"podNamespace": holderNS, "podName": "csi-holder-*", "cluster": holderNS + "/my-cluster"}},
 	}
-	for k, v := range extra {
-		m[k] = v
-	}
+	maps.Copy(m, extra)
 	return m
 }
 
 // altEntry is pinEntry for candidate build k, with pins and records of its
 // own.
 func (b *bench) altEntry(k int, extra map[string]any) map[string]any {
-	m := map[string]any{
-		"pinDir":   filepath.Join(filepath.Dir(b.pinDir), fmt.Sprintf("pin-alt%d", k)),
-		"stateDir": filepath.Join(filepath.Dir(b.stateDir), fmt.Sprintf("state-alt%d", k)),
-	}
-	for k, v := range extra {
-		m[k] = v
-	}
-	return b.pinEntry(m)
+	m := b.pinEntry(extra)
+	m["pinDir"] = filepath.Join(filepath.Dir(b.pinDir), fmt.Sprintf("pin-alt%d", k))
+	m["stateDir"] = filepath.Join(filepath.Dir(b.stateDir), fmt.Sprintf("state-alt%d", k))
+	return m
 }
 
-// keepPinRSS records the peak RSS of netns-pin probe runs (verdict).
-func (b *bench) keepPinRSS(xs ...sample) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, x := range xs {
-		if x.rssKiB > 0 {
-			b.pinRSS = append(b.pinRSS, float64(x.rssKiB))
-		}
-	}
-}
-
-// probeRuns is how many runs under rsswrap give a command's peak RSS.
-const probeRuns = 3
-
-// cpuNote is the child's median CPU time (user + system), which load from
-// elsewhere inflates far less than wall time.
-func cpuNote(s *series) string { return "CPU " + fmtDur(median(s.cpu())) }
-
-// versus formats how t compares with ref: "1.23×<what> (paired 1.30×)".
-func versus(t, ref []float64, what string) string {
-	return fmt.Sprintf("%s%s (paired %s)", fmtRatio(median(t)/median(ref)), what, fmtRatio(pairedRatio(t, ref)))
-}
-
-// over formats what t adds to base: "+1.20 ms over baseline".
-func over(t, base []float64) string {
-	return fmt.Sprintf("+%s over baseline", fmtDur(median(t)-median(base)))
-}
-
-// softDeadline is when the runner's time budget (-budget) runs out: from
-// then on every loop stops after minRounds rounds, so that a machine under
-// heavy load still gets a whole report in bounded time.
-var (
-	softDeadline time.Time
-	cutShort     atomic.Bool
-)
-
-const minRounds = 5
-
-// overBudget reports whether a loop that has done done rounds should stop.
-func overBudget(done int) bool {
-	if done < minRounds || softDeadline.IsZero() || time.Now().Before(softDeadline) {
-		return false
-	}
-	cutShort.Store(true)
-	return true
-}
-
-// interleave runs rounds of n commands, rotating the order every round
-// (A B C, B C A, C A B, ...), and returns each command's series.
-func interleave(ctx context.Context, rounds, n int, fn func(ctx context.Context, round, i int) (sample, error)) ([]series, error) {
-	out := make([]series, n)
-	for r := range rounds {
-		if overBudget(r) {
-			break
-		}
-		for k := range n {
-			if err := ctx.Err(); err != nil {
-				return out, err
-			}
-			i := (k + r) % n
-			s, err := fn(ctx, r, i)
-			if err != nil {
-				return out, fmt.Errorf("round %d: %w", r, err)
-			}
-			out[i].add(s)
-		}
-	}
-	return out, nil
-}
-
-// measure runs each of n commands probeRuns times under rsswrap (their peak
-// RSS, and a warm-up), then rounds of them interleaved, and returns both
-// series of each. run runs command i once, under wrap unless it is "".
-func (b *bench) measure(ctx context.Context, n, rounds int, run func(ctx context.Context, i int, wrap string) (sample, error)) (ss, rss []series, err error) {
-	rss = make([]series, n)
-	for range probeRuns {
-		for i := range n {
-			x, err := run(ctx, i, b.wrap)
-			if err != nil {
-				return nil, nil, err
-			}
-			rss[i].add(x)
-		}
-	}
-	ss, err = interleave(ctx, rounds, n, func(ctx context.Context, _, i int) (sample, error) { return run(ctx, i, "") })
-	return ss, rss, err
-}
-
-// pinsLeft lists the pin files present.
-func (b *bench) pinsLeft() ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(b.pinDir, "pins"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out, err
-}
+// keepPinRSS records the peak RSS of netns-pin probe runs (a target).
+func (b *bench) keepPinRSS(s *series) { b.pinRSS = append(b.pinRSS, s.rss...) }
 
 // wantPins fails unless exactly n pin files are present.
 func (b *bench) wantPins(n int, what string) error {
-	left, err := b.pinsLeft()
-	if err == nil && len(left) != n {
+	ents, err := os.ReadDir(filepath.Join(b.pinDir, "pins"))
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	if err == nil && len(ents) != n {
+		var left []string
+		for _, e := range ents {
+			left = append(left, e.Name())
+		}
 		err = fmt.Errorf("%s: want %d pin(s), have %v", what, n, left)
 	}
 	return err
@@ -225,60 +98,48 @@ func (b *bench) passthrough(ctx context.Context) error {
 	prev := prevResult("10.250.0.5")
 	want, err := json.Marshal(prev)
 	if err != nil {
-		return err
+		return fmt.Errorf("prevResult: %w", err)
 	}
 	cid := newCID()
 	env := cniEnv("ADD", cid, ns, podArgs("default", "web-7d9f8c6b5-x2x9k", cid), b.cfg.cniPath)
-	net := b.name("passthrough")
+	conf := func(entry map[string]any) []byte { return pluginConf(b.name("passthrough"), entry, prev) }
 	names := []string{"netns-pin", "baseline", "tuning (empty config)"}
 	cmds := []call{
-		{bin: b.cfg.plugin, env: env, stdin: pluginConf(net, b.pinEntry(nil), prev)},
-		{bin: b.cfg.baseline, env: env, stdin: pluginConf(net, map[string]any{"type": "baseline"}, prev)},
-		{bin: filepath.Join(b.cfg.cniPath, "tuning"), env: env, stdin: pluginConf(net, map[string]any{"type": "tuning"}, prev)},
+		{bin: b.cfg.plugin, env: env, stdin: conf(b.pinEntry(nil))},
+		{bin: b.cfg.baseline, env: env, stdin: conf(map[string]any{"type": "baseline"})},
+		{bin: filepath.Join(b.cfg.cniPath, "tuning"), env: env, stdin: conf(map[string]any{"type": "tuning"})},
 	}
-	for _, a := range b.alts {
+	for _, a := range b.cfg.alts {
 		names = append(names, a.label)
 		cmds = append(cmds, call{bin: a.bin, env: env, stdin: cmds[0].stdin})
 	}
 	// Every command must print prevResult unchanged.
-	ss, rss, err := b.measure(ctx, len(cmds), b.rounds(1000), func(ctx context.Context, i int, wrap string) (sample, error) {
+	ss, rss, err := b.measure(ctx, len(cmds), probeRuns, b.rounds(1000), rotate(len(cmds), func(ctx context.Context, i int, wrap string) (sample, error) {
 		x, out, err := cmds[i].runRSS(ctx, wrap)
 		if err == nil && !sameJSON(out, want) {
 			err = fmt.Errorf("%s did not print prevResult unchanged:\n%s", names[i], out)
 		}
 		return x, err
-	})
+	}))
 	if err != nil {
 		return err
 	}
-	b.keepPinRSS(rss[0].samples...)
+	b.keepPinRSS(&rss[0])
 	if err := b.wantPins(0, "a non-holder ADD made pins"); err != nil {
 		return err
 	}
-	pin, base, tun := ss[0].durations(), ss[1].durations(), ss[2].durations()
-	b.set(mPassBase, median(pin)/median(base))
-	b.set(mPassTuning, median(pin)/median(tun))
-	b.set(mPassBasePaired, pairedRatio(pin, base))
-	b.set(mPassTuningPaired, pairedRatio(pin, tun))
-	r := seriesRow("1", "passthrough ADD, non-holder pod: **netns-pin**", &ss[0], &rss[0])
-	r.ratio = versus(pin, base, " baseline") + "; " + versus(pin, tun, " tuning")
-	r.note = fmt.Sprintf("%s; %s (%s baseline, %s tuning)", over(pin, base), cpuNote(&ss[0]),
-		fmtRatio(median(ss[0].cpu())/median(ss[1].cpu())), fmtRatio(median(ss[0].cpu())/median(ss[2].cpu())))
-	b.rep.add(r)
-	r = seriesRow("1", "passthrough ADD: baseline plugin (skel + types, prints prevResult)", &ss[1], &rss[1])
-	r.ratio, r.note = "1.00×", cpuNote(&ss[1])
-	b.rep.add(r)
-	r = seriesRow("1", "passthrough ADD: tuning v1.10.0, empty config", &ss[2], &rss[2])
-	r.ratio, r.note = fmtRatio(median(tun)/median(base))+" baseline", cpuNote(&ss[2])+"; enters the netns"
-	b.rep.add(r)
-	for k, a := range b.alts {
-		i := 3 + k
-		t := ss[i].durations()
-		r = seriesRow("1", "passthrough ADD: candidate "+a.label, &ss[i], &rss[i])
-		r.ratio = fmt.Sprintf("%s; %s tuning; %s", versus(t, base, " baseline"), fmtRatio(median(t)/median(tun)), versus(t, pin, " netns-pin"))
-		r.note = cpuNote(&ss[i])
-		b.rep.add(r)
+	pin, base, tun := &ss[0], &ss[1], &ss[2]
+	b.rep.series("1", "passthrough ADD, non-holder pod: **netns-pin**", pin, &rss[0], versus(pin, base, " baseline")+"; "+versus(pin, tun, " tuning"),
+		fmt.Sprintf("%s; %s (%s baseline, %s tuning)", over(pin, base), cpuNote(pin), ratioOf(pin.cpu, base.cpu), ratioOf(pin.cpu, tun.cpu)))
+	b.rep.series("1", "passthrough ADD: baseline plugin (skel + types, prints prevResult)", base, &rss[1], "1.00×", cpuNote(base))
+	b.rep.series("1", "passthrough ADD: tuning v1.10.0, empty config", tun, &rss[2], ratioOf(tun.d, base.d)+" baseline", cpuNote(tun)+"; enters the netns")
+	for k, a := range b.cfg.alts {
+		t := &ss[3+k]
+		b.rep.series("1", "passthrough ADD: candidate "+a.label, t, &rss[3+k],
+			fmt.Sprintf("%s; %s tuning; %s", versus(t, base, " baseline"), ratioOf(t.d, tun.d), versus(t, pin, " netns-pin")), cpuNote(t))
 	}
+	b.rep.ratioTarget(tPassBase, pin, base, 1.05)
+	b.rep.ratioTarget(tPassTuning, pin, tun, 1.00)
 	return nil
 }
 
@@ -288,17 +149,10 @@ func (b *bench) passthrough(ctx context.Context) error {
 
 // holderVariant is one plugin of section 2, with a pool of netns.
 type holderVariant struct {
-	label  string
-	bin    string
-	entry  map[string]any
-	pinDir string // "" for the baseline
-	nss    []string
-}
-
-// attachment is one holder attachment of a plugin call.
-type attachment struct {
-	cid, args, netns string
-	conf             []byte
+	label, bin string
+	entry      map[string]any
+	pinDir     string // "" for the baseline
+	nss        []string
 }
 
 const holderPool = 2
@@ -313,7 +167,7 @@ func (b *bench) holderVariants() ([]holderVariant, error) {
 		{label: "netns-pin, stateDir on tmpfs", bin: b.cfg.plugin, pinDir: pin2,
 			entry: b.pinEntry(map[string]any{"pinDir": pin2, "stateDir": filepath.Join(b.cfg.fixtures, "holder-state")})},
 	}
-	for k, a := range b.alts {
+	for k, a := range b.cfg.alts {
 		e := b.altEntry(k, nil)
 		vs = append(vs, holderVariant{label: "candidate " + a.label, bin: a.bin, entry: e, pinDir: e["pinDir"].(string)})
 	}
@@ -333,7 +187,7 @@ func (b *bench) holderVariants() ([]holderVariant, error) {
 // holderStep runs one ADD or DEL of a holder attachment and checks that
 // netns-pin made or removed its pin.
 func (b *bench) holderStep(ctx context.Context, verb string, v holderVariant, a attachment, wrap string) (sample, error) {
-	s, _, err := call{bin: v.bin, env: cniEnv(verb, a.cid, a.netns, a.args, b.cfg.cniPath), stdin: a.conf}.runRSS(ctx, wrap)
+	s, _, err := b.call(v.bin, verb, a).runRSS(ctx, wrap)
 	if err != nil || v.pinDir == "" {
 		return s, err
 	}
@@ -348,27 +202,22 @@ func (b *bench) holderStep(ctx context.Context, verb string, v holderVariant, a 
 }
 
 // holderRound is one round: ADD of a fresh holder attachment by each
-// variant, then their DELs, in an order that rotates every round.
-func (b *bench) holderRound(ctx context.Context, vs []holderVariant, r int, wrap string, adds, dels []series) error {
-	net := b.name("holder")
-	atts := make([]attachment, len(vs))
-	for k := range vs {
-		i, j, cid := (k+r)%len(vs), r%holderPool, newCID()
-		atts[i] = attachment{cid: cid, args: podArgs(holderNS, "csi-holder-"+host.RandHex(5), cid), netns: vs[i].nss[j],
-			conf: pluginConf(net, vs[i].entry, prevResult(fmt.Sprintf("10.250.1.%d", 2+j)))}
-		x, err := b.holderStep(ctx, "ADD", vs[i], atts[i], wrap)
-		if err != nil {
-			return fmt.Errorf("round %d: %s ADD: %w", r, vs[i].label, err)
+// variant, then their DELs, in an order that rotates every round. out[i]
+// is variant i's ADD, out[len(vs)+i] its DEL.
+func (b *bench) holderRound(ctx context.Context, vs []holderVariant, r int, wrap string, out []series) error {
+	n, atts := len(vs), make([]attachment, len(vs))
+	for k := range 2 * n {
+		i, step := (k+r)%n, k/n // step 0: ADD, 1: DEL
+		if step == 0 {
+			j := r % holderPool
+			atts[i] = b.attach("holder", vs[i].nss[j], "csi-holder-"+host.RandHex(5), vs[i].entry, fmt.Sprintf("10.250.1.%d", 2+j))
 		}
-		adds[i].add(x)
-	}
-	for k := range vs {
-		i := (k + r) % len(vs)
-		x, err := b.holderStep(ctx, "DEL", vs[i], atts[i], wrap)
+		verb := []string{"ADD", "DEL"}[step]
+		x, err := b.holderStep(ctx, verb, vs[i], atts[i], wrap)
 		if err != nil {
-			return fmt.Errorf("round %d: %s DEL: %w", r, vs[i].label, err)
+			return fmt.Errorf("%s %s: %w", vs[i].label, verb, err)
 		}
-		dels[i].add(x)
+		out[step*n+i].add(x)
 	}
 	return nil
 }
@@ -378,50 +227,37 @@ func (b *bench) holder(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Peak RSS (and warm-up) under rsswrap, then the measured rounds.
-	addRSS, delRSS := make([]series, len(vs)), make([]series, len(vs))
-	for r := range probeRuns {
-		if err := b.holderRound(ctx, vs, r, b.wrap, addRSS, delRSS); err != nil {
-			return err
-		}
+	n := len(vs)
+	ss, rss, err := b.measure(ctx, 2*n, probeRuns, b.rounds(300), func(ctx context.Context, r int, wrap string, out []series) error {
+		return b.holderRound(ctx, vs, r, wrap, out)
+	})
+	if err != nil {
+		return err
 	}
 	for i, v := range vs {
 		if v.pinDir != "" {
-			b.keepPinRSS(addRSS[i].samples...)
-			b.keepPinRSS(delRSS[i].samples...)
+			b.keepPinRSS(&rss[i])
+			b.keepPinRSS(&rss[n+i])
 		}
 	}
-	adds, dels := make([]series, len(vs)), make([]series, len(vs))
-	for r := range b.rounds(300) {
-		if overBudget(r) {
-			break
-		}
-		if err := b.holderRound(ctx, vs, r, "", adds, dels); err != nil {
-			return err
-		}
-	}
-	b.holderRows(vs, "holder ADD (lock, addresses, record, bind mount, link)", true, adds, addRSS)
-	b.holderRows(vs, "holder DEL, unused (in-use check of this host, unmount, unlink, records)", false, dels, delRSS)
+	b.holderRows(vs, "holder ADD (lock, addresses, record, bind mount, link)", ss[:n], rss[:n])
+	b.holderRows(vs, "holder DEL, unused (in-use check of this host, unmount, unlink, records)", ss[n:], rss[n:])
+	b.rep.ratioTarget(tHolderAdd, &ss[0], &ss[n-1], 1.5)
 	return nil
 }
 
-func (b *bench) holderRows(vs []holderVariant, what string, add bool, ss, rss []series) {
-	base := ss[len(vs)-1].durations()
+func (b *bench) holderRows(vs []holderVariant, what string, ss, rss []series) {
+	base := &ss[len(vs)-1]
 	for i, v := range vs {
-		t := ss[i].durations()
-		r := seriesRow("2", what+": "+v.label, &ss[i], &rss[i])
-		r.ratio, r.note = "1.00×", cpuNote(&ss[i])
-		if i != len(vs)-1 {
-			r.ratio, r.note = versus(t, base, " baseline"), over(t, base)+"; "+r.note
+		t := &ss[i]
+		ratio, note := "1.00×", cpuNote(t)
+		if i < len(vs)-1 {
+			ratio, note = versus(t, base, " baseline"), over(t, base)+"; "+note
 		}
 		if i == 1 {
-			r.note += fmt.Sprintf("; record fsyncs cost %s", fmtDur(median(ss[0].durations())-median(t)))
+			note += "; record fsyncs cost " + fmtDur(median(ss[0].d)-median(t.d))
 		}
-		if i == 0 && add {
-			b.set(mHolderAdd, median(t)/median(base))
-			b.set(mHolderAddPaired, pairedRatio(t, base))
-		}
-		b.rep.add(r)
+		b.rep.series("2", what+": "+v.label, t, &rss[i], ratio, note)
 	}
 }
 
@@ -431,65 +267,55 @@ func (b *bench) holderRows(vs []holderVariant, what string, add bool, ss, rss []
 
 // chainVariant is one network of section 3 and the pod that joins it.
 type chainVariant struct {
-	label  string
-	net    string
-	holder bool
-	netns  string
+	label, net string
+	holder     bool
+	netns      string
 }
 
-// chainNetworks writes the conflists of the three networks (bridge +
-// host-local, then nothing, netns-pin or the baseline plugin), makes their
+// chainNetworks writes the conflists of three networks, bridge +
+// host-local then nothing, netns-pin or the baseline plugin, makes their
 // bridges and returns the variants to measure.
-func (b *bench) chainNetworks(netconf, extra string) ([]chainVariant, error) {
-	type chainDef struct{ net, last, bridge, subnet string }
-	defs := []chainDef{
-		{b.name("chain-base"), "", b.name("b0"), "10.251.0.0/24"},
-		{b.name("chain-pin"), "netns-pin", b.name("b1"), "10.251.1.0/24"},
-		{b.name("chain-bl"), "baseline", b.name("b2"), "10.251.2.0/24"},
-	}
-	for i, d := range defs {
-		if err := b.env.bridge(d.bridge); err != nil {
+func (b *bench) chainNetworks(netconf string) ([]chainVariant, error) {
+	var nets []string
+	for i, last := range []map[string]any{nil, b.pinEntry(nil), {"type": "baseline"}} {
+		net, bridge := b.name(fmt.Sprintf("chain%d", i)), b.name(fmt.Sprintf("b%d", i))
+		if err := b.env.bridge(bridge); err != nil {
 			return nil, err
 		}
-		plugins := []any{map[string]any{
-			"type": "bridge", "bridge": d.bridge,
-			"ipam": map[string]any{
-				"type": "host-local", "dataDir": filepath.Join(b.cfg.work, fmt.Sprintf("host-local-%d", i)),
-				"ranges": [][]map[string]any{{{"subnet": d.subnet}}},
-			},
-		}}
-		switch d.last {
-		case "netns-pin":
-			plugins = append(plugins, b.pinEntry(nil))
-		case "baseline":
-			plugins = append(plugins, map[string]any{"type": "baseline"})
+		plugins := []any{map[string]any{"type": "bridge", "bridge": bridge, "ipam": map[string]any{
+			"type": "host-local", "dataDir": filepath.Join(b.cfg.work, fmt.Sprintf("host-local-%d", i)),
+			"ranges": [][]map[string]any{{{"subnet": fmt.Sprintf("10.251.%d.0/24", i)}}},
+		}}}
+		if last != nil {
+			plugins = append(plugins, last)
 		}
-		data, err := json.MarshalIndent(map[string]any{"cniVersion": "1.0.0", "name": d.net, "plugins": plugins}, "", "  ")
+		data, err := json.MarshalIndent(map[string]any{"cniVersion": "1.0.0", "name": net, "plugins": plugins}, "", "  ")
+		if err == nil {
+			err = os.WriteFile(filepath.Join(netconf, net+".conflist"), data, 0o644)
+		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("conflist %s: %w", net, err)
 		}
-		if err := os.WriteFile(filepath.Join(netconf, d.net+".conflist"), data, 0o644); err != nil {
-			return nil, err
-		}
-		// cnitool keeps results in libcni's default cache; DEL removes
-		// them, this catches a failed one.
-		b.env.defer_("remove cnitool cache of "+d.net, func() error {
-			var errs []error
-			for _, dir := range []string{"/var/lib/cni/results", "/var/lib/cni/cache/results"} {
-				m, err := filepath.Glob(filepath.Join(dir, d.net+"-*"))
-				errs = append(errs, err)
-				for _, f := range m {
-					errs = append(errs, os.Remove(f))
-				}
-			}
-			return errors.Join(errs...)
-		})
+		nets = append(nets, net)
 	}
+	// cnitool keeps results in libcni's default cache; DEL removes them,
+	// this catches a failed one.
+	b.env.defer_("remove cnitool's cached results", func() error {
+		var errs []error
+		for _, dir := range []string{"/var/lib/cni/results", "/var/lib/cni/cache/results"} {
+			m, err := filepath.Glob(filepath.Join(dir, b.name("chain")+"*"))
+			errs = append(errs, err)
+			for _, f := range m {
+				errs = append(errs, os.Remove(f))
+			}
+		}
+		return errors.Join(errs...)
+	})
 	vs := []chainVariant{
-		{label: "bridge + host-local", net: defs[0].net},
-		{label: "bridge + host-local + baseline plugin (the cost of any chained plugin)", net: defs[2].net},
-		{label: "bridge + host-local + **netns-pin**, non-holder pod", net: defs[1].net},
-		{label: "bridge + host-local + **netns-pin**, holder pod", net: defs[1].net, holder: true},
+		{label: "bridge + host-local", net: nets[0]},
+		{label: "bridge + host-local + baseline plugin (the cost of any chained plugin)", net: nets[2]},
+		{label: "bridge + host-local + **netns-pin**, non-holder pod", net: nets[1]},
+		{label: "bridge + host-local + **netns-pin**, holder pod", net: nets[1], holder: true},
 	}
 	for i := range vs {
 		p, err := b.env.netns(b.name(fmt.Sprintf("c%d", i)), "")
@@ -501,72 +327,71 @@ func (b *bench) chainNetworks(netconf, extra string) ([]chainVariant, error) {
 	return vs, nil
 }
 
+// chainPod runs one pod's ADD and DEL through cnitool; under rsswrap the
+// peak RSS is the whole tree's (cnitool and the plugins it runs).
+func (b *bench) chainPod(ctx context.Context, v chainVariant, env []string, wrap string) (add, del sample, err error) {
+	ns, name := "default", "web-7d9f8c6b5-"+host.RandHex(5)
+	if v.holder {
+		ns, name = holderNS, "csi-holder-"+host.RandHex(5)
+	}
+	env = append(env, "CNI_IFNAME=eth0", "CNI_ARGS="+podArgs(ns, name, host.RandHex(64)))
+	add, _, err = call{bin: b.cfg.cnitool, args: []string{"add", v.net, v.netns}, env: env}.runRSS(ctx, wrap)
+	if err == nil && v.holder {
+		err = b.wantPins(1, "holder ADD through cnitool")
+	}
+	if err != nil {
+		return add, del, err
+	}
+	del, _, err = call{bin: b.cfg.cnitool, args: []string{"del", v.net, v.netns}, env: env}.runRSS(ctx, wrap)
+	if err == nil {
+		err = b.wantPins(0, "DEL through cnitool")
+	}
+	return add, del, err
+}
+
 func (b *bench) chain(ctx context.Context) error {
-	netconf := filepath.Join(b.cfg.work, "net.d")
-	if err := os.MkdirAll(netconf, 0o755); err != nil {
-		return err
+	// The baseline plugin is found by type "baseline" on CNI_PATH.
+	netconf, extra := filepath.Join(b.cfg.work, "net.d"), filepath.Join(b.cfg.work, "cni-extra")
+	err := errors.Join(os.MkdirAll(netconf, 0o755), os.MkdirAll(extra, 0o755))
+	if err == nil {
+		err = os.Symlink(b.cfg.baseline, filepath.Join(extra, "baseline"))
 	}
-	// The baseline plugin, found by type "baseline" on CNI_PATH.
-	extra := filepath.Join(b.cfg.work, "cni-extra")
-	if err := os.MkdirAll(extra, 0o755); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("chain folders: %w", err)
 	}
-	if err := os.Symlink(b.cfg.baseline, filepath.Join(extra, "baseline")); err != nil {
-		return err
-	}
-	vs, err := b.chainNetworks(netconf, extra)
+	vs, err := b.chainNetworks(netconf)
 	if err != nil {
 		return err
 	}
+	env := []string{"CNI_PATH=" + b.cfg.cniPath + string(os.PathListSeparator) + extra, "NETCONFPATH=" + netconf}
 	adds, dels := make([]series, len(vs)), make([]series, len(vs))
-	// One pod's ADD and DEL through cnitool; under rsswrap the peak RSS is
-	// the whole tree's (cnitool and the plugins it runs).
-	ss, rss, err := b.measure(ctx, len(vs), b.rounds(120), func(ctx context.Context, i int, wrap string) (sample, error) {
-		v := vs[i]
-		ns, name := "default", "web-7d9f8c6b5-"+host.RandHex(5)
-		if v.holder {
-			ns, name = holderNS, "csi-holder-"+host.RandHex(5)
-		}
-		env := []string{"CNI_PATH=" + b.cfg.cniPath + string(os.PathListSeparator) + extra, "NETCONFPATH=" + netconf,
-			"CNI_IFNAME=eth0", "CNI_ARGS=" + podArgs(ns, name, host.RandHex(64))}
-		a, _, err := call{bin: b.cfg.cnitool, args: []string{"add", v.net, v.netns}, env: env}.runRSS(ctx, wrap)
-		if err == nil && v.holder {
-			err = b.wantPins(1, "holder ADD through cnitool")
-		}
-		if err != nil {
-			return a, err
-		}
-		d, _, err := call{bin: b.cfg.cnitool, args: []string{"del", v.net, v.netns}, env: env}.runRSS(ctx, wrap)
-		if err == nil {
-			err = b.wantPins(0, "DEL through cnitool")
-		}
+	ss, rss, err := b.measure(ctx, len(vs), probeRuns, b.rounds(120), rotate(len(vs), func(ctx context.Context, i int, wrap string) (sample, error) {
+		a, d, err := b.chainPod(ctx, vs[i], slices.Clip(env), wrap)
 		if wrap == "" {
 			adds[i].add(a)
 			dels[i].add(d)
 		}
 		return sample{d: a.d + d.d, cpu: a.cpu + d.cpu, rssKiB: max(a.rssKiB, d.rssKiB)}, err
-	})
+	}))
 	if err != nil {
 		return err
 	}
-	base, chained := ss[0].durations(), ss[1].durations()
+	base, chained := median(ss[0].d), median(ss[1].d)
 	for i, v := range vs {
-		t := ss[i].durations()
-		r := seriesRow("3", "pod network ADD+DEL via cnitool: "+v.label, &ss[i], &rss[i])
-		r.ratio, r.note = "1.00×", fmt.Sprintf("ADD %s + DEL %s", fmtDur(median(adds[i].durations())), fmtDur(median(dels[i].durations())))
+		t := &ss[i]
+		ratio, note := "1.00×", fmt.Sprintf("ADD %s + DEL %s", fmtDur(median(adds[i].d)), fmtDur(median(dels[i].d)))
 		if i > 0 {
-			added := median(t) - median(base)
-			who := "netns-pin"
+			who, added := "netns-pin", median(t.d)-base
 			if i == 1 {
 				who = "a chained plugin"
 			}
-			r.ratio = versus(t, base, "")
-			r.note += fmt.Sprintf("; %s adds %s = %.1f%% of the chain's setup", who, fmtDur(added), 100*added/median(base))
+			ratio = versus(t, &ss[0], "")
+			note += fmt.Sprintf("; %s adds %s = %.1f%% of the chain's setup", who, fmtDur(added), 100*added/base)
 		}
 		if i >= 2 {
-			r.note += fmt.Sprintf(", %s more than the chained baseline", fmtDur(median(t)-median(chained)))
+			note += fmt.Sprintf(", %s more than the chained baseline", fmtDur(median(t.d)-chained))
 		}
-		b.rep.add(r)
+		b.rep.series("3", "pod network ADD+DEL via cnitool: "+v.label, t, &rss[i], ratio, note)
 	}
 	return nil
 }
@@ -581,33 +406,26 @@ type concMode struct {
 	label, bin string
 	entry      map[string]any
 	parallel   bool
-	add, del   series // per call
+	add, del   series // per call, of the timed runs
 }
 
-// concPod is one pod: ADD then DEL of a holder attachment.
-func (b *bench) concPod(ctx context.Context, m *concMode, netns string, i int) (sample, sample, error) {
-	conf := pluginConf(b.name("concurrent"), m.entry, prevResult(fmt.Sprintf("10.250.2.%d", i+2)))
-	cid := newCID()
-	args := podArgs(holderNS, fmt.Sprintf("holder-c%d-%s", i%concClusters, host.RandHex(5)), cid)
-	a, _, err := call{bin: m.bin, env: cniEnv("ADD", cid, netns, args, b.cfg.cniPath), stdin: conf}.run(ctx)
-	if err != nil {
-		return a, sample{}, err
-	}
-	d, _, err := call{bin: m.bin, env: cniEnv("DEL", cid, netns, args, b.cfg.cniPath), stdin: conf}.run(ctx)
-	return a, d, err
-}
-
-// concRun runs every pod of m, all at once or one after the other, and
-// keeps the per-call samples when keep.
+// concRun runs ADD then DEL of a holder attachment in each netns of nss,
+// all at once or one after the other, and keeps the per-call samples when
+// keep.
 func (b *bench) concRun(ctx context.Context, m *concMode, nss []string, keep bool) error {
 	var mu sync.Mutex
 	one := func(i int) error {
-		a, d, err := b.concPod(ctx, m, nss[i], i)
+		a := b.attach("concurrent", nss[i], fmt.Sprintf("holder-c%d-%s", i%concClusters, host.RandHex(5)), m.entry, fmt.Sprintf("10.250.2.%d", i+2))
+		add, _, err := b.call(m.bin, "ADD", a).run(ctx)
+		if err != nil {
+			return err
+		}
+		del, _, err := b.call(m.bin, "DEL", a).run(ctx)
 		if err == nil && keep {
 			mu.Lock()
-			m.add.add(a)
-			m.del.add(d)
-			mu.Unlock()
+			defer mu.Unlock()
+			m.add.add(add)
+			m.del.add(del)
 		}
 		return err
 	}
@@ -640,7 +458,7 @@ func (b *bench) concurrent(ctx context.Context) error {
 		rules = append(rules, map[string]any{"podNamespace": holderNS, "podName": fmt.Sprintf("holder-c%d-*", k), "cluster": fmt.Sprintf("%s/cluster-%d", holderNS, k)})
 	}
 	builds := []concMode{{label: "**netns-pin**", bin: b.cfg.plugin, entry: b.pinEntry(map[string]any{"holders": rules})}}
-	for k, a := range b.alts {
+	for k, a := range b.cfg.alts {
 		builds = append(builds, concMode{label: "candidate " + a.label, bin: a.bin, entry: b.altEntry(k, map[string]any{"holders": rules})})
 	}
 	// Each build all at once (index 2k, warmed up first), then serialised.
@@ -653,7 +471,7 @@ func (b *bench) concurrent(ctx context.Context) error {
 		}
 		modes = append(modes, &par, &ser)
 	}
-	ss, err := interleave(ctx, b.rounds(7), len(modes), func(ctx context.Context, _, i int) (sample, error) {
+	ss, _, err := b.measure(ctx, len(modes), 0, b.rounds(7), rotate(len(modes), func(ctx context.Context, i int, _ string) (sample, error) {
 		t0 := time.Now()
 		err := b.concRun(ctx, modes[i], nss, true)
 		d := time.Since(t0)
@@ -661,22 +479,19 @@ func (b *bench) concurrent(ctx context.Context) error {
 			err = b.wantPins(0, "pins left after every DEL")
 		}
 		return sample{d: d}, err
-	})
+	}))
 	if err != nil {
 		return err
 	}
+	podsPerSec := func(s *series) float64 { return concPods / (median(s.d) / 1e9) }
 	for k := 0; k < len(modes); k += 2 {
-		conc, serial := ss[k].durations(), ss[k+1].durations()
-		m, ser := modes[k], modes[k+1]
-		r := seriesRow("5", fmt.Sprintf("%d holders × (ADD+DEL), %d clusters, all at once (wall): %s", concPods, concClusters, m.label), &ss[k], nil)
-		r.ratio = fmt.Sprintf("%s serial time", fmtRatio(median(conc)/median(serial)))
-		r.note = fmt.Sprintf("%.0f pods/s; speedup %.2f×; per call ADD %s, DEL %s (median, incl. lock wait)",
-			concPods/(median(conc)/1e9), median(serial)/median(conc), fmtDur(median(m.add.durations())), fmtDur(median(m.del.durations())))
-		b.rep.add(r)
-		r = seriesRow("5", "same work serialised (wall): "+m.label, &ss[k+1], nil)
-		r.ratio = "1.00×"
-		r.note = fmt.Sprintf("%.0f pods/s; per call ADD %s, DEL %s", concPods/(median(serial)/1e9), fmtDur(median(ser.add.durations())), fmtDur(median(ser.del.durations())))
-		b.rep.add(r)
+		conc, serial, m, ser := &ss[k], &ss[k+1], modes[k], modes[k+1]
+		b.rep.series("5", fmt.Sprintf("%d holders × (ADD+DEL), %d clusters, all at once (wall): %s", concPods, concClusters, m.label), conc, nil,
+			ratioOf(conc.d, serial.d)+" serial time",
+			fmt.Sprintf("%.0f pods/s; speedup %.2f×; per call ADD %s, DEL %s (median, incl. lock wait)",
+				podsPerSec(conc), median(serial.d)/median(conc.d), fmtDur(median(m.add.d)), fmtDur(median(m.del.d))))
+		b.rep.series("5", "same work serialised (wall): "+m.label, serial, nil, "1.00×",
+			fmt.Sprintf("%.0f pods/s; per call ADD %s, DEL %s", podsPerSec(serial), fmtDur(median(ser.add.d)), fmtDur(median(ser.del.d))))
 	}
 	return nil
 }
@@ -702,64 +517,26 @@ func (b *bench) sizes(context.Context) error {
 		if full < 0 {
 			return fmt.Errorf("stat %s", x.path)
 		}
-		r := row{section: "6", name: "binary size: " + x.label, med: math.NaN(), text: fmtBytes(full)}
-		r.ratio = fmtRatio(float64(full)/float64(baseFull)) + " baseline"
+		r := row{section: "6", name: "binary size: " + x.label, med: fmtBytes(full), ratio: fmtRatio(float64(full)/float64(baseFull)) + " baseline"}
 		if st > 0 {
 			r.note = fmt.Sprintf("stripped %s (%s baseline)", fmtBytes(st), fmtRatio(float64(st)/float64(baseStripped)))
 		}
 		b.rep.add(r)
 	}
-	if rss := b.pinRSSRuns(); len(rss) > 0 {
-		r := row{section: "6", name: "peak RSS, every netns-pin probe run above (ADD, DEL, passthrough)", n: len(rss), med: math.NaN(),
-			text: fmtKiB(median(rss)) + " median", rss: fmtKiB(maxOf(rss)) + " max"}
-		r.note = fmt.Sprintf("min %s; ru_maxrss of the child under rsswrap (fork without CLONE_VM)", fmtKiB(minOf(rss)))
-		b.rep.add(r)
+	if rss := b.pinRSS; len(rss) > 0 {
+		lo, hi := minMax(rss)
+		b.rep.add(row{section: "6", name: "peak RSS, every netns-pin probe run above (ADD, DEL, passthrough)", n: fmt.Sprint(len(rss)),
+			med: fmtKiB(median(rss)) + " median", rss: fmtKiB(hi) + " max",
+			note: fmt.Sprintf("min %s; ru_maxrss of the child under rsswrap (fork without CLONE_VM)", fmtKiB(lo))})
 	}
 	return nil
 }
 
-func (b *bench) pinRSSRuns() []float64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]float64{}, b.pinRSS...)
-}
-
-// ---------------------------------------------------------------------
-
-func (b *bench) verdicts(want map[string]bool) {
-	all := want["all"]
-	ratio := func(key, paired metric, target string, limit float64, section string) {
-		if !all && !want[section] {
-			return
-		}
-		v, ok := b.get(key)
-		if !ok {
-			b.rep.unknown(target, "not measured")
-			return
-		}
-		extra := ""
-		if p, ok := b.get(paired); ok {
-			extra = fmt.Sprintf(" (paired %s)", fmtRatio(p))
-		}
-		b.rep.verdict(target, fmt.Sprintf("%s%s, limit %s", fmtRatio(v), extra, fmtRatio(limit)), v <= limit)
-	}
-	ratio(mPassBase, mPassBasePaired, "passthrough ADD within 1.05× of the baseline plugin", 1.05, "passthrough")
-	ratio(mPassTuning, mPassTuningPaired, "passthrough ADD no slower than tuning", 1.00, "passthrough")
-	ratio(mHolderAdd, mHolderAddPaired, "holder ADD within 1.5× of the baseline", 1.5, "holder")
-	if all || want["gobench"] {
-		const target = "in-use check at 1000 rbd devices + 1000 CephFS clients under 20 ms"
-		if v, ok := b.get(mInUse1000); ok {
-			cpu := ""
-			if c, ok := b.get(mInUse1000CPU); ok {
-				cpu = fmt.Sprintf(" (CPU %s per check)", fmtDur(c))
-			}
-			b.rep.verdict(target, fmt.Sprintf("median %s%s", fmtDur(v), cpu), v < 20e6)
-		} else {
-			b.rep.unknown(target, "not measured")
-		}
-	}
-	if rss := b.pinRSSRuns(); len(rss) > 0 {
+// rssTarget checks the peak RSS of every netns-pin probe run.
+func (b *bench) rssTarget() {
+	if len(b.pinRSS) > 0 {
+		_, hi := minMax(b.pinRSS)
 		b.rep.verdict("peak RSS of any invocation under 8 MiB", fmt.Sprintf("max %s over %d netns-pin runs (median %s)",
-			fmtKiB(maxOf(rss)), len(rss), fmtKiB(median(rss))), maxOf(rss) < 8*1024)
+			fmtKiB(hi), len(b.pinRSS), fmtKiB(median(b.pinRSS))), hi < 8*1024)
 	}
 }
