@@ -101,19 +101,6 @@ log "building into ${BUILD} (prefix ${PREFIX})"
 export CGO_ENABLED=0
 go build -trimpath -o "${BUILD}/baseline" ./test/baseline
 go build -o "${BUILD}/bench" ./hack/bench
-# Sizes: the binaries as built (go build -trimpath) and stripped the same way
-# for all three (symbol table and DWARF removed, like -ldflags=-s -w).
-strip_to() {
-	if command -v strip >/dev/null 2>&1; then
-		strip -o "$2" "$1"
-	else
-		: >"$2" # empty: the runner reports no stripped size
-	fi
-}
-strip_to bin/netns-pin "${BUILD}/netns-pin.stripped"
-strip_to "${BUILD}/baseline" "${BUILD}/baseline.stripped"
-strip_to "${CNI_BIN}/tuning" "${BUILD}/tuning.stripped"
-
 # Test binaries of every package with Go benchmarks (the e2e suite has none).
 GOBENCH=()
 for dir in $(grep -rl --include='*_test.go' '^func Benchmark' . 2>/dev/null |
@@ -130,9 +117,6 @@ log "running (BENCH_SCALE=${BENCH_SCALE}, BENCHTIME=${BENCHTIME}, BENCHCOUNT=${B
 "${BUILD}/bench" \
 	-plugin bin/netns-pin -baseline "${BUILD}/baseline" \
 	-cni-path "${CNI_BIN}" -cnitool "${CNITOOL}" -benchstat "${BENCHSTAT}" \
-	-plugin-stripped "${BUILD}/netns-pin.stripped" \
-	-baseline-stripped "${BUILD}/baseline.stripped" \
-	-tuning-stripped "${BUILD}/tuning.stripped" \
 	"${GOBENCH[@]}" -benchtime "${BENCHTIME}" -gocount "${BENCHCOUNT}" \
 	-work "${WORK}" -fixtures "${FIXT}" -prefix "${PREFIX}" -scale "${BENCH_SCALE}" \
 	-out .cache/bench/last.md \

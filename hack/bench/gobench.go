@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // ---------------------------------------------------------------------
@@ -84,33 +86,26 @@ func (b *bench) runGoBench(ctx context.Context, dir, bin, tmp string) ([]*goBenc
 	// Fixture trees on tmpfs, like sysfs and debugfs, which live in
 	// memory: on a disk file system the numbers would be the disk's.
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	logf("go benchmarks in %s (benchtime %s, count %d)", dir, b.cfg.benchtime, b.cfg.goCount)
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w\n%s\n%s", bin, err, out, stderrOf(err))
+		return nil, fmt.Errorf("%s: %w\n%s\n%s", bin, err, out, stderr.Bytes())
 	}
 	raw := filepath.Join(tmp, filepath.Base(bin)+".txt")
 	if err := os.WriteFile(raw, out, 0o644); err != nil {
 		return nil, fmt.Errorf("benchmark output: %w", err)
 	}
-	sum, err := exec.CommandContext(ctx, b.cfg.benchstat, "-format", "csv", raw).Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w\n%s", b.cfg.benchstat, err, stderrOf(err))
+	st := host.RunCmd(time.Minute, nil, nil, b.cfg.benchstat, "-format", "csv", raw)
+	if st.Err != nil {
+		return nil, fmt.Errorf("benchstat: %w\n%s", st.Err, st.Stderr)
 	}
-	results, err := parseBenchstat(sum)
+	results, err := parseBenchstat([]byte(st.Stdout))
 	if err == nil && len(results) == 0 {
 		err = fmt.Errorf("%s printed no benchmark results:\n%s", bin, out)
 	}
 	return results, err
-}
-
-// stderrOf is what a command run by exec.Cmd.Output wrote to its stderr.
-func stderrOf(err error) []byte {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.Stderr
-	}
-	return nil
 }
 
 func (b *bench) goBenchmarks(ctx context.Context) error {

@@ -29,17 +29,16 @@ import (
 )
 
 type config struct {
-	plugin, baseline, cniPath, cnitool, benchstat    string
-	pluginStripped, baselineStripped, tuningStripped string    // size only
-	goBench                                          multiFlag // dir=test-binary
-	benchtime                                        string
-	goCount                                          int
-	work, fixtures, prefix                           string
-	scale                                            float64
-	budget                                           time.Duration
-	sections, out                                    string
-	header                                           multiFlag
-	alts                                             altFlag
+	plugin, baseline, cniPath, cnitool, benchstat string
+	goBench                                       multiFlag // dir=test-binary
+	benchtime                                     string
+	goCount                                       int
+	work, fixtures, prefix                        string
+	scale                                         float64
+	budget                                        time.Duration
+	sections, out                                 string
+	header                                        multiFlag
+	alts                                          altFlag
 }
 
 type multiFlag []string
@@ -77,9 +76,6 @@ func parseFlags() (c config, err error) {
 	flag.StringVar(&c.cniPath, "cni-path", ".cache/cni/bin", "folder of the reference plugins (bridge, host-local, tuning) and netns-pin")
 	flag.StringVar(&c.cnitool, "cnitool", ".cache/bin/cnitool", "cnitool binary")
 	flag.StringVar(&c.benchstat, "benchstat", ".cache/bin/benchstat", "benchstat binary (golang.org/x/perf/cmd/benchstat)")
-	flag.StringVar(&c.pluginStripped, "plugin-stripped", "", "stripped netns-pin (size only)")
-	flag.StringVar(&c.baselineStripped, "baseline-stripped", "", "stripped baseline (size only)")
-	flag.StringVar(&c.tuningStripped, "tuning-stripped", "", "stripped tuning (size only)")
 	flag.Var(&c.goBench, "gobench", "dir=test-binary: run the Go benchmarks of a package (repeatable)")
 	flag.StringVar(&c.benchtime, "benchtime", "200ms", "-test.benchtime of the Go benchmarks")
 	flag.IntVar(&c.goCount, "gocount", 10, "-test.count of the Go benchmarks (samples per benchmark)")

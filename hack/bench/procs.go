@@ -73,12 +73,12 @@ func (b *bench) procVariants() ([]procVariant, error) {
 // procDel pins a holder attachment and measures its DEL.
 func (b *bench) procDel(ctx context.Context, v procVariant, wrap string) (sample, error) {
 	a := b.attach("procs", v.netns, "csi-holder-"+host.RandHex(5), b.pinEntry(v.extra), "10.250.3.9")
-	if _, _, err := b.call(b.cfg.plugin, "ADD", a).run(ctx); err != nil {
+	if _, _, err := b.call(b.cfg.plugin, "ADD", a).run(ctx, ""); err != nil {
 		return sample{}, err
 	}
-	s, _, err := b.call(b.cfg.plugin, "DEL", a).runRSS(ctx, wrap)
+	s, _, err := b.call(b.cfg.plugin, "DEL", a).run(ctx, wrap)
 	if err == nil {
-		err = b.wantPins(0, "DEL left pins")
+		err = wantPins(b.pinDir, 0, "DEL left pins")
 	}
 	return s, err
 }

@@ -62,7 +62,7 @@ func (b *bench) releaseRound(ctx context.Context, abandon bool) (sample, error) 
 	}
 	a := b.attach("release", nsPath, "csi-holder-"+host.RandHex(5), b.pinEntry(nil), "10.250.3.2")
 	pin := func(verb string) error {
-		_, _, err := b.call(b.cfg.plugin, verb, a).run(ctx)
+		_, _, err := b.call(b.cfg.plugin, verb, a).run(ctx, "")
 		return err
 	}
 	if err := pin("ADD"); err != nil {

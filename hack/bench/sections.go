@@ -59,21 +59,32 @@ func (b *bench) pinEntry(extra map[string]any) map[string]any {
 	return m
 }
 
-// altEntry is pinEntry for candidate build k, with pins and records of its
-// own.
-func (b *bench) altEntry(k int, extra map[string]any) map[string]any {
-	m := b.pinEntry(extra)
-	m["pinDir"] = filepath.Join(filepath.Dir(b.pinDir), fmt.Sprintf("pin-alt%d", k))
-	m["stateDir"] = filepath.Join(filepath.Dir(b.stateDir), fmt.Sprintf("state-alt%d", k))
-	return m
+// plugin is a chained plugin measured, with its conflist entry; pinDir is
+// "" for those that pin nothing (baseline, tuning).
+type plugin struct {
+	label, bin string
+	entry      map[string]any
+	pinDir     string
+}
+
+// builds are the netns-pin builds: the one under test, then the candidates
+// (-alt), each with pins and records of its own.
+func (b *bench) builds(extra map[string]any) []plugin {
+	ps := []plugin{{label: "**netns-pin**", bin: b.cfg.plugin, entry: b.pinEntry(extra), pinDir: b.pinDir}}
+	for k, a := range b.cfg.alts {
+		m, dir := b.pinEntry(extra), filepath.Dir(b.pinDir)
+		m["pinDir"], m["stateDir"] = filepath.Join(dir, fmt.Sprintf("pin-alt%d", k)), filepath.Join(dir, fmt.Sprintf("state-alt%d", k))
+		ps = append(ps, plugin{label: "candidate " + a.label, bin: a.bin, entry: m, pinDir: m["pinDir"].(string)})
+	}
+	return ps
 }
 
 // keepPinRSS records the peak RSS of netns-pin probe runs (a target).
 func (b *bench) keepPinRSS(s *series) { b.pinRSS = append(b.pinRSS, s.rss...) }
 
-// wantPins fails unless exactly n pin files are present.
-func (b *bench) wantPins(n int, what string) error {
-	ents, err := os.ReadDir(filepath.Join(b.pinDir, "pins"))
+// wantPins fails unless exactly n pin files are present in pinDir.
+func wantPins(pinDir string, n int, what string) error {
+	ents, err := os.ReadDir(filepath.Join(pinDir, "pins"))
 	if errors.Is(err, os.ErrNotExist) {
 		err = nil
 	}
@@ -96,28 +107,18 @@ func (b *bench) passthrough(ctx context.Context) error {
 		return err
 	}
 	prev := prevResult("10.250.0.5")
-	want, err := json.Marshal(prev)
-	if err != nil {
-		return fmt.Errorf("prevResult: %w", err)
-	}
 	cid := newCID()
 	env := cniEnv("ADD", cid, ns, podArgs("default", "web-7d9f8c6b5-x2x9k", cid), b.cfg.cniPath)
-	conf := func(entry map[string]any) []byte { return pluginConf(b.name("passthrough"), entry, prev) }
-	names := []string{"netns-pin", "baseline", "tuning (empty config)"}
-	cmds := []call{
-		{bin: b.cfg.plugin, env: env, stdin: conf(b.pinEntry(nil))},
-		{bin: b.cfg.baseline, env: env, stdin: conf(map[string]any{"type": "baseline"})},
-		{bin: filepath.Join(b.cfg.cniPath, "tuning"), env: env, stdin: conf(map[string]any{"type": "tuning"})},
-	}
-	for _, a := range b.cfg.alts {
-		names = append(names, a.label)
-		cmds = append(cmds, call{bin: a.bin, env: env, stdin: cmds[0].stdin})
-	}
+	builds := b.builds(nil)
+	ps := append([]plugin{builds[0],
+		{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}},
+		{label: "tuning (empty config)", bin: filepath.Join(b.cfg.cniPath, "tuning"), entry: map[string]any{"type": "tuning"}},
+	}, builds[1:]...)
 	// Every command must print prevResult unchanged.
-	ss, rss, err := b.measure(ctx, len(cmds), probeRuns, b.rounds(1000), rotate(len(cmds), func(ctx context.Context, i int, wrap string) (sample, error) {
-		x, out, err := cmds[i].runRSS(ctx, wrap)
-		if err == nil && !sameJSON(out, want) {
-			err = fmt.Errorf("%s did not print prevResult unchanged:\n%s", names[i], out)
+	ss, rss, err := b.measure(ctx, len(ps), probeRuns, b.rounds(1000), rotate(len(ps), func(ctx context.Context, i int, wrap string) (sample, error) {
+		x, out, err := call{bin: ps[i].bin, env: env, stdin: pluginConf(b.name("passthrough"), ps[i].entry, prev)}.run(ctx, wrap)
+		if err == nil && !sameJSON(out, prev) {
+			err = fmt.Errorf("%s did not print prevResult unchanged:\n%s", ps[i].label, out)
 		}
 		return x, err
 	}))
@@ -125,7 +126,7 @@ func (b *bench) passthrough(ctx context.Context) error {
 		return err
 	}
 	b.keepPinRSS(&rss[0])
-	if err := b.wantPins(0, "a non-holder ADD made pins"); err != nil {
+	if err := wantPins(b.pinDir, 0, "a non-holder ADD made pins"); err != nil {
 		return err
 	}
 	pin, base, tun := &ss[0], &ss[1], &ss[2]
@@ -133,9 +134,9 @@ func (b *bench) passthrough(ctx context.Context) error {
 		fmt.Sprintf("%s; %s (%s baseline, %s tuning)", over(pin, base), cpuNote(pin), ratioOf(pin.cpu, base.cpu), ratioOf(pin.cpu, tun.cpu)))
 	b.rep.series("1", "passthrough ADD: baseline plugin (skel + types, prints prevResult)", base, &rss[1], "1.00×", cpuNote(base))
 	b.rep.series("1", "passthrough ADD: tuning v1.10.0, empty config", tun, &rss[2], ratioOf(tun.d, base.d)+" baseline", cpuNote(tun)+"; enters the netns")
-	for k, a := range b.cfg.alts {
-		t := &ss[3+k]
-		b.rep.series("1", "passthrough ADD: candidate "+a.label, t, &rss[3+k],
+	for i := 3; i < len(ps); i++ {
+		t := &ss[i]
+		b.rep.series("1", "passthrough ADD: "+ps[i].label, t, &rss[i],
 			fmt.Sprintf("%s; %s tuning; %s", versus(t, base, " baseline"), ratioOf(t.d, tun.d), versus(t, pin, " netns-pin")), cpuNote(t))
 	}
 	b.rep.ratioTarget(tPassBase, pin, base, 1.05)
@@ -149,10 +150,8 @@ func (b *bench) passthrough(ctx context.Context) error {
 
 // holderVariant is one plugin of section 2, with a pool of netns.
 type holderVariant struct {
-	label, bin string
-	entry      map[string]any
-	pinDir     string // "" for the baseline
-	nss        []string
+	plugin
+	nss []string
 }
 
 const holderPool = 2
@@ -161,44 +160,21 @@ const holderPool = 2
 // difference is what the fsyncs of the records cost), the candidates and,
 // last, the baseline.
 func (b *bench) holderVariants() ([]holderVariant, error) {
-	pin2 := filepath.Join(filepath.Dir(b.pinDir), "pin-tmpfs-state")
-	vs := []holderVariant{
-		{label: "**netns-pin**", bin: b.cfg.plugin, entry: b.pinEntry(nil), pinDir: b.pinDir},
-		{label: "netns-pin, stateDir on tmpfs", bin: b.cfg.plugin, pinDir: pin2,
-			entry: b.pinEntry(map[string]any{"pinDir": pin2, "stateDir": filepath.Join(b.cfg.fixtures, "holder-state")})},
-	}
-	for k, a := range b.cfg.alts {
-		e := b.altEntry(k, nil)
-		vs = append(vs, holderVariant{label: "candidate " + a.label, bin: a.bin, entry: e, pinDir: e["pinDir"].(string)})
-	}
-	vs = append(vs, holderVariant{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}})
+	pin2, builds := filepath.Join(filepath.Dir(b.pinDir), "pin-tmpfs-state"), b.builds(nil)
+	ps := append([]plugin{builds[0], {label: "netns-pin, stateDir on tmpfs", bin: b.cfg.plugin, pinDir: pin2,
+		entry: b.pinEntry(map[string]any{"pinDir": pin2, "stateDir": filepath.Join(b.cfg.fixtures, "holder-state")})}}, builds[1:]...)
+	ps = append(ps, plugin{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}})
+	vs := make([]holderVariant, len(ps))
 	for i := range vs {
 		for j := range holderPool {
 			p, err := b.env.netns(b.name(fmt.Sprintf("h%d%d", i, j)), fmt.Sprintf("10.250.1.%d/24", 2+i*holderPool+j))
 			if err != nil {
 				return nil, err
 			}
-			vs[i].nss = append(vs[i].nss, p)
+			vs[i].plugin, vs[i].nss = ps[i], append(vs[i].nss, p)
 		}
 	}
 	return vs, nil
-}
-
-// holderStep runs one ADD or DEL of a holder attachment and checks that
-// netns-pin made or removed its pin.
-func (b *bench) holderStep(ctx context.Context, verb string, v holderVariant, a attachment, wrap string) (sample, error) {
-	s, _, err := b.call(v.bin, verb, a).runRSS(ctx, wrap)
-	if err != nil || v.pinDir == "" {
-		return s, err
-	}
-	_, serr := os.Lstat(filepath.Join(v.pinDir, "pins", a.cid+".eth0"))
-	switch {
-	case verb == "ADD" && serr != nil:
-		err = fmt.Errorf("holder ADD made no pin: %w", serr)
-	case verb == "DEL" && !errors.Is(serr, os.ErrNotExist):
-		err = fmt.Errorf("holder DEL left the pin (lstat: %v)", serr)
-	}
-	return s, err
 }
 
 // holderRound is one round: ADD of a fresh holder attachment by each
@@ -213,7 +189,10 @@ func (b *bench) holderRound(ctx context.Context, vs []holderVariant, r int, wrap
 			atts[i] = b.attach("holder", vs[i].nss[j], "csi-holder-"+host.RandHex(5), vs[i].entry, fmt.Sprintf("10.250.1.%d", 2+j))
 		}
 		verb := []string{"ADD", "DEL"}[step]
-		x, err := b.holderStep(ctx, verb, vs[i], atts[i], wrap)
+		x, _, err := b.call(vs[i].bin, verb, atts[i]).run(ctx, wrap)
+		if err == nil && vs[i].pinDir != "" { // netns-pin made its pin, or removed it
+			err = wantPins(vs[i].pinDir, 1-step, "holder "+verb)
+		}
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", vs[i].label, verb, err)
 		}
@@ -274,7 +253,9 @@ type chainVariant struct {
 
 // chainNetworks writes the conflists of three networks, bridge +
 // host-local then nothing, netns-pin or the baseline plugin, makes their
-// bridges and returns the variants to measure.
+// bridges and returns the variants to measure. (cnitool keeps results in
+// libcni's cache, /var/lib/cni/results; a DEL removes them, the sweep of
+// hack/bench.sh those of a failed one.)
 func (b *bench) chainNetworks(netconf string) ([]chainVariant, error) {
 	var nets []string
 	for i, last := range []map[string]any{nil, b.pinEntry(nil), {"type": "baseline"}} {
@@ -298,19 +279,6 @@ func (b *bench) chainNetworks(netconf string) ([]chainVariant, error) {
 		}
 		nets = append(nets, net)
 	}
-	// cnitool keeps results in libcni's default cache; DEL removes them,
-	// this catches a failed one.
-	b.env.defer_("remove cnitool's cached results", func() error {
-		var errs []error
-		for _, dir := range []string{"/var/lib/cni/results", "/var/lib/cni/cache/results"} {
-			m, err := filepath.Glob(filepath.Join(dir, b.name("chain")+"*"))
-			errs = append(errs, err)
-			for _, f := range m {
-				errs = append(errs, os.Remove(f))
-			}
-		}
-		return errors.Join(errs...)
-	})
 	vs := []chainVariant{
 		{label: "bridge + host-local", net: nets[0]},
 		{label: "bridge + host-local + baseline plugin (the cost of any chained plugin)", net: nets[2]},
@@ -335,16 +303,16 @@ func (b *bench) chainPod(ctx context.Context, v chainVariant, env []string, wrap
 		ns, name = holderNS, "csi-holder-"+host.RandHex(5)
 	}
 	env = append(env, "CNI_IFNAME=eth0", "CNI_ARGS="+podArgs(ns, name, host.RandHex(64)))
-	add, _, err = call{bin: b.cfg.cnitool, args: []string{"add", v.net, v.netns}, env: env}.runRSS(ctx, wrap)
+	add, _, err = call{bin: b.cfg.cnitool, args: []string{"add", v.net, v.netns}, env: env}.run(ctx, wrap)
 	if err == nil && v.holder {
-		err = b.wantPins(1, "holder ADD through cnitool")
+		err = wantPins(b.pinDir, 1, "holder ADD through cnitool")
 	}
 	if err != nil {
 		return add, del, err
 	}
-	del, _, err = call{bin: b.cfg.cnitool, args: []string{"del", v.net, v.netns}, env: env}.runRSS(ctx, wrap)
+	del, _, err = call{bin: b.cfg.cnitool, args: []string{"del", v.net, v.netns}, env: env}.run(ctx, wrap)
 	if err == nil {
-		err = b.wantPins(0, "DEL through cnitool")
+		err = wantPins(b.pinDir, 0, "DEL through cnitool")
 	}
 	return add, del, err
 }
@@ -403,10 +371,9 @@ const concPods, concClusters = 64, 8
 
 // concMode is one way of running the 64 pods of one build.
 type concMode struct {
-	label, bin string
-	entry      map[string]any
-	parallel   bool
-	add, del   series // per call, of the timed runs
+	plugin
+	parallel bool
+	add, del series // per call, of the timed runs
 }
 
 // concRun runs ADD then DEL of a holder attachment in each netns of nss,
@@ -416,11 +383,11 @@ func (b *bench) concRun(ctx context.Context, m *concMode, nss []string, keep boo
 	var mu sync.Mutex
 	one := func(i int) error {
 		a := b.attach("concurrent", nss[i], fmt.Sprintf("holder-c%d-%s", i%concClusters, host.RandHex(5)), m.entry, fmt.Sprintf("10.250.2.%d", i+2))
-		add, _, err := b.call(m.bin, "ADD", a).run(ctx)
+		add, _, err := b.call(m.bin, "ADD", a).run(ctx, "")
 		if err != nil {
 			return err
 		}
-		del, _, err := b.call(m.bin, "DEL", a).run(ctx)
+		del, _, err := b.call(m.bin, "DEL", a).run(ctx, "")
 		if err == nil && keep {
 			mu.Lock()
 			defer mu.Unlock()
@@ -457,26 +424,21 @@ func (b *bench) concurrent(ctx context.Context) error {
 	for k := range concClusters {
 		rules = append(rules, map[string]any{"podNamespace": holderNS, "podName": fmt.Sprintf("holder-c%d-*", k), "cluster": fmt.Sprintf("%s/cluster-%d", holderNS, k)})
 	}
-	builds := []concMode{{label: "**netns-pin**", bin: b.cfg.plugin, entry: b.pinEntry(map[string]any{"holders": rules})}}
-	for k, a := range b.cfg.alts {
-		builds = append(builds, concMode{label: "candidate " + a.label, bin: a.bin, entry: b.altEntry(k, map[string]any{"holders": rules})})
-	}
 	// Each build all at once (index 2k, warmed up first), then serialised.
 	var modes []*concMode
-	for _, m := range builds {
-		par, ser := m, m
-		par.parallel = true
-		if err := b.concRun(ctx, &par, nss, false); err != nil {
+	for _, p := range b.builds(map[string]any{"holders": rules}) {
+		par := &concMode{plugin: p, parallel: true}
+		if err := b.concRun(ctx, par, nss, false); err != nil {
 			return err
 		}
-		modes = append(modes, &par, &ser)
+		modes = append(modes, par, &concMode{plugin: p})
 	}
 	ss, _, err := b.measure(ctx, len(modes), 0, b.rounds(7), rotate(len(modes), func(ctx context.Context, i int, _ string) (sample, error) {
 		t0 := time.Now()
 		err := b.concRun(ctx, modes[i], nss, true)
 		d := time.Since(t0)
 		if err == nil {
-			err = b.wantPins(0, "pins left after every DEL")
+			err = wantPins(b.pinDir, 0, "pins left after every DEL")
 		}
 		return sample{d: d}, err
 	}))
@@ -502,18 +464,26 @@ func (b *bench) concurrent(ctx context.Context) error {
 func (b *bench) sizes(context.Context) error {
 	size := func(p string) int64 {
 		fi, err := os.Stat(p)
-		if p == "" || err != nil {
+		if err != nil {
 			return -1
 		}
 		return fi.Size()
 	}
-	baseFull, baseStripped := size(b.cfg.baseline), size(b.cfg.baselineStripped)
-	for _, x := range []struct{ label, path, stripped string }{
-		{"netns-pin", b.cfg.plugin, b.cfg.pluginStripped},
-		{"baseline", b.cfg.baseline, b.cfg.baselineStripped},
-		{"tuning v1.10.0", filepath.Join(b.cfg.cniPath, "tuning"), b.cfg.tuningStripped},
+	// Stripped the same way for all three (symbol table and DWARF removed,
+	// like -ldflags=-s -w); without strip(1), no stripped sizes.
+	stripped := func(p string) int64 {
+		out := filepath.Join(b.cfg.work, filepath.Base(p)+".stripped")
+		if err := sh("strip", "-o", out, p); err != nil {
+			logf("no stripped size: %v", err)
+			return -1
+		}
+		return size(out)
+	}
+	baseFull, baseStripped := size(b.cfg.baseline), stripped(b.cfg.baseline)
+	for _, x := range []struct{ label, path string }{
+		{"netns-pin", b.cfg.plugin}, {"baseline", b.cfg.baseline}, {"tuning v1.10.0", filepath.Join(b.cfg.cniPath, "tuning")},
 	} {
-		full, st := size(x.path), size(x.stripped)
+		full, st := size(x.path), stripped(x.path)
 		if full < 0 {
 			return fmt.Errorf("stat %s", x.path)
 		}
