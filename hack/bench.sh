@@ -2,11 +2,11 @@
 # hack/bench.sh - what netns-pin adds to pod start and teardown, measured
 # against baselines (run by `make bench`, as root).
 #
-# Builds the baseline plugin (test/baseline), stripped copies of the binaries
-# (sizes), the test binaries of every package with Go benchmarks and the
-# runner (hack/bench), then runs the runner, which measures, interleaving
-# the commands it compares (Go benchmarks are summarised by benchstat), and
-# prints one markdown table and a PASS/MISS line per target. The report is also kept in .cache/bench/last.md.
+# Builds the baseline plugin (test/baseline), the test binaries of every
+# package with Go benchmarks and the runner (hack/bench), then runs the
+# runner, which measures, interleaving the commands it compares (Go
+# benchmarks are summarised by benchstat), and prints one markdown table and
+# a PASS/MISS line per target. The report is also kept in .cache/bench/last.md.
 #
 #   1. passthrough ADD (non-holder pod): netns-pin vs baseline vs tuning
 #   2. holder ADD and DEL (unused) vs baseline, real netns from `ip netns add`

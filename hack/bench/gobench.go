@@ -93,11 +93,8 @@ func (b *bench) runGoBench(ctx context.Context, dir, bin, tmp string) ([]*goBenc
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w\n%s\n%s", bin, err, out, stderr.Bytes())
 	}
-	raw := filepath.Join(tmp, filepath.Base(bin)+".txt")
-	if err := os.WriteFile(raw, out, 0o644); err != nil {
-		return nil, fmt.Errorf("benchmark output: %w", err)
-	}
-	st := host.RunCmd(time.Minute, nil, nil, b.cfg.benchstat, "-format", "csv", raw)
+	// benchstat reads files only: /dev/stdin is the pipe of out.
+	st := host.RunCmd(time.Minute, nil, out, b.cfg.benchstat, "-format", "csv", "/dev/stdin")
 	if st.Err != nil {
 		return nil, fmt.Errorf("benchstat: %w\n%s", st.Err, st.Stderr)
 	}

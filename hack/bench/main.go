@@ -200,7 +200,8 @@ func (b *bench) runSections(ctx context.Context, want map[string]bool) (failed b
 		if err := s.run(b, ctx); err != nil {
 			failed = true
 			logf("%s FAILED: %v", s.name, err)
-			b.rep.note("section %s failed: %s", s.name, firstLine(err.Error()))
+			first, _, _ := strings.Cut(err.Error(), "\n")
+			b.rep.note("section %s failed: %s", s.name, first)
 		}
 		b.rep.unmeasured(s.targets)
 		if left := leftoverMounts(filepath.Join(b.pinDir, "pins")); len(left) > 0 {
@@ -214,11 +215,6 @@ func (b *bench) runSections(ctx context.Context, want map[string]bool) (failed b
 		logf("== %s done in %s", s.name, time.Since(t0).Round(100*time.Millisecond))
 	}
 	return failed
-}
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(s, "\n")
-	return s
 }
 
 // loadavg is the 1, 5 and 15 minute load averages.

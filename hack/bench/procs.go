@@ -146,7 +146,7 @@ func (b *bench) procScaling(ctx context.Context) error {
 				per := (median(t.d) - median(res[0][block].d)) / float64(2*v.n)
 				notes = append(notes, fmtDur(per)+" per device or client")
 			}
-			b.rep.series("4b", fmt.Sprintf("holder DEL, whole process: %s, %.0f processes", v.label, np[block]), t, &rss[i][block], ratio, strings.Join(notes, "; "))
+			b.rep.timed("4b", fmt.Sprintf("holder DEL, whole process: %s, %.0f processes", v.label, np[block]), t, &rss[i][block], ratio, strings.Join(notes, "; "))
 		}
 	}
 	return nil

@@ -43,9 +43,9 @@ func (b *bench) release(ctx context.Context) error {
 		return err
 	}
 	retry, swept := &ss[0], &ss[1]
-	b.rep.series("8", fmt.Sprintf("release latency, runtime retrying DEL every %s: last client exits -> pin released", retryEvery), retry, nil,
+	b.rep.timed("8", fmt.Sprintf("release latency, runtime retrying DEL every %s: last client exits -> pin released", retryEvery), retry, nil,
 		"", "add the runtime's retry period (kubelet: 10-15 s)")
-	b.rep.series("8", fmt.Sprintf("release latency, runtime gave up, sweeper every %s: last client exits -> teardown finished", sweepInterval), swept, nil,
+	b.rep.timed("8", fmt.Sprintf("release latency, runtime gave up, sweeper every %s: last client exits -> teardown finished", sweepInterval), swept, nil,
 		ratioOf(swept.d, retry.d), "expected about half an interval plus the work; the DaemonSet's interval is 10 s")
 	return nil
 }

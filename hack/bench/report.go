@@ -28,9 +28,9 @@ type report struct {
 func (r *report) add(x row)               { r.rows = append(r.rows, x) }
 func (r *report) note(f string, a ...any) { r.notes = append(r.notes, fmt.Sprintf(f, a...)) }
 
-// series adds the row of a series of times: n, median, min and max, the
+// timed adds the row of a series of times: n, median, min and max, the
 // peak RSS of rss when it is not nil, ratio and note.
-func (r *report) series(section, name string, s, rss *series, ratio, note string) {
+func (r *report) timed(section, name string, s, rss *series, ratio, note string) {
 	lo, hi := minMax(s.d)
 	x := row{section: section, name: name, n: fmt.Sprint(len(s.d)), med: fmtDur(median(s.d)), lo: fmtDur(lo), hi: fmtDur(hi), ratio: ratio, note: note}
 	if rss != nil && len(rss.rss) > 0 {

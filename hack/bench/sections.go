@@ -130,13 +130,13 @@ func (b *bench) passthrough(ctx context.Context) error {
 		return err
 	}
 	pin, base, tun := &ss[0], &ss[1], &ss[2]
-	b.rep.series("1", "passthrough ADD, non-holder pod: **netns-pin**", pin, &rss[0], versus(pin, base, " baseline")+"; "+versus(pin, tun, " tuning"),
+	b.rep.timed("1", "passthrough ADD, non-holder pod: **netns-pin**", pin, &rss[0], versus(pin, base, " baseline")+"; "+versus(pin, tun, " tuning"),
 		fmt.Sprintf("%s; %s (%s baseline, %s tuning)", over(pin, base), cpuNote(pin), ratioOf(pin.cpu, base.cpu), ratioOf(pin.cpu, tun.cpu)))
-	b.rep.series("1", "passthrough ADD: baseline plugin (skel + types, prints prevResult)", base, &rss[1], "1.00×", cpuNote(base))
-	b.rep.series("1", "passthrough ADD: tuning v1.10.0, empty config", tun, &rss[2], ratioOf(tun.d, base.d)+" baseline", cpuNote(tun)+"; enters the netns")
+	b.rep.timed("1", "passthrough ADD: baseline plugin (skel + types, prints prevResult)", base, &rss[1], "1.00×", cpuNote(base))
+	b.rep.timed("1", "passthrough ADD: tuning v1.10.0, empty config", tun, &rss[2], ratioOf(tun.d, base.d)+" baseline", cpuNote(tun)+"; enters the netns")
 	for i := 3; i < len(ps); i++ {
 		t := &ss[i]
-		b.rep.series("1", "passthrough ADD: "+ps[i].label, t, &rss[i],
+		b.rep.timed("1", "passthrough ADD: "+ps[i].label, t, &rss[i],
 			fmt.Sprintf("%s; %s tuning; %s", versus(t, base, " baseline"), ratioOf(t.d, tun.d), versus(t, pin, " netns-pin")), cpuNote(t))
 	}
 	b.rep.ratioTarget(tPassBase, pin, base, 1.05)
@@ -236,7 +236,7 @@ func (b *bench) holderRows(vs []holderVariant, what string, ss, rss []series) {
 		if i == 1 {
 			note += "; record fsyncs cost " + fmtDur(median(ss[0].d)-median(t.d))
 		}
-		b.rep.series("2", what+": "+v.label, t, &rss[i], ratio, note)
+		b.rep.timed("2", what+": "+v.label, t, &rss[i], ratio, note)
 	}
 }
 
@@ -359,7 +359,7 @@ func (b *bench) chain(ctx context.Context) error {
 		if i >= 2 {
 			note += fmt.Sprintf(", %s more than the chained baseline", fmtDur(median(t.d)-chained))
 		}
-		b.rep.series("3", "pod network ADD+DEL via cnitool: "+v.label, t, &rss[i], ratio, note)
+		b.rep.timed("3", "pod network ADD+DEL via cnitool: "+v.label, t, &rss[i], ratio, note)
 	}
 	return nil
 }
@@ -448,11 +448,11 @@ func (b *bench) concurrent(ctx context.Context) error {
 	podsPerSec := func(s *series) float64 { return concPods / (median(s.d) / 1e9) }
 	for k := 0; k < len(modes); k += 2 {
 		conc, serial, m, ser := &ss[k], &ss[k+1], modes[k], modes[k+1]
-		b.rep.series("5", fmt.Sprintf("%d holders × (ADD+DEL), %d clusters, all at once (wall): %s", concPods, concClusters, m.label), conc, nil,
+		b.rep.timed("5", fmt.Sprintf("%d holders × (ADD+DEL), %d clusters, all at once (wall): %s", concPods, concClusters, m.label), conc, nil,
 			ratioOf(conc.d, serial.d)+" serial time",
 			fmt.Sprintf("%.0f pods/s; speedup %.2f×; per call ADD %s, DEL %s (median, incl. lock wait)",
 				podsPerSec(conc), median(serial.d)/median(conc.d), fmtDur(median(m.add.d)), fmtDur(median(m.del.d))))
-		b.rep.series("5", "same work serialised (wall): "+m.label, serial, nil, "1.00×",
+		b.rep.timed("5", "same work serialised (wall): "+m.label, serial, nil, "1.00×",
 			fmt.Sprintf("%.0f pods/s; per call ADD %s, DEL %s", podsPerSec(serial), fmtDur(median(ser.add.d)), fmtDur(median(ser.del.d))))
 	}
 	return nil

@@ -171,12 +171,7 @@ func fmtDur(ns float64) string {
 	return fmt.Sprintf(u.format, ns/u.unit)
 }
 
-func fmtKiB(kib float64) string {
-	if math.IsNaN(kib) {
-		return "—"
-	}
-	return fmt.Sprintf("%.1f MiB", kib/1024)
-}
+func fmtKiB(kib float64) string { return fmt.Sprintf("%.1f MiB", kib/1024) }
 
 func fmtBytes(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
 
