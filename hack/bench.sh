@@ -116,7 +116,7 @@ log "running (BENCH_SCALE=${BENCH_SCALE}, BENCHTIME=${BENCHTIME}, BENCHCOUNT=${B
 # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
 "${BUILD}/bench" \
 	-plugin bin/netns-pin -baseline "${BUILD}/baseline" \
-	-cni-path "${CNI_BIN}" -cnitool "${CNITOOL}" -benchstat "${BENCHSTAT}" \
+	-benchstat "${BENCHSTAT}" \
 	"${GOBENCH[@]}" -benchtime "${BENCHTIME}" -gocount "${BENCHCOUNT}" \
 	-work "${WORK}" -fixtures "${FIXT}" -prefix "${PREFIX}" -scale "${BENCH_SCALE}" \
 	-out .cache/bench/last.md \

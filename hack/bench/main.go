@@ -73,8 +73,6 @@ func main() { os.Exit(run()) }
 func parseFlags() (c config, err error) {
 	flag.StringVar(&c.plugin, "plugin", "bin/netns-pin", "netns-pin binary")
 	flag.StringVar(&c.baseline, "baseline", "", "baseline plugin binary (test/baseline)")
-	flag.StringVar(&c.cniPath, "cni-path", ".cache/cni/bin", "folder of the reference plugins (bridge, host-local, tuning) and netns-pin")
-	flag.StringVar(&c.cnitool, "cnitool", ".cache/bin/cnitool", "cnitool binary")
 	flag.StringVar(&c.benchstat, "benchstat", ".cache/bin/benchstat", "benchstat binary (golang.org/x/perf/cmd/benchstat)")
 	flag.Var(&c.goBench, "gobench", "dir=test-binary: run the Go benchmarks of a package (repeatable)")
 	flag.StringVar(&c.benchtime, "benchtime", "200ms", "-test.benchtime of the Go benchmarks")
@@ -98,7 +96,12 @@ func parseFlags() (c config, err error) {
 	case len(c.prefix) > 8:
 		return c, fmt.Errorf("-prefix %q: at most 8 characters (interface names are limited to 15)", c.prefix)
 	}
-	for _, p := range []*string{&c.plugin, &c.baseline, &c.cniPath, &c.cnitool, &c.benchstat, &c.work, &c.fixtures} {
+	// The reference plugins and cnitool where the other suites find them:
+	// NETNS_PIN_CNI_PATH and NETNS_PIN_CNITOOL, by default in .cache.
+	if c.cniPath, c.cnitool, err = host.DiscoverCNI(".", "bridge", "host-local", "tuning"); err != nil {
+		return c, err
+	}
+	for _, p := range []*string{&c.plugin, &c.baseline, &c.benchstat, &c.work, &c.fixtures} {
 		if *p, err = filepath.Abs(*p); err != nil {
 			return c, fmt.Errorf("absolute path: %w", err)
 		}
@@ -123,17 +126,15 @@ func run() int {
 		logf("%v", err)
 		return 1
 	}
-	if c.budget > 0 {
-		softDeadline = time.Now().Add(c.budget)
-	}
-	rssFloor, load0, procs0, start := b.rssFloor(ctx), loadavg(), countProcs(), time.Now()
+	rssFloor, load0, procs0 := b.rssFloor(ctx), loadavg(), countProcs()
+	b.start = time.Now()
 	want := map[string]bool{}
 	for _, s := range strings.Split(c.sections, ",") {
 		want[strings.TrimSpace(s)] = true
 	}
 	failed := b.runSections(ctx, want)
 	b.rssTarget()
-	if cutShort.Load() {
+	if b.cutShort {
 		b.rep.note("the time budget (-budget %s) ran out: later loops stopped after %d rounds (see n)", c.budget, minRounds)
 	}
 	hostname, err := os.Hostname()
@@ -142,7 +143,7 @@ func run() int {
 	}
 	header := append(slices.Clone(c.header),
 		fmt.Sprintf("Host %s, %d CPUs, Linux %s, %s; %d processes at start; load average %s at start, %s at the end; runner took %s.",
-			hostname, runtime.NumCPU(), procFile("sys/kernel/osrelease", 1), runtime.Version(), procs0, load0, loadavg(), time.Since(start).Round(time.Second)),
+			hostname, runtime.NumCPU(), procFile("sys/kernel/osrelease", 1), runtime.Version(), procs0, load0, loadavg(), time.Since(b.start).Round(time.Second)),
 		"Each comparison ran interleaved (A B C, B C A, ...); ratios are of medians, \"paired\" is the median of per-round ratios. Times are wall time from fork to reap of the child, as a runtime waits for it; CPU is the child's user + system time; "+rssFloor+" (median, and max when higher).")
 	var out strings.Builder
 	b.rep.print(&out, header)

@@ -23,6 +23,8 @@ type bench struct {
 	rep              *report
 	pinDir, stateDir string    // of the running section
 	pinRSS           []float64 // ru_maxrss (KiB) of every netns-pin probe run
+	start            time.Time
+	cutShort         bool // the time budget ran out
 }
 
 // The targets of the issue, each checked by the section that measures it.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync/atomic"
 	"time"
 )
 
@@ -36,14 +35,9 @@ func (s *series) merge(o series) {
 	s.d, s.cpu, s.rss = append(s.d, o.d...), append(s.cpu, o.cpu...), append(s.rss, o.rss...)
 }
 
-// softDeadline is when the runner's time budget (-budget) runs out: from
-// then on every loop stops after minRounds rounds, so that a machine under
-// heavy load still gets a whole report in bounded time.
-var (
-	softDeadline time.Time
-	cutShort     atomic.Bool
-)
-
+// minRounds is how many rounds every loop still runs once the time budget
+// (-budget) has run out, so that a machine under heavy load still gets a
+// whole report in bounded time.
 const minRounds = 5
 
 // probeRuns is how many runs under rsswrap give a command's peak RSS.
@@ -64,8 +58,8 @@ func (b *bench) measure(ctx context.Context, n, probes, rounds int, round roundF
 		}
 	}
 	for r := range rounds {
-		if r >= minRounds && !softDeadline.IsZero() && time.Now().After(softDeadline) {
-			cutShort.Store(true)
+		if r >= minRounds && b.cfg.budget > 0 && time.Since(b.start) > b.cfg.budget {
+			b.cutShort = true
 			break
 		}
 		if err := ctx.Err(); err != nil {
