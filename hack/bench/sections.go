@@ -382,35 +382,32 @@ type concMode struct {
 // all at once or one after the other, and keeps the per-call samples when
 // keep.
 func (b *bench) concRun(ctx context.Context, m *concMode, nss []string, keep bool) error {
-	var mu sync.Mutex
-	one := func(i int) error {
+	calls, errs := make([][2]sample, len(nss)), make([]error, len(nss))
+	one := func(i int) {
 		a := b.attach("concurrent", nss[i], fmt.Sprintf("holder-c%d-%s", i%concClusters, host.RandHex(5)), m.entry, fmt.Sprintf("10.250.2.%d", i+2))
-		add, _, err := b.call(m.bin, "ADD", a).run(ctx, "")
-		if err != nil {
-			return err
+		if calls[i][0], _, errs[i] = b.call(m.bin, "ADD", a).run(ctx, ""); errs[i] == nil {
+			calls[i][1], _, errs[i] = b.call(m.bin, "DEL", a).run(ctx, "")
 		}
-		del, _, err := b.call(m.bin, "DEL", a).run(ctx, "")
-		if err == nil && keep {
-			mu.Lock()
-			defer mu.Unlock()
-			m.add.add(add)
-			m.del.add(del)
-		}
-		return err
 	}
-	errs := make([]error, len(nss))
 	var wg sync.WaitGroup
 	for i := range nss {
-		if !m.parallel {
-			if errs[i] = one(i); errs[i] != nil {
-				break
-			}
+		if m.parallel {
+			wg.Go(func() { one(i) })
 			continue
 		}
-		wg.Go(func() { errs[i] = one(i) })
+		if one(i); errs[i] != nil { // serialised: stop at the first failure
+			break
+		}
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil || !keep {
+		return err
+	}
+	for _, c := range calls {
+		m.add.add(c[0])
+		m.del.add(c[1])
+	}
+	return nil
 }
 
 func (b *bench) concurrent(ctx context.Context) error {
