@@ -56,11 +56,14 @@ func (a *altFlag) String() string { return fmt.Sprint(*a) }
 func (a *altFlag) Set(v string) error {
 	label, path, ok := strings.Cut(v, "=")
 	if !ok || label == "" {
-		return fmt.Errorf("want label=binary")
+		return errors.New("want label=binary")
 	}
 	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	*a = append(*a, alt{label: label, bin: abs})
-	return err
+	return nil
 }
 
 func logf(format string, a ...any) {

@@ -461,34 +461,32 @@ func (b *bench) concurrent(ctx context.Context) error {
 // 6. binary sizes (peak RSS is in every row's RSS column).
 
 func (b *bench) sizes(context.Context) error {
-	size := func(p string) int64 {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return -1
-		}
-		return fi.Size()
-	}
-	// Stripped the same way for all three (symbol table and DWARF removed,
-	// like -ldflags=-s -w); without strip(1), no stripped sizes.
-	stripped := func(p string) int64 {
-		out := filepath.Join(b.cfg.work, filepath.Base(p)+".stripped")
-		if err := sh("strip", "-o", out, p); err != nil {
-			logf("no stripped size: %v", err)
-			return -1
-		}
-		return size(out)
-	}
-	baseFull, baseStripped := size(b.cfg.baseline), stripped(b.cfg.baseline)
-	for _, x := range []struct{ label, path string }{
+	bins := []struct{ label, path string }{
 		{"netns-pin", b.cfg.plugin}, {"baseline", b.cfg.baseline}, {"tuning v1.10.0", filepath.Join(b.cfg.cniPath, "tuning")},
-	} {
-		full, st := size(x.path), stripped(x.path)
-		if full < 0 {
-			return fmt.Errorf("stat %s", x.path)
+	}
+	full, stripped := make([]int64, len(bins)), make([]int64, len(bins)) // ratios to bins[1], the baseline
+	for i, x := range bins {
+		fi, err := os.Stat(x.path)
+		if err != nil {
+			return fmt.Errorf("binary size: %w", err)
 		}
-		r := row{section: "6", name: "binary size: " + x.label, med: fmtBytes(full), ratio: fmtRatio(float64(full)/float64(baseFull)) + " baseline"}
-		if st > 0 {
-			r.note = fmt.Sprintf("stripped %s (%s baseline)", fmtBytes(st), fmtRatio(float64(st)/float64(baseStripped)))
+		full[i] = fi.Size()
+		// Stripped the same way for all three (symbol table and DWARF
+		// removed, like -ldflags=-s -w); without strip(1), no stripped size.
+		st := filepath.Join(b.cfg.work, filepath.Base(x.path)+".stripped")
+		if err := sh("strip", "-o", st, x.path); err != nil {
+			logf("no stripped size: %v", err)
+			continue
+		}
+		if fi, err = os.Stat(st); err != nil {
+			return fmt.Errorf("stripped size: %w", err)
+		}
+		stripped[i] = fi.Size()
+	}
+	for i, x := range bins {
+		r := row{section: "6", name: "binary size: " + x.label, med: fmtBytes(full[i]), ratio: fmtRatio(float64(full[i])/float64(full[1])) + " baseline"}
+		if stripped[i] > 0 {
+			r.note = fmt.Sprintf("stripped %s (%s baseline)", fmtBytes(stripped[i]), fmtRatio(float64(stripped[i])/float64(stripped[1])))
 		}
 		b.rep.add(r)
 	}
