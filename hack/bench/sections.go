@@ -437,7 +437,7 @@ func (b *bench) concurrent(ctx context.Context) error {
 		err := b.concRun(ctx, modes[i], nss, true)
 		d := time.Since(t0)
 		if err == nil {
-			err = wantPins(b.pinDir, 0, "pins left after every DEL")
+			err = wantPins(modes[i].pinDir, 0, "pins left after every DEL")
 		}
 		return sample{d: d}, err
 	}))
