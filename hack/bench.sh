@@ -2,11 +2,11 @@
 # hack/bench.sh - what netns-pin adds to pod start and teardown, measured
 # against baselines (run by `make bench`, as root).
 #
-# Builds the baseline plugin (test/baseline), stripped copies of the binaries
-# (sizes), the test binaries of every package with Go benchmarks and the
-# runner (hack/bench), then runs the runner, which measures, interleaving
-# the commands it compares (Go benchmarks are summarised by benchstat), and
-# prints one markdown table and a PASS/MISS line per target. The report is also kept in .cache/bench/last.md.
+# Builds the baseline plugin (test/baseline), the test binaries of every
+# package with Go benchmarks and the runner (hack/bench), then runs the
+# runner, which measures, interleaving the commands it compares (Go
+# benchmarks are summarised by benchstat), and prints one markdown table and
+# a PASS/MISS line per target. The report is also kept in .cache/bench/last.md.
 #
 #   1. passthrough ADD (non-holder pod): netns-pin vs baseline vs tuning
 #   2. holder ADD and DEL (unused) vs baseline, real netns from `ip netns add`
@@ -101,19 +101,6 @@ log "building into ${BUILD} (prefix ${PREFIX})"
 export CGO_ENABLED=0
 go build -trimpath -o "${BUILD}/baseline" ./test/baseline
 go build -o "${BUILD}/bench" ./hack/bench
-# Sizes: the binaries as built (go build -trimpath) and stripped the same way
-# for all three (symbol table and DWARF removed, like -ldflags=-s -w).
-strip_to() {
-	if command -v strip >/dev/null 2>&1; then
-		strip -o "$2" "$1"
-	else
-		: >"$2" # empty: the runner reports no stripped size
-	fi
-}
-strip_to bin/netns-pin "${BUILD}/netns-pin.stripped"
-strip_to "${BUILD}/baseline" "${BUILD}/baseline.stripped"
-strip_to "${CNI_BIN}/tuning" "${BUILD}/tuning.stripped"
-
 # Test binaries of every package with Go benchmarks (the e2e suite has none).
 GOBENCH=()
 for dir in $(grep -rl --include='*_test.go' '^func Benchmark' . 2>/dev/null |
@@ -129,10 +116,7 @@ log "running (BENCH_SCALE=${BENCH_SCALE}, BENCHTIME=${BENCHTIME}, BENCHCOUNT=${B
 # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
 "${BUILD}/bench" \
 	-plugin bin/netns-pin -baseline "${BUILD}/baseline" \
-	-cni-path "${CNI_BIN}" -cnitool "${CNITOOL}" -benchstat "${BENCHSTAT}" \
-	-plugin-stripped "${BUILD}/netns-pin.stripped" \
-	-baseline-stripped "${BUILD}/baseline.stripped" \
-	-tuning-stripped "${BUILD}/tuning.stripped" \
+	-benchstat "${BENCHSTAT}" \
 	"${GOBENCH[@]}" -benchtime "${BENCHTIME}" -gocount "${BENCHCOUNT}" \
 	-work "${WORK}" -fixtures "${FIXT}" -prefix "${PREFIX}" -scale "${BENCH_SCALE}" \
 	-out .cache/bench/last.md \

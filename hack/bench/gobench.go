@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"errors"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 // ---------------------------------------------------------------------
@@ -20,16 +22,12 @@ import (
 // trees of n rbd devices / debugfs clients / mountinfo entries), run from
 // their compiled test binaries and summarised by benchstat.
 
-// goBenchResult is one benchmark as benchstat summarises it: by unit
+// goBench is one benchmark as benchstat summarises it: by unit
 // (benchstat's: sec/op, cpu-sec/op, B/op, allocs/op, refs ...), the median
-// of the samples and its confidence interval.
-type goBenchResult struct {
-	name  string // without "Benchmark" and the -GOMAXPROCS suffix
-	units map[string]benchStat
-}
-
-type benchStat struct {
-	center float64
+// of the samples, and the confidence interval of sec/op.
+type goBench struct {
+	name   string // without "Benchmark" and the -GOMAXPROCS suffix
+	center map[string]float64
 	ci     string // "±2%", or "∞" with too few samples
 }
 
@@ -38,15 +36,15 @@ var procsSuffix = regexp.MustCompile(`-\d+$`)
 // parseBenchstat reads `benchstat -format csv`: one table per unit, headed
 // by ",<unit>,CI", a row "<name>,<center>,<CI>" per benchmark, then
 // "geomean".
-func parseBenchstat(out []byte) ([]*goBenchResult, error) {
+func parseBenchstat(out []byte) ([]*goBench, error) {
 	r := csv.NewReader(bytes.NewReader(out))
 	r.FieldsPerRecord = -1
 	recs, err := r.ReadAll()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("benchstat output: %w", err)
 	}
-	var order []*goBenchResult
-	byName := map[string]*goBenchResult{}
+	var order []*goBench
+	byName := map[string]*goBench{}
 	unit := ""
 	for _, rec := range recs {
 		switch {
@@ -65,23 +63,24 @@ func parseBenchstat(out []byte) ([]*goBenchResult, error) {
 			return nil, fmt.Errorf("benchstat row %q: %w", rec, err)
 		}
 		name := procsSuffix.ReplaceAllString(rec[0], "")
-		res := byName[name]
-		if res == nil {
-			res = &goBenchResult{name: name, units: map[string]benchStat{}}
-			byName[name] = res
-			order = append(order, res)
+		if byName[name] == nil {
+			byName[name] = &goBench{name: name, center: map[string]float64{}}
+			order = append(order, byName[name])
 		}
-		res.units[unit] = benchStat{center: v, ci: rec[2]}
+		byName[name].center[unit] = v
+		if unit == "sec/op" {
+			byName[name].ci = rec[2]
+		}
 	}
 	return order, nil
 }
 
 // runGoBench runs the benchmarks of one test binary in dir and returns what
 // benchstat makes of their output.
-func (b *bench) runGoBench(ctx context.Context, dir, bin, tmp string) ([]*goBenchResult, error) {
-	tctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
+func (b *bench) runGoBench(ctx context.Context, dir, bin, tmp string) ([]*goBench, error) {
+	ctx, cancel := context.WithTimeout(ctx, 6*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(tctx, bin, "-test.run", "^$", "-test.bench", ".", "-test.benchmem",
+	cmd := exec.CommandContext(ctx, bin, "-test.run", "^$", "-test.bench", ".", "-test.benchmem",
 		"-test.benchtime", b.cfg.benchtime, "-test.count", strconv.Itoa(b.cfg.goCount), "-test.timeout", "5m")
 	cmd.Dir = dir
 	// Fixture trees on tmpfs, like sysfs and debugfs, which live in
@@ -92,31 +91,23 @@ func (b *bench) runGoBench(ctx context.Context, dir, bin, tmp string) ([]*goBenc
 	logf("go benchmarks in %s (benchtime %s, count %d)", dir, b.cfg.benchtime, b.cfg.goCount)
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v\n%s\n%s", bin, err, out, stderr.Bytes())
+		return nil, fmt.Errorf("%s: %w\n%s\n%s", bin, err, out, stderr.Bytes())
 	}
-	raw := filepath.Join(tmp, filepath.Base(bin)+".txt")
-	if err := os.WriteFile(raw, out, 0o644); err != nil {
-		return nil, err
+	// benchstat reads files only: /dev/stdin is the pipe of out.
+	st := host.RunCmd(time.Minute, nil, out, b.cfg.benchstat, "-format", "csv", "/dev/stdin")
+	if st.Err != nil {
+		return nil, fmt.Errorf("benchstat: %w\n%s", st.Err, st.Stderr)
 	}
-	stderr.Reset()
-	st := exec.CommandContext(tctx, b.cfg.benchstat, "-format", "csv", raw)
-	st.Stderr = &stderr
-	sum, err := st.Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v\n%s", b.cfg.benchstat, err, stderr.Bytes())
-	}
-	results, err := parseBenchstat(sum)
+	results, err := parseBenchstat([]byte(st.Stdout))
 	if err == nil && len(results) == 0 {
 		err = fmt.Errorf("%s printed no benchmark results:\n%s", bin, out)
 	}
 	return results, err
 }
 
-var checkName = regexp.MustCompile(`^Check/n=(\d+)/(\w+)$`)
-
 func (b *bench) goBenchmarks(ctx context.Context) error {
 	if len(b.cfg.goBench) == 0 {
-		return fmt.Errorf("no -gobench test binaries")
+		return errors.New("no -gobench test binaries")
 	}
 	tmp := filepath.Join(b.cfg.fixtures, "gobench")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
@@ -131,67 +122,73 @@ func (b *bench) goBenchmarks(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		b.addGoBenchRows(filepath.Base(dir), results)
+		b.goBenchRows(filepath.Base(dir), results)
 	}
 	return nil
 }
 
-func (b *bench) addGoBenchRows(pkg string, results []*goBenchResult) {
-	prev := map[string]float64{} // variant -> median at the previous n
-	prevN := map[string]int{}
+var checkName = regexp.MustCompile(`^Check/n=(\d+)/(\w+)$`)
+
+// checkLabels name inuse.BenchmarkCheck's variants by n.
+var checkLabels = map[string]string{
+	"debugfs":   "in-use check, %[1]d rbd + %[1]d CephFS debugfs clients (Go bench, tmpfs fixture)",
+	"mountinfo": "in-use check, %[1]d rbd + %[1]d ceph mountinfo entries, no debugfs (Go bench)",
+}
+
+// goBenchRows adds a row per benchmark; those of inuse.BenchmarkCheck say
+// how the check grows with n, and its 1000-device debugfs one is a target.
+func (b *bench) goBenchRows(pkg string, results []*goBench) {
+	type point struct{ med, n float64 }
+	prev := map[string]point{} // variant -> at the previous n
 	for _, res := range results {
-		med := res.units["sec/op"].center * 1e9
-		r := row{section: "4a", n: b.cfg.goCount, med: med, lo: math.NaN(), hi: math.NaN(), ratio: "—"}
+		med := res.center["sec/op"] * 1e9
+		r := row{section: "4a", n: fmt.Sprint(b.cfg.goCount), med: fmtDur(med), lo: "—", hi: "—", ratio: "—", note: goBenchNote(res)}
 		m := checkName.FindStringSubmatch(res.name)
 		if m == nil {
-			r.name, r.note = fmt.Sprintf("Go bench %s Benchmark%s", pkg, res.name), goBenchNote(res)
+			r.name = fmt.Sprintf("Go bench %s Benchmark%s", pkg, res.name)
 			b.rep.add(r)
 			continue
 		}
 		n, _ := strconv.Atoi(m[1]) // \d+
 		variant := m[2]
-		switch variant {
-		case "debugfs":
-			r.name = fmt.Sprintf("in-use check, %d rbd + %d CephFS debugfs clients (Go bench, tmpfs fixture)", n, n)
-		case "mountinfo":
-			r.name = fmt.Sprintf("in-use check, %d rbd + %d ceph mountinfo entries, no debugfs (Go bench)", n, n)
-		default:
-			r.name = fmt.Sprintf("in-use check n=%d %s (Go bench)", n, variant)
+		r.name = fmt.Sprintf("in-use check n=%d %s (Go bench)", n, variant)
+		if l, ok := checkLabels[variant]; ok {
+			r.name = fmt.Sprintf(l, n)
 		}
 		if p, ok := prev[variant]; ok {
 			// Linear growth: the time per extra device+client (the
 			// slope) stays the same from one n to the next.
-			r.ratio = fmt.Sprintf("×%.1f for n ×%.1f; %s per extra device+client", med/p, float64(n)/float64(prevN[variant]),
-				fmtDur((med-p)/float64(n-prevN[variant])))
+			r.ratio = fmt.Sprintf("×%.1f for n ×%.1f; %s per extra device+client", med/p.med, float64(n)/p.n, fmtDur((med-p.med)/(float64(n)-p.n)))
 		}
-		prev[variant], prevN[variant] = med, n
-		r.note = fmt.Sprintf("%s per device+client on average", fmtDur(med/float64(n)))
-		if v, ok := res.units["refs"]; ok {
-			r.note += fmt.Sprintf(" (%.0f refs found)", v.center)
+		prev[variant] = point{med, float64(n)}
+		refs := ""
+		if v, ok := res.center["refs"]; ok {
+			refs = fmt.Sprintf(" (%.0f refs found)", v)
 		}
-		r.note += "; " + goBenchNote(res)
+		r.note = fmt.Sprintf("%s per device+client on average%s; %s", fmtDur(med/float64(n)), refs, r.note)
 		b.rep.add(r)
 		if n == 1000 && variant == "debugfs" {
-			b.set(mInUse1000, med)
-			if c, ok := res.units["cpu-sec/op"]; ok {
-				b.set(mInUse1000CPU, c.center*1e9)
+			cpu := ""
+			if c, ok := res.center["cpu-sec/op"]; ok {
+				cpu = fmt.Sprintf(" (CPU %s per check)", fmtDur(c*1e9))
 			}
+			b.rep.verdict(tInUse, fmt.Sprintf("median %s%s", fmtDur(med), cpu), med < 20e6)
 		}
 	}
 }
 
 // goBenchNote lists CPU time and allocations when the benchmark reports
 // them, and benchstat's 95% confidence interval of the median.
-func goBenchNote(res *goBenchResult) string {
+func goBenchNote(res *goBench) string {
 	var parts []string
-	if v, ok := res.units["cpu-sec/op"]; ok {
-		parts = append(parts, "CPU "+fmtDur(v.center*1e9))
+	if v, ok := res.center["cpu-sec/op"]; ok {
+		parts = append(parts, "CPU "+fmtDur(v*1e9))
 	}
-	if v, ok := res.units["allocs/op"]; ok {
-		parts = append(parts, fmt.Sprintf("%.0f allocs", v.center))
+	if v, ok := res.center["allocs/op"]; ok {
+		parts = append(parts, fmt.Sprintf("%.0f allocs", v))
 	}
-	if v, ok := res.units["B/op"]; ok {
-		parts = append(parts, fmt.Sprintf("%.1f MB alloc", v.center/1e6))
+	if v, ok := res.center["B/op"]; ok {
+		parts = append(parts, fmt.Sprintf("%.1f MB alloc", v/1e6))
 	}
-	return strings.Join(append(parts, "±"+strings.TrimPrefix(res.units["sec/op"].ci, "±")+" (benchstat)"), ", ")
+	return strings.Join(append(parts, "±"+strings.TrimPrefix(res.ci, "±")+" (benchstat)"), ", ")
 }

@@ -36,20 +36,17 @@ func (b *bench) release(ctx context.Context) error {
 		return err
 	}
 	b.env.defer_("stop the sweeper", func() error { return host.Stop(sweeper) })
-	ss, err := interleave(ctx, b.rounds(9), 2, func(ctx context.Context, r, i int) (sample, error) {
-		return b.releaseRound(ctx, i == 1, 2*r+i)
-	})
+	ss, _, err := b.measure(ctx, 2, 0, b.rounds(9), rotate(2, func(ctx context.Context, i int, _ string) (sample, error) {
+		return b.releaseRound(ctx, i == 1)
+	}))
 	if err != nil {
 		return err
 	}
-	retry, swept := ss[0].durations(), ss[1].durations()
-	row := durRow("8", fmt.Sprintf("release latency, runtime retrying DEL every %s: last client exits -> pin released", retryEvery), retry)
-	row.note = "add the runtime's retry period (kubelet: 10-15 s)"
-	b.rep.add(row)
-	row = durRow("8", fmt.Sprintf("release latency, runtime gave up, sweeper every %s: last client exits -> teardown finished", sweepInterval), swept)
-	row.ratio = fmtRatio(median(swept) / median(retry))
-	row.note = "expected about half an interval plus the work; the DaemonSet's interval is 10 s"
-	b.rep.add(row)
+	retry, swept := &ss[0], &ss[1]
+	b.rep.timed("8", fmt.Sprintf("release latency, runtime retrying DEL every %s: last client exits -> pin released", retryEvery), retry, nil,
+		"", "add the runtime's retry period (kubelet: 10-15 s)")
+	b.rep.timed("8", fmt.Sprintf("release latency, runtime gave up, sweeper every %s: last client exits -> teardown finished", sweepInterval), swept, nil,
+		ratioOf(swept.d, retry.d), "expected about half an interval plus the work; the DaemonSet's interval is 10 s")
 	return nil
 }
 
@@ -57,17 +54,15 @@ func (b *bench) release(ctx context.Context) error {
 // it, ends the client, and times until the record is gone: released by a
 // DEL retried every retryEvery or, when the runtime abandoned the teardown,
 // by the sweeper.
-func (b *bench) releaseRound(ctx context.Context, abandon bool, i int) (sample, error) {
-	name := b.name(fmt.Sprintf("r%d", i))
+func (b *bench) releaseRound(ctx context.Context, abandon bool) (sample, error) {
+	name := b.name("r" + host.RandHex(4))
 	nsPath, err := b.env.netns(name, "10.250.3.2/24")
 	if err != nil {
 		return sample{}, err
 	}
-	cid := newCID()
-	args := podArgs(holderNS, "csi-holder-"+host.RandHex(5), cid)
-	conf := pluginConf(b.name("release"), b.pinEntry(nil), prevResult("10.250.3.2"))
+	a := b.attach("release", nsPath, "csi-holder-"+host.RandHex(5), b.pinEntry(nil), "10.250.3.2")
 	pin := func(verb string) error {
-		_, _, err := call{bin: b.cfg.plugin, env: cniEnv(verb, cid, nsPath, args, b.cfg.cniPath), stdin: conf}.run(ctx)
+		_, _, err := b.call(b.cfg.plugin, verb, a).run(ctx, "")
 		return err
 	}
 	if err := pin("ADD"); err != nil {
@@ -86,7 +81,7 @@ func (b *bench) releaseRound(ctx context.Context, abandon bool, i int) (sample, 
 			return sample{}, err
 		}
 	}
-	record := filepath.Join(b.stateDir, "records", cid+".eth0.json")
+	record := filepath.Join(b.stateDir, "records", a.cid+".eth0.json")
 	t0 := time.Now()
 	if err := host.Stop(client); err != nil {
 		return sample{}, err

@@ -3,46 +3,20 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
+	"slices"
 	"strings"
 )
 
-// row is one line of the result table. Durations are nanoseconds.
+// row is one line of the result table, its cells formatted; rss "" is
+// printed as "—".
 type row struct {
-	section string
-	name    string
-	n       int     // samples
-	med     float64 // NaN: not a duration row (see text)
-	lo, hi  float64
-	text    string // replaces median/min/max when med is NaN (sizes)
-	ratio   string
-	rss     string
-	note    string
-}
-
-func durRow(section, name string, v []float64) row {
-	return row{section: section, name: name, n: len(v), med: median(v), lo: minOf(v), hi: maxOf(v)}
-}
-
-// rssCell is the median (and max) of the children's ru_maxrss.
-func rssCell(s *series) string {
-	v := s.rss()
-	if len(v) == 0 {
-		return "—"
-	}
-	m, hi := median(v), maxOf(v)
-	if hi-m < 128 { // less than 0.1 MiB apart
-		return fmtKiB(m)
-	}
-	return fmtKiB(m) + " (max " + fmtKiB(hi) + ")"
+	section, name, n, med, lo, hi, ratio, rss, note string
 }
 
 // verdict is one target of the issue, checked against what was measured.
 type verdict struct {
-	target string
-	value  string
-	pass   bool
-	known  bool // false: could not be measured (section failed)
+	target, value string
+	mark          string // PASS, MISS, or N/A when it could not be measured
 }
 
 type report struct {
@@ -54,57 +28,61 @@ type report struct {
 func (r *report) add(x row)               { r.rows = append(r.rows, x) }
 func (r *report) note(f string, a ...any) { r.notes = append(r.notes, fmt.Sprintf(f, a...)) }
 
+// timed adds the row of a series of times: n, median, min and max, the
+// peak RSS of rss when it is not nil, ratio and note.
+func (r *report) timed(section, name string, s, rss *series, ratio, note string) {
+	lo, hi := minMax(s.d)
+	x := row{section: section, name: name, n: fmt.Sprint(len(s.d)), med: fmtDur(median(s.d)), lo: fmtDur(lo), hi: fmtDur(hi), ratio: ratio, note: note}
+	if rss != nil && len(rss.rss) > 0 {
+		m, top := median(rss.rss), slices.Max(rss.rss)
+		x.rss = fmtKiB(m)
+		if top-m >= 128 { // 0.1 MiB apart or more
+			x.rss += " (max " + fmtKiB(top) + ")"
+		}
+	}
+	r.add(x)
+}
+
 func (r *report) verdict(target, value string, pass bool) {
-	r.verdicts = append(r.verdicts, verdict{target: target, value: value, pass: pass, known: true})
-}
-
-func (r *report) unknown(target, why string) {
-	r.verdicts = append(r.verdicts, verdict{target: target, value: why})
-}
-
-func cell(s string) string {
-	if s == "" {
-		return ""
+	mark := "MISS"
+	if pass {
+		mark = "PASS"
 	}
-	return strings.ReplaceAll(s, "|", `\|`)
+	r.verdicts = append(r.verdicts, verdict{target, value, mark})
 }
 
-// print writes the one markdown table, then the verdicts and notes.
+// ratioTarget checks that the median of t is at most limit times ref's.
+func (r *report) ratioTarget(target string, t, ref *series, limit float64) {
+	v := median(t.d) / median(ref.d)
+	r.verdict(target, fmt.Sprintf("%s (paired %s), limit %s", fmtRatio(v), fmtRatio(pairedRatio(t.d, ref.d)), fmtRatio(limit)), v <= limit)
+}
+
+// unmeasured reports the targets that have no verdict as not measured.
+func (r *report) unmeasured(targets []string) {
+	for _, t := range targets {
+		if !slices.ContainsFunc(r.verdicts, func(v verdict) bool { return v.target == t }) {
+			r.verdicts = append(r.verdicts, verdict{t, "not measured", "N/A "})
+		}
+	}
+}
+
+// print writes the header lines, the one markdown table, then the verdicts
+// and notes.
 func (r *report) print(w io.Writer, header []string) {
-	for _, h := range header {
-		fmt.Fprintln(w, h)
-	}
-	fmt.Fprintln(w)
+	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	fmt.Fprintf(w, "%s\n\n", strings.Join(header, "\n"))
 	fmt.Fprintln(w, "| # | measurement | n | median | min | max | ratio | peak RSS | notes |")
 	fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|--:|--:|---|")
 	for _, x := range r.rows {
-		med, lo, hi := fmtDur(x.med), fmtDur(x.lo), fmtDur(x.hi)
-		if math.IsNaN(x.med) {
-			med, lo, hi = x.text, "", ""
-		}
-		n := ""
-		if x.n > 0 {
-			n = fmt.Sprint(x.n)
-		}
-		rss := x.rss
-		if rss == "" {
-			rss = "—"
+		if x.rss == "" {
+			x.rss = "—"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			x.section, cell(x.name), n, med, lo, hi, cell(x.ratio), cell(rss), cell(x.note))
+			x.section, cell(x.name), x.n, x.med, x.lo, x.hi, cell(x.ratio), cell(x.rss), cell(x.note))
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Targets (medians, this machine):")
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "\nTargets (medians, this machine):\n\n")
 	for _, v := range r.verdicts {
-		mark := "MISS"
-		switch {
-		case !v.known:
-			mark = "N/A "
-		case v.pass:
-			mark = "PASS"
-		}
-		fmt.Fprintf(w, "- %s %s: %s\n", mark, v.target, v.value)
+		fmt.Fprintf(w, "- %s %s: %s\n", v.mark, v.target, v.value)
 	}
 	if len(r.notes) > 0 {
 		fmt.Fprintln(w)
@@ -112,14 +90,4 @@ func (r *report) print(w io.Writer, header []string) {
 			fmt.Fprintln(w, "- "+n)
 		}
 	}
-}
-
-// seriesRow is the row of a measured series, with the peak RSS of rss
-// when it is not nil.
-func seriesRow(section, name string, s, rss *series) row {
-	r := durRow(section, name, s.durations())
-	if rss != nil {
-		r.rss = rssCell(rss)
-	}
-	return r
 }

@@ -64,26 +64,29 @@ func buildRSSWrap(dir string) (string, error) {
 	return bin, nil
 }
 
-// runRSS runs c under rsswrap and returns the child's peak RSS (KiB).
-func (c call) runRSS(ctx context.Context, wrap string) (sample, []byte, error) {
-	if wrap == "" {
-		return c.run(ctx)
+// readRSS reads what rsswrap wrote to w, its end of the pipe r: the
+// child's ru_maxrss (KiB).
+func readRSS(w, r *os.File) (int64, error) {
+	if err := w.Close(); err != nil { // EOF for r when rsswrap wrote nothing
+		return 0, fmt.Errorf("rsswrap pipe: %w", err)
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return sample{}, nil, err
-	}
-	defer r.Close()
-	wc := c
-	wc.bin, wc.args = wrap, append([]string{c.bin}, c.args...)
-	wc.extra = []*os.File{w}
-	s, out, err := wc.run(ctx)
-	w.Close()
-	line, rerr := bufio.NewReader(r).ReadString('\n')
+	line, err := bufio.NewReader(r).ReadString('\n')
 	kib, perr := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
-	if err == nil && perr != nil {
-		err = fmt.Errorf("rsswrap %s: no ru_maxrss reported (read: %v)", c.bin, rerr)
+	if perr != nil {
+		return 0, fmt.Errorf("rsswrap: no ru_maxrss reported (read: %v)", err)
 	}
-	s.rssKiB = kib
-	return s, out, err
+	return kib, nil
+}
+
+// rssFloor says how peak RSS is measured, and rsswrap's own (/bin/true's).
+func (b *bench) rssFloor(ctx context.Context) string {
+	if b.wrap == "" {
+		return "no C compiler: peak RSS not measured"
+	}
+	x, _, err := call{bin: "/bin/true"}.run(ctx, b.wrap)
+	if err != nil {
+		logf("rsswrap /bin/true: %v", err)
+		return "peak RSS is ru_maxrss under rsswrap (fork, exec, wait4), whose floor could not be measured"
+	}
+	return "peak RSS is ru_maxrss under rsswrap (fork, exec, wait4), whose floor (/bin/true) is " + fmtKiB(float64(x.rssKiB))
 }

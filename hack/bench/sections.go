@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/host"
@@ -20,45 +21,19 @@ type bench struct {
 	wrap             string // rsswrap binary ("" without a C compiler)
 	env              *env
 	rep              *report
-	pinDir, stateDir string
-
-	mu     sync.Mutex
-	pinRSS []float64 // ru_maxrss (KiB) of every direct netns-pin run
-
-	res map[metric]float64 // the figures the verdicts check
-
-	alts []alt // candidate builds compared alongside netns-pin
+	pinDir, stateDir string    // of the running section
+	pinRSS           []float64 // ru_maxrss (KiB) of every netns-pin probe run
+	start            time.Time
+	cutShort         bool // the time budget ran out
 }
 
-// metric names a figure that a verdict checks.
-type metric string
-
+// The targets of the issue, each checked by the section that measures it.
 const (
-	mPassBase         metric = "pt.base"
-	mPassBasePaired   metric = "pt.base.paired"
-	mPassTuning       metric = "pt.tuning"
-	mPassTuningPaired metric = "pt.tuning.paired"
-	mHolderAdd        metric = "holder.add"
-	mHolderAddPaired  metric = "holder.add.paired"
-	mInUse1000        metric = "inuse.1000"
-	mInUse1000CPU     metric = "inuse.1000.cpu"
+	tPassBase   = "passthrough ADD within 1.05× of the baseline plugin"
+	tPassTuning = "passthrough ADD no slower than tuning"
+	tHolderAdd  = "holder ADD within 1.5× of the baseline"
+	tInUse      = "in-use check at 1000 rbd devices + 1000 CephFS clients under 20 ms"
 )
-
-// alt is a candidate netns-pin build (-alt label=binary): a proposed fix,
-// measured in the same interleaved rounds as the build under test.
-type alt struct{ label, bin string }
-
-func (b *bench) set(key metric, v float64) {
-	if b.res == nil {
-		b.res = map[metric]float64{}
-	}
-	b.res[key] = v
-}
-
-func (b *bench) get(key metric) (float64, bool) {
-	v, ok := b.res[key]
-	return v, ok && !math.IsNaN(v)
-}
 
 // rounds scales a round count, never below 3.
 func (b *bench) rounds(n int) int {
@@ -71,144 +46,55 @@ func (b *bench) name(s string) string { return b.cfg.prefix + "-" + s }
 // newCID is a fresh container ID.
 func newCID() string { return "bench" + host.RandHex(27) }
 
-const (
-	holderNS      = "rook-ceph"
-	holderCluster = "rook-ceph/my-cluster"
-)
+const holderNS = "rook-ceph"
 
 // pinEntry is netns-pin's conflist entry: a Rook-like holder rule, pins and
-// records in the work folder; extra fields override.
+// records in the section's folders; extra fields override.
 func (b *bench) pinEntry(extra map[string]any) map[string]any {
 	m := map[string]any{
 		"type":     "netns-pin",
 		"pinDir":   b.pinDir,
 		"stateDir": b.stateDir,
-		"holders":  []map[string]any{{"podNamespace": holderNS, "podName": "csi-holder-*", "cluster": holderCluster}},
+		"holders":  []map[string]any{{"podNamespace": holderNS, "podName": "csi-holder-*", "cluster": holderNS + "/my-cluster"}},
 	}
-	for k, v := range extra {
-		m[k] = v
-	}
+	maps.Copy(m, extra)
 	return m
 }
 
-// altEntry is pinEntry for candidate build k, with pins and records of its
-// own.
-func (b *bench) altEntry(k int, extra map[string]any) map[string]any {
-	m := map[string]any{
-		"pinDir":   filepath.Join(filepath.Dir(b.pinDir), fmt.Sprintf("pin-alt%d", k)),
-		"stateDir": filepath.Join(filepath.Dir(b.stateDir), fmt.Sprintf("state-alt%d", k)),
+// plugin is a chained plugin measured, with its conflist entry; pinDir is
+// "" for those that pin nothing (baseline, tuning).
+type plugin struct {
+	label, bin string
+	entry      map[string]any
+	pinDir     string
+}
+
+// builds are the netns-pin builds: the one under test, then the candidates
+// (-alt), each with pins and records of its own.
+func (b *bench) builds(extra map[string]any) []plugin {
+	ps := []plugin{{label: "**netns-pin**", bin: b.cfg.plugin, entry: b.pinEntry(extra), pinDir: b.pinDir}}
+	for k, a := range b.cfg.alts {
+		m, dir := b.pinEntry(extra), filepath.Dir(b.pinDir)
+		m["pinDir"], m["stateDir"] = filepath.Join(dir, fmt.Sprintf("pin-alt%d", k)), filepath.Join(dir, fmt.Sprintf("state-alt%d", k))
+		ps = append(ps, plugin{label: "candidate " + a.label, bin: a.bin, entry: m, pinDir: m["pinDir"].(string)})
 	}
-	for k, v := range extra {
-		m[k] = v
-	}
-	return b.pinEntry(m)
+	return ps
 }
 
-// keepPinRSS records the peak RSS of netns-pin probe runs (verdict).
-func (b *bench) keepPinRSS(xs ...sample) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, x := range xs {
-		if x.rssKiB > 0 {
-			b.pinRSS = append(b.pinRSS, float64(x.rssKiB))
-		}
-	}
-}
+// keepPinRSS records the peak RSS of netns-pin probe runs (a target).
+func (b *bench) keepPinRSS(s *series) { b.pinRSS = append(b.pinRSS, s.rss...) }
 
-// probeRuns is how many runs under rsswrap give a command's peak RSS.
-const probeRuns = 3
-
-// cpuNote is the child's median CPU time (user + system), which load from
-// elsewhere inflates far less than wall time.
-func cpuNote(s *series) string { return "CPU " + fmtDur(median(s.cpu())) }
-
-// versus formats how t compares with ref: "1.23×<what> (paired 1.30×)".
-func versus(t, ref []float64, what string) string {
-	return fmt.Sprintf("%s%s (paired %s)", fmtRatio(median(t)/median(ref)), what, fmtRatio(pairedRatio(t, ref)))
-}
-
-// over formats what t adds to base: "+1.20 ms over baseline".
-func over(t, base []float64) string {
-	return fmt.Sprintf("+%s over baseline", fmtDur(median(t)-median(base)))
-}
-
-// softDeadline is when the runner's time budget (-budget) runs out: from
-// then on every loop stops after minRounds rounds, so that a machine under
-// heavy load still gets a whole report in bounded time.
-var (
-	softDeadline time.Time
-	cutShort     atomic.Bool
-)
-
-const minRounds = 5
-
-// overBudget reports whether a loop that has done done rounds should stop.
-func overBudget(done int) bool {
-	if done < minRounds || softDeadline.IsZero() || time.Now().Before(softDeadline) {
-		return false
-	}
-	cutShort.Store(true)
-	return true
-}
-
-// interleave runs rounds of n commands, rotating the order every round
-// (A B C, B C A, C A B, ...), and returns each command's series.
-func interleave(ctx context.Context, rounds, n int, fn func(ctx context.Context, round, i int) (sample, error)) ([]series, error) {
-	out := make([]series, n)
-	for r := range rounds {
-		if overBudget(r) {
-			break
-		}
-		for k := range n {
-			if err := ctx.Err(); err != nil {
-				return out, err
-			}
-			i := (k + r) % n
-			s, err := fn(ctx, r, i)
-			if err != nil {
-				return out, fmt.Errorf("round %d: %w", r, err)
-			}
-			out[i].add(s)
-		}
-	}
-	return out, nil
-}
-
-// measure runs each of n commands probeRuns times under rsswrap (their peak
-// RSS, and a warm-up), then rounds of them interleaved, and returns both
-// series of each. run runs command i once, under wrap unless it is "".
-func (b *bench) measure(ctx context.Context, n, rounds int, run func(ctx context.Context, i int, wrap string) (sample, error)) (ss, rss []series, err error) {
-	rss = make([]series, n)
-	for range probeRuns {
-		for i := range n {
-			x, err := run(ctx, i, b.wrap)
-			if err != nil {
-				return nil, nil, err
-			}
-			rss[i].add(x)
-		}
-	}
-	ss, err = interleave(ctx, rounds, n, func(ctx context.Context, _, i int) (sample, error) { return run(ctx, i, "") })
-	return ss, rss, err
-}
-
-// pinsLeft lists the pin files present.
-func (b *bench) pinsLeft() ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(b.pinDir, "pins"))
+// wantPins fails unless exactly n pin files are present in pinDir.
+func wantPins(pinDir string, n int, what string) error {
+	ents, err := os.ReadDir(filepath.Join(pinDir, "pins"))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		err = nil
 	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out, err
-}
-
-// wantPins fails unless exactly n pin files are present.
-func (b *bench) wantPins(n int, what string) error {
-	left, err := b.pinsLeft()
-	if err == nil && len(left) != n {
+	if err == nil && len(ents) != n {
+		var left []string
+		for _, e := range ents {
+			left = append(left, e.Name())
+		}
 		err = fmt.Errorf("%s: want %d pin(s), have %v", what, n, left)
 	}
 	return err
@@ -223,62 +109,40 @@ func (b *bench) passthrough(ctx context.Context) error {
 		return err
 	}
 	prev := prevResult("10.250.0.5")
-	want, err := json.Marshal(prev)
-	if err != nil {
-		return err
-	}
 	cid := newCID()
 	env := cniEnv("ADD", cid, ns, podArgs("default", "web-7d9f8c6b5-x2x9k", cid), b.cfg.cniPath)
-	net := b.name("passthrough")
-	names := []string{"netns-pin", "baseline", "tuning (empty config)"}
-	cmds := []call{
-		{bin: b.cfg.plugin, env: env, stdin: pluginConf(net, b.pinEntry(nil), prev)},
-		{bin: b.cfg.baseline, env: env, stdin: pluginConf(net, map[string]any{"type": "baseline"}, prev)},
-		{bin: filepath.Join(b.cfg.cniPath, "tuning"), env: env, stdin: pluginConf(net, map[string]any{"type": "tuning"}, prev)},
-	}
-	for _, a := range b.alts {
-		names = append(names, a.label)
-		cmds = append(cmds, call{bin: a.bin, env: env, stdin: cmds[0].stdin})
-	}
+	builds := b.builds(nil)
+	ps := append([]plugin{builds[0],
+		{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}},
+		{label: "tuning (empty config)", bin: filepath.Join(b.cfg.cniPath, "tuning"), entry: map[string]any{"type": "tuning"}},
+	}, builds[1:]...)
 	// Every command must print prevResult unchanged.
-	ss, rss, err := b.measure(ctx, len(cmds), b.rounds(1000), func(ctx context.Context, i int, wrap string) (sample, error) {
-		x, out, err := cmds[i].runRSS(ctx, wrap)
-		if err == nil && !sameJSON(out, want) {
-			err = fmt.Errorf("%s did not print prevResult unchanged:\n%s", names[i], out)
+	ss, rss, err := b.measure(ctx, len(ps), probeRuns, b.rounds(1000), rotate(len(ps), func(ctx context.Context, i int, wrap string) (sample, error) {
+		x, out, err := call{bin: ps[i].bin, env: env, stdin: pluginConf(b.name("passthrough"), ps[i].entry, prev)}.run(ctx, wrap)
+		if err == nil && !sameJSON(out, prev) {
+			err = fmt.Errorf("%s did not print prevResult unchanged:\n%s", ps[i].label, out)
 		}
 		return x, err
-	})
+	}))
 	if err != nil {
 		return err
 	}
-	b.keepPinRSS(rss[0].samples...)
-	if err := b.wantPins(0, "a non-holder ADD made pins"); err != nil {
+	b.keepPinRSS(&rss[0])
+	if err := wantPins(b.pinDir, 0, "a non-holder ADD made pins"); err != nil {
 		return err
 	}
-	pin, base, tun := ss[0].durations(), ss[1].durations(), ss[2].durations()
-	b.set(mPassBase, median(pin)/median(base))
-	b.set(mPassTuning, median(pin)/median(tun))
-	b.set(mPassBasePaired, pairedRatio(pin, base))
-	b.set(mPassTuningPaired, pairedRatio(pin, tun))
-	r := seriesRow("1", "passthrough ADD, non-holder pod: **netns-pin**", &ss[0], &rss[0])
-	r.ratio = versus(pin, base, " baseline") + "; " + versus(pin, tun, " tuning")
-	r.note = fmt.Sprintf("%s; %s (%s baseline, %s tuning)", over(pin, base), cpuNote(&ss[0]),
-		fmtRatio(median(ss[0].cpu())/median(ss[1].cpu())), fmtRatio(median(ss[0].cpu())/median(ss[2].cpu())))
-	b.rep.add(r)
-	r = seriesRow("1", "passthrough ADD: baseline plugin (skel + types, prints prevResult)", &ss[1], &rss[1])
-	r.ratio, r.note = "1.00×", cpuNote(&ss[1])
-	b.rep.add(r)
-	r = seriesRow("1", "passthrough ADD: tuning v1.10.0, empty config", &ss[2], &rss[2])
-	r.ratio, r.note = fmtRatio(median(tun)/median(base))+" baseline", cpuNote(&ss[2])+"; enters the netns"
-	b.rep.add(r)
-	for k, a := range b.alts {
-		i := 3 + k
-		t := ss[i].durations()
-		r = seriesRow("1", "passthrough ADD: candidate "+a.label, &ss[i], &rss[i])
-		r.ratio = fmt.Sprintf("%s; %s tuning; %s", versus(t, base, " baseline"), fmtRatio(median(t)/median(tun)), versus(t, pin, " netns-pin"))
-		r.note = cpuNote(&ss[i])
-		b.rep.add(r)
+	pin, base, tun := &ss[0], &ss[1], &ss[2]
+	b.rep.timed("1", "passthrough ADD, non-holder pod: **netns-pin**", pin, &rss[0], versus(pin, base, " baseline")+"; "+versus(pin, tun, " tuning"),
+		fmt.Sprintf("%s; %s (%s baseline, %s tuning)", over(pin, base), cpuNote(pin), ratioOf(pin.cpu, base.cpu), ratioOf(pin.cpu, tun.cpu)))
+	b.rep.timed("1", "passthrough ADD: baseline plugin (skel + types, prints prevResult)", base, &rss[1], "1.00×", cpuNote(base))
+	b.rep.timed("1", "passthrough ADD: tuning v1.10.0, empty config", tun, &rss[2], ratioOf(tun.d, base.d)+" baseline", cpuNote(tun)+"; enters the netns")
+	for i := 3; i < len(ps); i++ {
+		t := &ss[i]
+		b.rep.timed("1", "passthrough ADD: "+ps[i].label, t, &rss[i],
+			fmt.Sprintf("%s; %s tuning; %s", versus(t, base, " baseline"), ratioOf(t.d, tun.d), versus(t, pin, " netns-pin")), cpuNote(t))
 	}
+	b.rep.ratioTarget(tPassBase, pin, base, 1.05)
+	b.rep.ratioTarget(tPassTuning, pin, tun, 1.00)
 	return nil
 }
 
@@ -288,17 +152,8 @@ func (b *bench) passthrough(ctx context.Context) error {
 
 // holderVariant is one plugin of section 2, with a pool of netns.
 type holderVariant struct {
-	label  string
-	bin    string
-	entry  map[string]any
-	pinDir string // "" for the baseline
-	nss    []string
-}
-
-// attachment is one holder attachment of a plugin call.
-type attachment struct {
-	cid, args, netns string
-	conf             []byte
+	plugin
+	nss []string
 }
 
 const holderPool = 2
@@ -307,68 +162,43 @@ const holderPool = 2
 // difference is what the fsyncs of the records cost), the candidates and,
 // last, the baseline.
 func (b *bench) holderVariants() ([]holderVariant, error) {
-	pin2 := filepath.Join(filepath.Dir(b.pinDir), "pin-tmpfs-state")
-	vs := []holderVariant{
-		{label: "**netns-pin**", bin: b.cfg.plugin, entry: b.pinEntry(nil), pinDir: b.pinDir},
-		{label: "netns-pin, stateDir on tmpfs", bin: b.cfg.plugin, pinDir: pin2,
-			entry: b.pinEntry(map[string]any{"pinDir": pin2, "stateDir": filepath.Join(b.cfg.fixtures, "holder-state")})},
-	}
-	for k, a := range b.alts {
-		e := b.altEntry(k, nil)
-		vs = append(vs, holderVariant{label: "candidate " + a.label, bin: a.bin, entry: e, pinDir: e["pinDir"].(string)})
-	}
-	vs = append(vs, holderVariant{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}})
+	pin2, builds := filepath.Join(filepath.Dir(b.pinDir), "pin-tmpfs-state"), b.builds(nil)
+	ps := append([]plugin{builds[0], {label: "netns-pin, stateDir on tmpfs", bin: b.cfg.plugin, pinDir: pin2,
+		entry: b.pinEntry(map[string]any{"pinDir": pin2, "stateDir": filepath.Join(b.cfg.fixtures, "holder-state")})}}, builds[1:]...)
+	ps = append(ps, plugin{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}})
+	vs := make([]holderVariant, len(ps))
 	for i := range vs {
 		for j := range holderPool {
 			p, err := b.env.netns(b.name(fmt.Sprintf("h%d%d", i, j)), fmt.Sprintf("10.250.1.%d/24", 2+i*holderPool+j))
 			if err != nil {
 				return nil, err
 			}
-			vs[i].nss = append(vs[i].nss, p)
+			vs[i].plugin, vs[i].nss = ps[i], append(vs[i].nss, p)
 		}
 	}
 	return vs, nil
 }
 
-// holderStep runs one ADD or DEL of a holder attachment and checks that
-// netns-pin made or removed its pin.
-func (b *bench) holderStep(ctx context.Context, verb string, v holderVariant, a attachment, wrap string) (sample, error) {
-	s, _, err := call{bin: v.bin, env: cniEnv(verb, a.cid, a.netns, a.args, b.cfg.cniPath), stdin: a.conf}.runRSS(ctx, wrap)
-	if err != nil || v.pinDir == "" {
-		return s, err
-	}
-	_, serr := os.Lstat(filepath.Join(v.pinDir, "pins", a.cid+".eth0"))
-	switch {
-	case verb == "ADD" && serr != nil:
-		err = fmt.Errorf("holder ADD made no pin: %w", serr)
-	case verb == "DEL" && !errors.Is(serr, os.ErrNotExist):
-		err = fmt.Errorf("holder DEL left the pin (lstat: %v)", serr)
-	}
-	return s, err
-}
-
 // holderRound is one round: ADD of a fresh holder attachment by each
-// variant, then their DELs, in an order that rotates every round.
-func (b *bench) holderRound(ctx context.Context, vs []holderVariant, r int, wrap string, adds, dels []series) error {
-	net := b.name("holder")
-	atts := make([]attachment, len(vs))
-	for k := range vs {
-		i, j, cid := (k+r)%len(vs), r%holderPool, newCID()
-		atts[i] = attachment{cid: cid, args: podArgs(holderNS, "csi-holder-"+host.RandHex(5), cid), netns: vs[i].nss[j],
-			conf: pluginConf(net, vs[i].entry, prevResult(fmt.Sprintf("10.250.1.%d", 2+j)))}
-		x, err := b.holderStep(ctx, "ADD", vs[i], atts[i], wrap)
-		if err != nil {
-			return fmt.Errorf("round %d: %s ADD: %w", r, vs[i].label, err)
+// variant, then their DELs, in an order that rotates every round. out[i]
+// is variant i's ADD, out[len(vs)+i] its DEL.
+func (b *bench) holderRound(ctx context.Context, vs []holderVariant, r int, wrap string, out []series) error {
+	n, atts := len(vs), make([]attachment, len(vs))
+	for k := range 2 * n {
+		i, step := (k+r)%n, k/n // step 0: ADD, 1: DEL
+		if step == 0 {
+			j := r % holderPool
+			atts[i] = b.attach("holder", vs[i].nss[j], "csi-holder-"+host.RandHex(5), vs[i].entry, fmt.Sprintf("10.250.1.%d", 2+j))
 		}
-		adds[i].add(x)
-	}
-	for k := range vs {
-		i := (k + r) % len(vs)
-		x, err := b.holderStep(ctx, "DEL", vs[i], atts[i], wrap)
-		if err != nil {
-			return fmt.Errorf("round %d: %s DEL: %w", r, vs[i].label, err)
+		verb := []string{"ADD", "DEL"}[step]
+		x, _, err := b.call(vs[i].bin, verb, atts[i]).run(ctx, wrap)
+		if err == nil && vs[i].pinDir != "" { // netns-pin made its pin, or removed it
+			err = wantPins(vs[i].pinDir, 1-step, "holder "+verb)
 		}
-		dels[i].add(x)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", vs[i].label, verb, err)
+		}
+		out[step*n+i].add(x)
 	}
 	return nil
 }
@@ -378,50 +208,37 @@ func (b *bench) holder(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Peak RSS (and warm-up) under rsswrap, then the measured rounds.
-	addRSS, delRSS := make([]series, len(vs)), make([]series, len(vs))
-	for r := range probeRuns {
-		if err := b.holderRound(ctx, vs, r, b.wrap, addRSS, delRSS); err != nil {
-			return err
-		}
+	n := len(vs)
+	ss, rss, err := b.measure(ctx, 2*n, probeRuns, b.rounds(300), func(ctx context.Context, r int, wrap string, out []series) error {
+		return b.holderRound(ctx, vs, r, wrap, out)
+	})
+	if err != nil {
+		return err
 	}
 	for i, v := range vs {
 		if v.pinDir != "" {
-			b.keepPinRSS(addRSS[i].samples...)
-			b.keepPinRSS(delRSS[i].samples...)
+			b.keepPinRSS(&rss[i])
+			b.keepPinRSS(&rss[n+i])
 		}
 	}
-	adds, dels := make([]series, len(vs)), make([]series, len(vs))
-	for r := range b.rounds(300) {
-		if overBudget(r) {
-			break
-		}
-		if err := b.holderRound(ctx, vs, r, "", adds, dels); err != nil {
-			return err
-		}
-	}
-	b.holderRows(vs, "holder ADD (lock, addresses, record, bind mount, link)", true, adds, addRSS)
-	b.holderRows(vs, "holder DEL, unused (in-use check of this host, unmount, unlink, records)", false, dels, delRSS)
+	b.holderRows(vs, "holder ADD (lock, addresses, record, bind mount, link)", ss[:n], rss[:n])
+	b.holderRows(vs, "holder DEL, unused (in-use check of this host, unmount, unlink, records)", ss[n:], rss[n:])
+	b.rep.ratioTarget(tHolderAdd, &ss[0], &ss[n-1], 1.5)
 	return nil
 }
 
-func (b *bench) holderRows(vs []holderVariant, what string, add bool, ss, rss []series) {
-	base := ss[len(vs)-1].durations()
+func (b *bench) holderRows(vs []holderVariant, what string, ss, rss []series) {
+	base := &ss[len(vs)-1]
 	for i, v := range vs {
-		t := ss[i].durations()
-		r := seriesRow("2", what+": "+v.label, &ss[i], &rss[i])
-		r.ratio, r.note = "1.00×", cpuNote(&ss[i])
-		if i != len(vs)-1 {
-			r.ratio, r.note = versus(t, base, " baseline"), over(t, base)+"; "+r.note
+		t := &ss[i]
+		ratio, note := "1.00×", cpuNote(t)
+		if i < len(vs)-1 {
+			ratio, note = versus(t, base, " baseline"), over(t, base)+"; "+note
 		}
 		if i == 1 {
-			r.note += fmt.Sprintf("; record fsyncs cost %s", fmtDur(median(ss[0].durations())-median(t)))
+			note += "; record fsyncs cost " + fmtDur(median(ss[0].d)-median(t.d))
 		}
-		if i == 0 && add {
-			b.set(mHolderAdd, median(t)/median(base))
-			b.set(mHolderAddPaired, pairedRatio(t, base))
-		}
-		b.rep.add(r)
+		b.rep.timed("2", what+": "+v.label, t, &rss[i], ratio, note)
 	}
 }
 
@@ -431,65 +248,44 @@ func (b *bench) holderRows(vs []holderVariant, what string, add bool, ss, rss []
 
 // chainVariant is one network of section 3 and the pod that joins it.
 type chainVariant struct {
-	label  string
-	net    string
-	holder bool
-	netns  string
+	label, net string
+	holder     bool
+	netns      string
 }
 
-// chainNetworks writes the conflists of the three networks (bridge +
-// host-local, then nothing, netns-pin or the baseline plugin), makes their
-// bridges and returns the variants to measure.
-func (b *bench) chainNetworks(netconf, extra string) ([]chainVariant, error) {
-	type chainDef struct{ net, last, bridge, subnet string }
-	defs := []chainDef{
-		{b.name("chain-base"), "", b.name("b0"), "10.251.0.0/24"},
-		{b.name("chain-pin"), "netns-pin", b.name("b1"), "10.251.1.0/24"},
-		{b.name("chain-bl"), "baseline", b.name("b2"), "10.251.2.0/24"},
-	}
-	for i, d := range defs {
-		if err := b.env.bridge(d.bridge); err != nil {
+// chainNetworks writes the conflists of three networks, bridge +
+// host-local then nothing, netns-pin or the baseline plugin, makes their
+// bridges and returns the variants to measure. (cnitool keeps results in
+// libcni's cache, /var/lib/cni/results; a DEL removes them, the sweep of
+// hack/bench.sh those of a failed one.)
+func (b *bench) chainNetworks(netconf string) ([]chainVariant, error) {
+	var nets []string
+	for i, last := range []map[string]any{nil, b.pinEntry(nil), {"type": "baseline"}} {
+		net, bridge := b.name(fmt.Sprintf("chain%d", i)), b.name(fmt.Sprintf("b%d", i))
+		if err := b.env.bridge(bridge); err != nil {
 			return nil, err
 		}
-		plugins := []any{map[string]any{
-			"type": "bridge", "bridge": d.bridge,
-			"ipam": map[string]any{
-				"type": "host-local", "dataDir": filepath.Join(b.cfg.work, fmt.Sprintf("host-local-%d", i)),
-				"ranges": [][]map[string]any{{{"subnet": d.subnet}}},
-			},
-		}}
-		switch d.last {
-		case "netns-pin":
-			plugins = append(plugins, b.pinEntry(nil))
-		case "baseline":
-			plugins = append(plugins, map[string]any{"type": "baseline"})
+		plugins := []any{map[string]any{"type": "bridge", "bridge": bridge, "ipam": map[string]any{
+			"type": "host-local", "dataDir": filepath.Join(b.cfg.work, fmt.Sprintf("host-local-%d", i)),
+			"ranges": [][]map[string]any{{{"subnet": fmt.Sprintf("10.251.%d.0/24", i)}}},
+		}}}
+		if last != nil {
+			plugins = append(plugins, last)
 		}
-		data, err := json.MarshalIndent(map[string]any{"cniVersion": "1.0.0", "name": d.net, "plugins": plugins}, "", "  ")
+		data, err := json.MarshalIndent(map[string]any{"cniVersion": "1.0.0", "name": net, "plugins": plugins}, "", "  ")
+		if err == nil {
+			err = os.WriteFile(filepath.Join(netconf, net+".conflist"), data, 0o644)
+		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("conflist %s: %w", net, err)
 		}
-		if err := os.WriteFile(filepath.Join(netconf, d.net+".conflist"), data, 0o644); err != nil {
-			return nil, err
-		}
-		// cnitool keeps results in libcni's default cache; DEL removes
-		// them, this catches a failed one.
-		b.env.defer_("remove cnitool cache of "+d.net, func() error {
-			var errs []error
-			for _, dir := range []string{"/var/lib/cni/results", "/var/lib/cni/cache/results"} {
-				m, err := filepath.Glob(filepath.Join(dir, d.net+"-*"))
-				errs = append(errs, err)
-				for _, f := range m {
-					errs = append(errs, os.Remove(f))
-				}
-			}
-			return errors.Join(errs...)
-		})
+		nets = append(nets, net)
 	}
 	vs := []chainVariant{
-		{label: "bridge + host-local", net: defs[0].net},
-		{label: "bridge + host-local + baseline plugin (the cost of any chained plugin)", net: defs[2].net},
-		{label: "bridge + host-local + **netns-pin**, non-holder pod", net: defs[1].net},
-		{label: "bridge + host-local + **netns-pin**, holder pod", net: defs[1].net, holder: true},
+		{label: "bridge + host-local", net: nets[0]},
+		{label: "bridge + host-local + baseline plugin (the cost of any chained plugin)", net: nets[2]},
+		{label: "bridge + host-local + **netns-pin**, non-holder pod", net: nets[1]},
+		{label: "bridge + host-local + **netns-pin**, holder pod", net: nets[1], holder: true},
 	}
 	for i := range vs {
 		p, err := b.env.netns(b.name(fmt.Sprintf("c%d", i)), "")
@@ -501,72 +297,71 @@ func (b *bench) chainNetworks(netconf, extra string) ([]chainVariant, error) {
 	return vs, nil
 }
 
+// chainPod runs one pod's ADD and DEL through cnitool; under rsswrap the
+// peak RSS is the whole tree's (cnitool and the plugins it runs).
+func (b *bench) chainPod(ctx context.Context, v chainVariant, env []string, wrap string) (add, del sample, err error) {
+	ns, name := "default", "web-7d9f8c6b5-"+host.RandHex(5)
+	if v.holder {
+		ns, name = holderNS, "csi-holder-"+host.RandHex(5)
+	}
+	env = append(env, "CNI_IFNAME=eth0", "CNI_ARGS="+podArgs(ns, name, host.RandHex(64)))
+	add, _, err = call{bin: b.cfg.cnitool, args: []string{"add", v.net, v.netns}, env: env}.run(ctx, wrap)
+	if err == nil && v.holder {
+		err = wantPins(b.pinDir, 1, "holder ADD through cnitool")
+	}
+	if err != nil {
+		return add, del, err
+	}
+	del, _, err = call{bin: b.cfg.cnitool, args: []string{"del", v.net, v.netns}, env: env}.run(ctx, wrap)
+	if err == nil {
+		err = wantPins(b.pinDir, 0, "DEL through cnitool")
+	}
+	return add, del, err
+}
+
 func (b *bench) chain(ctx context.Context) error {
-	netconf := filepath.Join(b.cfg.work, "net.d")
-	if err := os.MkdirAll(netconf, 0o755); err != nil {
-		return err
+	// The baseline plugin is found by type "baseline" on CNI_PATH.
+	netconf, extra := filepath.Join(b.cfg.work, "net.d"), filepath.Join(b.cfg.work, "cni-extra")
+	err := errors.Join(os.MkdirAll(netconf, 0o755), os.MkdirAll(extra, 0o755))
+	if err == nil {
+		err = os.Symlink(b.cfg.baseline, filepath.Join(extra, "baseline"))
 	}
-	// The baseline plugin, found by type "baseline" on CNI_PATH.
-	extra := filepath.Join(b.cfg.work, "cni-extra")
-	if err := os.MkdirAll(extra, 0o755); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("chain folders: %w", err)
 	}
-	if err := os.Symlink(b.cfg.baseline, filepath.Join(extra, "baseline")); err != nil {
-		return err
-	}
-	vs, err := b.chainNetworks(netconf, extra)
+	vs, err := b.chainNetworks(netconf)
 	if err != nil {
 		return err
 	}
+	env := []string{"CNI_PATH=" + b.cfg.cniPath + string(os.PathListSeparator) + extra, "NETCONFPATH=" + netconf}
 	adds, dels := make([]series, len(vs)), make([]series, len(vs))
-	// One pod's ADD and DEL through cnitool; under rsswrap the peak RSS is
-	// the whole tree's (cnitool and the plugins it runs).
-	ss, rss, err := b.measure(ctx, len(vs), b.rounds(120), func(ctx context.Context, i int, wrap string) (sample, error) {
-		v := vs[i]
-		ns, name := "default", "web-7d9f8c6b5-"+host.RandHex(5)
-		if v.holder {
-			ns, name = holderNS, "csi-holder-"+host.RandHex(5)
-		}
-		env := []string{"CNI_PATH=" + b.cfg.cniPath + string(os.PathListSeparator) + extra, "NETCONFPATH=" + netconf,
-			"CNI_IFNAME=eth0", "CNI_ARGS=" + podArgs(ns, name, host.RandHex(64))}
-		a, _, err := call{bin: b.cfg.cnitool, args: []string{"add", v.net, v.netns}, env: env}.runRSS(ctx, wrap)
-		if err == nil && v.holder {
-			err = b.wantPins(1, "holder ADD through cnitool")
-		}
-		if err != nil {
-			return a, err
-		}
-		d, _, err := call{bin: b.cfg.cnitool, args: []string{"del", v.net, v.netns}, env: env}.runRSS(ctx, wrap)
-		if err == nil {
-			err = b.wantPins(0, "DEL through cnitool")
-		}
+	ss, rss, err := b.measure(ctx, len(vs), probeRuns, b.rounds(120), rotate(len(vs), func(ctx context.Context, i int, wrap string) (sample, error) {
+		a, d, err := b.chainPod(ctx, vs[i], slices.Clip(env), wrap)
 		if wrap == "" {
 			adds[i].add(a)
 			dels[i].add(d)
 		}
 		return sample{d: a.d + d.d, cpu: a.cpu + d.cpu, rssKiB: max(a.rssKiB, d.rssKiB)}, err
-	})
+	}))
 	if err != nil {
 		return err
 	}
-	base, chained := ss[0].durations(), ss[1].durations()
+	base, chained := median(ss[0].d), median(ss[1].d)
 	for i, v := range vs {
-		t := ss[i].durations()
-		r := seriesRow("3", "pod network ADD+DEL via cnitool: "+v.label, &ss[i], &rss[i])
-		r.ratio, r.note = "1.00×", fmt.Sprintf("ADD %s + DEL %s", fmtDur(median(adds[i].durations())), fmtDur(median(dels[i].durations())))
+		t := &ss[i]
+		ratio, note := "1.00×", fmt.Sprintf("ADD %s + DEL %s", fmtDur(median(adds[i].d)), fmtDur(median(dels[i].d)))
 		if i > 0 {
-			added := median(t) - median(base)
-			who := "netns-pin"
+			who, added := "netns-pin", median(t.d)-base
 			if i == 1 {
 				who = "a chained plugin"
 			}
-			r.ratio = versus(t, base, "")
-			r.note += fmt.Sprintf("; %s adds %s = %.1f%% of the chain's setup", who, fmtDur(added), 100*added/median(base))
+			ratio = versus(t, &ss[0], "")
+			note += fmt.Sprintf("; %s adds %s = %.1f%% of the chain's setup", who, fmtDur(added), 100*added/base)
 		}
 		if i >= 2 {
-			r.note += fmt.Sprintf(", %s more than the chained baseline", fmtDur(median(t)-median(chained)))
+			note += fmt.Sprintf(", %s more than the chained baseline", fmtDur(median(t.d)-chained))
 		}
-		b.rep.add(r)
+		b.rep.timed("3", "pod network ADD+DEL via cnitool: "+v.label, t, &rss[i], ratio, note)
 	}
 	return nil
 }
@@ -578,52 +373,41 @@ const concPods, concClusters = 64, 8
 
 // concMode is one way of running the 64 pods of one build.
 type concMode struct {
-	label, bin string
-	entry      map[string]any
-	parallel   bool
-	add, del   series // per call
+	plugin
+	parallel bool
+	add, del series // per call, of the timed runs
 }
 
-// concPod is one pod: ADD then DEL of a holder attachment.
-func (b *bench) concPod(ctx context.Context, m *concMode, netns string, i int) (sample, sample, error) {
-	conf := pluginConf(b.name("concurrent"), m.entry, prevResult(fmt.Sprintf("10.250.2.%d", i+2)))
-	cid := newCID()
-	args := podArgs(holderNS, fmt.Sprintf("holder-c%d-%s", i%concClusters, host.RandHex(5)), cid)
-	a, _, err := call{bin: m.bin, env: cniEnv("ADD", cid, netns, args, b.cfg.cniPath), stdin: conf}.run(ctx)
-	if err != nil {
-		return a, sample{}, err
-	}
-	d, _, err := call{bin: m.bin, env: cniEnv("DEL", cid, netns, args, b.cfg.cniPath), stdin: conf}.run(ctx)
-	return a, d, err
-}
-
-// concRun runs every pod of m, all at once or one after the other, and
-// keeps the per-call samples when keep.
+// concRun runs ADD then DEL of a holder attachment in each netns of nss,
+// all at once or one after the other, and keeps the per-call samples when
+// keep.
 func (b *bench) concRun(ctx context.Context, m *concMode, nss []string, keep bool) error {
-	var mu sync.Mutex
-	one := func(i int) error {
-		a, d, err := b.concPod(ctx, m, nss[i], i)
-		if err == nil && keep {
-			mu.Lock()
-			m.add.add(a)
-			m.del.add(d)
-			mu.Unlock()
+	calls, errs := make([][2]sample, len(nss)), make([]error, len(nss))
+	one := func(i int) {
+		a := b.attach("concurrent", nss[i], fmt.Sprintf("holder-c%d-%s", i%concClusters, host.RandHex(5)), m.entry, fmt.Sprintf("10.250.2.%d", i+2))
+		if calls[i][0], _, errs[i] = b.call(m.bin, "ADD", a).run(ctx, ""); errs[i] == nil {
+			calls[i][1], _, errs[i] = b.call(m.bin, "DEL", a).run(ctx, "")
 		}
-		return err
 	}
-	errs := make([]error, len(nss))
 	var wg sync.WaitGroup
 	for i := range nss {
-		if !m.parallel {
-			if errs[i] = one(i); errs[i] != nil {
-				break
-			}
+		if m.parallel {
+			wg.Go(func() { one(i) })
 			continue
 		}
-		wg.Go(func() { errs[i] = one(i) })
+		if one(i); errs[i] != nil { // serialised: stop at the first failure
+			break
+		}
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil || !keep {
+		return err
+	}
+	for _, c := range calls {
+		m.add.add(c[0])
+		m.del.add(c[1])
+	}
+	return nil
 }
 
 func (b *bench) concurrent(ctx context.Context) error {
@@ -639,44 +423,36 @@ func (b *bench) concurrent(ctx context.Context) error {
 	for k := range concClusters {
 		rules = append(rules, map[string]any{"podNamespace": holderNS, "podName": fmt.Sprintf("holder-c%d-*", k), "cluster": fmt.Sprintf("%s/cluster-%d", holderNS, k)})
 	}
-	builds := []concMode{{label: "**netns-pin**", bin: b.cfg.plugin, entry: b.pinEntry(map[string]any{"holders": rules})}}
-	for k, a := range b.alts {
-		builds = append(builds, concMode{label: "candidate " + a.label, bin: a.bin, entry: b.altEntry(k, map[string]any{"holders": rules})})
-	}
 	// Each build all at once (index 2k, warmed up first), then serialised.
 	var modes []*concMode
-	for _, m := range builds {
-		par, ser := m, m
-		par.parallel = true
-		if err := b.concRun(ctx, &par, nss, false); err != nil {
+	for _, p := range b.builds(map[string]any{"holders": rules}) {
+		par := &concMode{plugin: p, parallel: true}
+		if err := b.concRun(ctx, par, nss, false); err != nil {
 			return err
 		}
-		modes = append(modes, &par, &ser)
+		modes = append(modes, par, &concMode{plugin: p})
 	}
-	ss, err := interleave(ctx, b.rounds(7), len(modes), func(ctx context.Context, _, i int) (sample, error) {
+	ss, _, err := b.measure(ctx, len(modes), 0, b.rounds(7), rotate(len(modes), func(ctx context.Context, i int, _ string) (sample, error) {
 		t0 := time.Now()
 		err := b.concRun(ctx, modes[i], nss, true)
 		d := time.Since(t0)
 		if err == nil {
-			err = b.wantPins(0, "pins left after every DEL")
+			err = wantPins(modes[i].pinDir, 0, "pins left after every DEL")
 		}
 		return sample{d: d}, err
-	})
+	}))
 	if err != nil {
 		return err
 	}
+	podsPerSec := func(s *series) float64 { return concPods / (median(s.d) / 1e9) }
 	for k := 0; k < len(modes); k += 2 {
-		conc, serial := ss[k].durations(), ss[k+1].durations()
-		m, ser := modes[k], modes[k+1]
-		r := seriesRow("5", fmt.Sprintf("%d holders × (ADD+DEL), %d clusters, all at once (wall): %s", concPods, concClusters, m.label), &ss[k], nil)
-		r.ratio = fmt.Sprintf("%s serial time", fmtRatio(median(conc)/median(serial)))
-		r.note = fmt.Sprintf("%.0f pods/s; speedup %.2f×; per call ADD %s, DEL %s (median, incl. lock wait)",
-			concPods/(median(conc)/1e9), median(serial)/median(conc), fmtDur(median(m.add.durations())), fmtDur(median(m.del.durations())))
-		b.rep.add(r)
-		r = seriesRow("5", "same work serialised (wall): "+m.label, &ss[k+1], nil)
-		r.ratio = "1.00×"
-		r.note = fmt.Sprintf("%.0f pods/s; per call ADD %s, DEL %s", concPods/(median(serial)/1e9), fmtDur(median(ser.add.durations())), fmtDur(median(ser.del.durations())))
-		b.rep.add(r)
+		conc, serial, m, ser := &ss[k], &ss[k+1], modes[k], modes[k+1]
+		b.rep.timed("5", fmt.Sprintf("%d holders × (ADD+DEL), %d clusters, all at once (wall): %s", concPods, concClusters, m.label), conc, nil,
+			ratioOf(conc.d, serial.d)+" serial time",
+			fmt.Sprintf("%.0f pods/s; speedup %.2f×; per call ADD %s, DEL %s (median, incl. lock wait)",
+				podsPerSec(conc), median(serial.d)/median(conc.d), fmtDur(median(m.add.d)), fmtDur(median(m.del.d))))
+		b.rep.timed("5", "same work serialised (wall): "+m.label, serial, nil, "1.00×",
+			fmt.Sprintf("%.0f pods/s; per call ADD %s, DEL %s", podsPerSec(serial), fmtDur(median(ser.add.d)), fmtDur(median(ser.del.d))))
 	}
 	return nil
 }
@@ -685,81 +461,49 @@ func (b *bench) concurrent(ctx context.Context) error {
 // 6. binary sizes (peak RSS is in every row's RSS column).
 
 func (b *bench) sizes(context.Context) error {
-	size := func(p string) int64 {
-		fi, err := os.Stat(p)
-		if p == "" || err != nil {
-			return -1
-		}
-		return fi.Size()
+	bins := []struct{ label, path string }{
+		{"netns-pin", b.cfg.plugin}, {"baseline", b.cfg.baseline}, {"tuning v1.10.0", filepath.Join(b.cfg.cniPath, "tuning")},
 	}
-	baseFull, baseStripped := size(b.cfg.baseline), size(b.cfg.baselineStripped)
-	for _, x := range []struct{ label, path, stripped string }{
-		{"netns-pin", b.cfg.plugin, b.cfg.pluginStripped},
-		{"baseline", b.cfg.baseline, b.cfg.baselineStripped},
-		{"tuning v1.10.0", filepath.Join(b.cfg.cniPath, "tuning"), b.cfg.tuningStripped},
-	} {
-		full, st := size(x.path), size(x.stripped)
-		if full < 0 {
-			return fmt.Errorf("stat %s", x.path)
+	full, stripped := make([]int64, len(bins)), make([]int64, len(bins)) // ratios to bins[1], the baseline
+	for i, x := range bins {
+		fi, err := os.Stat(x.path)
+		if err != nil {
+			return fmt.Errorf("binary size: %w", err)
 		}
-		r := row{section: "6", name: "binary size: " + x.label, med: math.NaN(), text: fmtBytes(full)}
-		r.ratio = fmtRatio(float64(full)/float64(baseFull)) + " baseline"
-		if st > 0 {
-			r.note = fmt.Sprintf("stripped %s (%s baseline)", fmtBytes(st), fmtRatio(float64(st)/float64(baseStripped)))
+		full[i] = fi.Size()
+		// Stripped the same way for all three (symbol table and DWARF
+		// removed, like -ldflags=-s -w); without strip(1), no stripped size.
+		st := filepath.Join(b.cfg.work, filepath.Base(x.path)+".stripped")
+		if err := sh("strip", "-o", st, x.path); err != nil {
+			logf("no stripped size: %v", err)
+			continue
+		}
+		if fi, err = os.Stat(st); err != nil {
+			return fmt.Errorf("stripped size: %w", err)
+		}
+		stripped[i] = fi.Size()
+	}
+	for i, x := range bins {
+		r := row{section: "6", name: "binary size: " + x.label, med: fmtBytes(full[i]), ratio: fmtRatio(float64(full[i])/float64(full[1])) + " baseline"}
+		if stripped[i] > 0 {
+			r.note = fmt.Sprintf("stripped %s (%s baseline)", fmtBytes(stripped[i]), fmtRatio(float64(stripped[i])/float64(stripped[1])))
 		}
 		b.rep.add(r)
 	}
-	if rss := b.pinRSSRuns(); len(rss) > 0 {
-		r := row{section: "6", name: "peak RSS, every netns-pin probe run above (ADD, DEL, passthrough)", n: len(rss), med: math.NaN(),
-			text: fmtKiB(median(rss)) + " median", rss: fmtKiB(maxOf(rss)) + " max"}
-		r.note = fmt.Sprintf("min %s; ru_maxrss of the child under rsswrap (fork without CLONE_VM)", fmtKiB(minOf(rss)))
-		b.rep.add(r)
+	if rss := b.pinRSS; len(rss) > 0 {
+		lo, hi := minMax(rss)
+		b.rep.add(row{section: "6", name: "peak RSS, every netns-pin probe run above (ADD, DEL, passthrough)", n: fmt.Sprint(len(rss)),
+			med: fmtKiB(median(rss)) + " median", rss: fmtKiB(hi) + " max",
+			note: fmt.Sprintf("min %s; ru_maxrss of the child under rsswrap (fork without CLONE_VM)", fmtKiB(lo))})
 	}
 	return nil
 }
 
-func (b *bench) pinRSSRuns() []float64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]float64{}, b.pinRSS...)
-}
-
-// ---------------------------------------------------------------------
-
-func (b *bench) verdicts(want map[string]bool) {
-	all := want["all"]
-	ratio := func(key, paired metric, target string, limit float64, section string) {
-		if !all && !want[section] {
-			return
-		}
-		v, ok := b.get(key)
-		if !ok {
-			b.rep.unknown(target, "not measured")
-			return
-		}
-		extra := ""
-		if p, ok := b.get(paired); ok {
-			extra = fmt.Sprintf(" (paired %s)", fmtRatio(p))
-		}
-		b.rep.verdict(target, fmt.Sprintf("%s%s, limit %s", fmtRatio(v), extra, fmtRatio(limit)), v <= limit)
-	}
-	ratio(mPassBase, mPassBasePaired, "passthrough ADD within 1.05× of the baseline plugin", 1.05, "passthrough")
-	ratio(mPassTuning, mPassTuningPaired, "passthrough ADD no slower than tuning", 1.00, "passthrough")
-	ratio(mHolderAdd, mHolderAddPaired, "holder ADD within 1.5× of the baseline", 1.5, "holder")
-	if all || want["gobench"] {
-		const target = "in-use check at 1000 rbd devices + 1000 CephFS clients under 20 ms"
-		if v, ok := b.get(mInUse1000); ok {
-			cpu := ""
-			if c, ok := b.get(mInUse1000CPU); ok {
-				cpu = fmt.Sprintf(" (CPU %s per check)", fmtDur(c))
-			}
-			b.rep.verdict(target, fmt.Sprintf("median %s%s", fmtDur(v), cpu), v < 20e6)
-		} else {
-			b.rep.unknown(target, "not measured")
-		}
-	}
-	if rss := b.pinRSSRuns(); len(rss) > 0 {
+// rssTarget checks the peak RSS of every netns-pin probe run.
+func (b *bench) rssTarget() {
+	if len(b.pinRSS) > 0 {
+		_, hi := minMax(b.pinRSS)
 		b.rep.verdict("peak RSS of any invocation under 8 MiB", fmt.Sprintf("max %s over %d netns-pin runs (median %s)",
-			fmtKiB(maxOf(rss)), len(rss), fmtKiB(median(rss))), maxOf(rss) < 8*1024)
+			fmtKiB(hi), len(b.pinRSS), fmtKiB(median(b.pinRSS))), hi < 8*1024)
 	}
 }
