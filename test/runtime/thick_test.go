@@ -282,6 +282,16 @@ func requireContainerPin(t *testing.T, c *hostContainer, path string, sb *sandbo
 	assert.Equal(t, sb.netnsID, nsIdentity(t, p), "%s in the container is not the netns of %s", path, sb)
 }
 
+// thickNet is a storage network whose holders are rook-ceph/csi-holder-*
+// pods of cluster, its netns-pin looking for libcni caches in cacheDirs.
+func (s *suite) thickNet(t *testing.T, cluster string, cacheDirs []string) *storageNet {
+	t.Helper()
+	return s.newStorageNet(t, netSpec{
+		holders:   []map[string]any{{"podNamespace": "rook-ceph", "podName": "csi-holder-*", "cluster": cluster}},
+		cacheDirs: cacheDirs,
+	})
+}
+
 // Under Multus thick with pinDir as a Bidirectional volume, a holder's pin
 // made inside the daemon's container appears on the host and in a csi-like
 // container that mounts pinDir (HostToContainer and Bidirectional); a
@@ -291,9 +301,7 @@ func requireContainerPin(t *testing.T, c *hostContainer, path string, sb *sandbo
 func TestThickMultusHolderPinReachesHost(t *testing.T) {
 	s := requireRuntime(t)
 	const cluster = "rook-ceph/thick-a"
-	sn := s.newStorageNet(t, netSpec{holders: []map[string]any{
-		{"podNamespace": "rook-ceph", "podName": "csi-holder-*", "cluster": cluster},
-	}})
+	sn := s.thickNet(t, cluster, nil)
 	link := sn.link(t, cluster)
 	multus := s.startThickMultus(t, sn.pinDir, "")
 	// ceph-csi's node plugin, started before the pin exists: what it sees
@@ -360,9 +368,7 @@ func TestThickMultusHolderPinReachesHost(t *testing.T) {
 func TestThickMultusWithoutPinDirVolume(t *testing.T) {
 	s := requireRuntime(t)
 	const cluster = "rook-ceph/thick-b"
-	sn := s.newStorageNet(t, netSpec{holders: []map[string]any{
-		{"podNamespace": "rook-ceph", "podName": "csi-holder-*", "cluster": cluster},
-	}})
+	sn := s.thickNet(t, cluster, nil)
 	multus := s.startThickMultus(t, "", "")
 
 	holder, r := s.runPod(t, "rook-ceph", "csi-holder-n-"+host.RandHex(5), sn.selection(""))
@@ -393,10 +399,7 @@ func TestThickMultusSweeperFinishes(t *testing.T) {
 	s := requireRuntime(t)
 	const cluster = "rook-ceph/thick-c"
 	cache := filepath.Join(s.testDir(t), "multus-cache")
-	sn := s.newStorageNet(t, netSpec{
-		holders:   []map[string]any{{"podNamespace": "rook-ceph", "podName": "csi-holder-*", "cluster": cluster}},
-		cacheDirs: []string{cache},
-	})
+	sn := s.thickNet(t, cluster, []string{cache})
 	multus := s.startThickMultus(t, sn.pinDir, cache)
 	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-s-"+host.RandHex(5), sn.selection(""))
 	sn.requirePinned(t, holder, cluster, "active")

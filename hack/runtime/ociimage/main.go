@@ -95,27 +95,13 @@ func run(bin, name, ref, out string, img image) error {
 	if bin == "" {
 		return fmt.Errorf("-bin is required")
 	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return err
-	}
 	if name == "" {
 		name = "/" + path.Base(bin)
 	}
 	if !strings.HasPrefix(name, "/") {
 		return fmt.Errorf("-name %q: want an absolute path", name)
 	}
-	content := map[string][]byte{strings.TrimPrefix(name, "/"): data}
-	for dst, src := range img.add {
-		if content[strings.TrimPrefix(dst, "/")], err = os.ReadFile(src); err != nil {
-			return err
-		}
-	}
-	links := map[string]string{}
-	for dst, target := range img.symlinks {
-		links[strings.TrimPrefix(dst, "/")] = target
-	}
-	layer, err := tarballWithLinks(content, links, 0o755)
+	layer, err := layerOf(bin, name, img)
 	if err != nil {
 		return err
 	}
@@ -175,6 +161,26 @@ func run(bin, name, ref, out string, img image) error {
 		return err
 	}
 	return os.Rename(tmp, out)
+}
+
+// layerOf is the image's one layer: the binary at name, the files of
+// -add and the links of -symlink.
+func layerOf(bin, name string, img image) ([]byte, error) {
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	content := map[string][]byte{strings.TrimPrefix(name, "/"): data}
+	for dst, src := range img.add {
+		if content[strings.TrimPrefix(dst, "/")], err = os.ReadFile(src); err != nil {
+			return nil, err
+		}
+	}
+	links := map[string]string{}
+	for dst, target := range img.symlinks {
+		links[strings.TrimPrefix(dst, "/")] = target
+	}
+	return tarballWithLinks(content, links, 0o755)
 }
 
 // tagOf returns the tag of ref ("localhost/x/pause:test" -> "test").
