@@ -108,15 +108,9 @@ const (
 	tmpPrefix     = ".tmp-"
 )
 
-// writeRecord replaces the record atomically: temp file, rename. The
-// rename comes first so that the record is there before the pin is
-// mounted (a process that dies in between leaves a record to repair);
-// the record's and the folder's fsyncs follow, once per operation, while
-// the operation mounts and links (startSync), and the operation waits
-// for them before it ends (syncRecords): no CNI result is returned before
-// the record is durable. A machine that crashes in between may leave the
-// record empty or full of zeros; such remains are of an earlier boot, and
-// records() drops them (torn).
+// writeRecord replaces the record atomically: temp file, fsync, rename;
+// the folder is synced once at the end of the operation (syncRecords). A
+// crash leaves either the old or the new record.
 func (s *Store) writeRecord(r *Record) error {
 	r.Updated = time.Now().UTC()
 	r.Format, r.Writer, r.PinDir = recordFormat, s.writer, s.PinDir
@@ -130,71 +124,62 @@ func (s *Store) writeRecord(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("write record %s: %w", name, err)
 	}
-	if _, err := unix.Write(fd, data); err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("write record %s: %w", name, errors.Join(err, unlinkIfExists(s.recordsFd, tmp)))
+	_, werr := unix.Write(fd, data)
+	if werr == nil {
+		werr = unix.Fsync(fd)
+	}
+	unix.Close(fd)
+	if werr != nil {
+		return fmt.Errorf("write record %s: %w", name, errors.Join(werr, unlinkIfExists(s.recordsFd, tmp)))
 	}
 	if err := unix.Renameat(s.recordsFd, tmp, s.recordsFd, name); err != nil {
-		unix.Close(fd)
 		return fmt.Errorf("rename record %s: %w", name, err)
 	}
 	s.unsynced = true
-	s.unsyncedFds = append(s.unsyncedFds, fd)
 	return nil
 }
 
-// syncRecords makes the records and the renames and removals of this
-// operation durable: each record written and the records folder, once per
-// operation, at its end (or the rest of it, when the operation started
-// the syncs early with startSync and wrote more after).
+// syncRecords makes the renames and removals of this operation durable:
+// one fsync of the records folder per operation, at its end (or two, when
+// the operation started one early with startSync and renamed more after).
+// A record's own content is synced before its rename, so a machine that
+// crashes finds each record old or new, never torn; which of the two
+// matters little, since records of an earlier boot are dropped.
 func (s *Store) syncRecords() error {
 	err := s.waitSync()
 	if !s.unsynced {
 		return err
 	}
-	return errors.Join(err, s.fsyncRecords(s.takeUnsynced()))
-}
-
-// takeUnsynced hands over the descriptors of the records written since
-// the last sync; the folder's is always synced.
-func (s *Store) takeUnsynced() []int {
-	fds := s.unsyncedFds
-	s.unsynced, s.unsyncedFds = false, nil
-	return fds
-}
-
-// fsyncRecords syncs and closes the records' descriptors, then syncs the
-// records folder.
-func (s *Store) fsyncRecords(fds []int) error {
-	var errs []error
-	for _, fd := range fds {
-		if err := unix.Fsync(fd); err != nil {
-			errs = append(errs, fmt.Errorf("sync a record in %s/%s: %w", s.StateDir, recordsSubdir, err))
-		}
-		unix.Close(fd)
+	s.unsynced = false
+	if serr := unix.Fsync(s.recordsFd); serr != nil {
+		return errors.Join(err, fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, serr))
 	}
-	if err := unix.Fsync(s.recordsFd); err != nil {
-		errs = append(errs, fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, err))
-	}
-	return errors.Join(errs...)
+	return err
 }
 
-// startSync starts the syncs that syncRecords waits for, so that they run
-// while the operation mounts and links. On ext4 each is a journal commit,
-// as long as a bind mount and a link.
+// startSync starts the fsync of the records folder that syncRecords waits
+// for, so that it runs while the operation mounts and links: the rename of
+// a record has to be visible before its pin exists (a process that dies
+// in between leaves a record to repair), but durable only before the
+// operation ends, since a machine crash takes the mounts with it. On ext4
+// the folder's fsync is a journal commit, as long as a bind mount and a
+// link.
 func (s *Store) startSync() {
 	if !s.unsynced || s.syncing != nil {
 		return
 	}
-	fds := s.takeUnsynced()
-	done := make(chan error, 1)
+	s.unsynced = false
+	done, fd := make(chan error, 1), s.recordsFd
 	go func() {
-		done <- s.fsyncRecords(fds)
+		if err := unix.Fsync(fd); err != nil {
+			done <- fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, err)
+		}
+		close(done)
 	}()
 	s.syncing = done
 }
 
-// waitSync waits for the syncs that startSync started, if any.
+// waitSync waits for the fsync that startSync started, if any.
 func (s *Store) waitSync() error {
 	if s.syncing == nil {
 		return nil
@@ -310,9 +295,6 @@ func (s *Store) records() (rs []*Record, bad map[string]error, err error) {
 			continue
 		}
 		r, err := s.readRecord(att)
-		if err != nil && s.dropTorn(att, err) {
-			continue
-		}
 		switch {
 		case errors.Is(err, ErrOtherPinDir):
 			return nil, nil, err
@@ -324,31 +306,6 @@ func (s *Store) records() (rs []*Record, bad map[string]error, err error) {
 	}
 	sortRecords(rs)
 	return rs, bad, nil
-}
-
-// dropTorn removes the record when what could not be decoded are the
-// remains of a machine crash between its rename and its fsync: an empty
-// file or one of zeros, which a record renamed in this boot never is
-// (records are written whole before their rename and read back from the
-// page cache). Such a record is of an earlier boot, whose pins are gone
-// with its mounts; a pin file it leaves is an orphan and is checked before
-// it is removed. It reports whether the record was dropped.
-func (s *Store) dropTorn(att string, readErr error) bool {
-	fd, err := openat2(s.recordsFd, att+recordSuffix, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return false
-	}
-	data, err := readAllFd(fd, 1<<20)
-	unix.Close(fd)
-	if err != nil || strings.Trim(string(data), "\x00") != "" {
-		return false
-	}
-	if err := unix.Unlinkat(s.recordsFd, att+recordSuffix, 0); err != nil {
-		return false
-	}
-	s.unsynced = true
-	s.log.Warn("dropped the remains of a record torn by a machine crash", "attachment", att, "bytes", len(data), "error", readErr)
-	return true
 }
 
 func sortRecords(rs []*Record) {

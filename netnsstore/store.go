@@ -37,16 +37,14 @@ type Store struct {
 	teardown    TeardownFunc
 	writer      string
 
-	unsynced bool // records renamed or removed since the folder's last fsync
-	// descriptors of the records written since, to fsync (writeRecord)
-	unsyncedFds []int
-	syncing     chan error // an fsync of the records folder under way (startSync)
-	bootID      string
-	pinDirFd    int
-	pinsFd      int
-	pinsDev     uint64
-	stateFd     int
-	recordsFd   int
+	unsynced  bool       // records renamed or removed since the folder's last fsync
+	syncing   chan error // an fsync of the records folder under way (startSync)
+	bootID    string
+	pinDirFd  int
+	pinsFd    int
+	pinsDev   uint64
+	stateFd   int
+	recordsFd int
 }
 
 // Options configures a Store. The zero value is usable but releases
@@ -155,7 +153,7 @@ func (s *Store) ensureShared() error {
 
 // Close releases the directory descriptors.
 func (s *Store) Close() {
-	_ = s.syncRecords() // the records folder's fd must outlive its fsync, and nothing written goes unsynced
+	_ = s.waitSync() // the records folder's fd must outlive its fsync
 	for _, fd := range []*int{&s.pinDirFd, &s.pinsFd, &s.stateFd, &s.recordsFd} {
 		if *fd >= 0 {
 			unix.Close(*fd)
