@@ -57,7 +57,9 @@ PACKAGES=(
 	gcc:gcc
 )
 
-log() { printf '[tools] %s\n' "$*" >&2; }
+LOG_PREFIX="tools"
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ensure_go() {
 	if ! command -v go >/dev/null 2>&1; then
@@ -83,17 +85,7 @@ ensure_packages() {
 	if ! [[ -e /usr/include/stdlib.h ]]; then
 		missing+=(libc6-dev)
 	fi
-	if ((${#missing[@]} == 0)); then
-		return 0
-	fi
-	if [[ "$(id -u)" != 0 ]]; then
-		log "missing packages ${missing[*]} and not root: install them with apt-get"
-		exit 1
-	fi
-	log "installing Debian packages: ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq </dev/null
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
+	apt_install "${missing[@]}"
 }
 
 # go_install <name> <tag> <gobin> <pkg@version>...

@@ -23,12 +23,7 @@ ensure_packages() {
 	local missing=()
 	command -v openssl >/dev/null || missing+=(openssl)
 	[[ -x /bin/busybox ]] || missing+=(busybox-static)
-	((${#missing[@]} == 0)) && return 0
-	[[ "$(id -u)" == 0 ]] || die "missing Debian packages ${missing[*]} and not root"
-	log "apt-get install ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq </dev/null
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
+	apt_install "${missing[@]}"
 }
 
 # Kubernetes reports the version it was built as through these variables;

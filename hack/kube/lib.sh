@@ -51,12 +51,9 @@ SERVICE_SUBNET="10.97.128.0/24"
 export PATH="/usr/local/go/bin:${PATH}"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
-log() { printf '[kube] %s\n' "$*" >&2; }
-die() {
-	log "ERROR: $*"
-	exit 1
-}
-now_ms() { date +%s%3N; }
+LOG_PREFIX="kube"
+# shellcheck source=hack/lib.sh
+source "${ROOT}/hack/lib.sh"
 
 # stamp_ok NAME VERSION: a build of that version finished.
 stamp_ok() { [[ -f "${STAMP_DIR}/$1@$2" ]]; }

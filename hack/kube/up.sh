@@ -125,46 +125,13 @@ make_pki() {
 
 write_containerd_config() {
 	mkdir -p "${KUBE_DIR}/containerd/root" "${KUBE_DIR}/containerd/state" "${KUBE_DIR}/run" "${KUBE_DIR}/opt"
-	cat >"${KUBE_DIR}/containerd/config.toml" <<EOC
-# Written by hack/kube/up.sh: the node's runtime, apart from any other
-# containerd on the machine.
-version = 2
-root = "${KUBE_DIR}/containerd/root"
-state = "${KUBE_DIR}/containerd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp"]
-
-[grpc]
-  address = "${CONTAINERD_SOCK}"
-
-[ttrpc]
-  address = "${CONTAINERD_SOCK}.ttrpc"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "${KUBE_DIR}/opt"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "${PAUSE_IMAGE}"
-  restrict_oom_score_adj = true
-  # sandboxes' netns under the state folder, not /var/run/netns
-  netns_mounts_under_state_dir = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "${KUBE_DIR}/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "${CNI_BIN_DIR}"
-    conf_dir = "${CNI_CONF_DIR}"
-    max_conf_num = 1
-EOC
+	{
+		echo "# Written by hack/kube/up.sh: the node's runtime, apart from any other containerd on the machine."
+		containerd_config "${KUBE_DIR}" "${CONTAINERD_SOCK}" "${PAUSE_IMAGE}" "${CNI_BIN_DIR}" "${CNI_CONF_DIR}" \
+			'  # sandboxes'"'"' netns under the state folder, not /var/run/netns
+  netns_mounts_under_state_dir = true' \
+			"        Root = \"${KUBE_DIR}/runc\""
+	} >"${KUBE_DIR}/containerd/config.toml"
 	cat >"${KUBE_DIR}/crictl.yaml" <<EOC
 runtime-endpoint: unix://${CONTAINERD_SOCK}
 image-endpoint: unix://${CONTAINERD_SOCK}

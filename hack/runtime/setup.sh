@@ -55,13 +55,9 @@ SETUP_TIMEOUT="${SETUP_TIMEOUT:-60}"
 export PATH="/usr/local/go/bin:${PATH}"
 export GOFLAGS="-buildvcs=false"
 
-log() { printf '[runtime-setup] %s\n' "$*" >&2; }
-die() {
-	log "ERROR: $*"
-	exit 1
-}
-
-now_ms() { date +%s%3N; }
+LOG_PREFIX="runtime-setup"
+# shellcheck source=hack/lib.sh
+source "${ROOT}/hack/lib.sh"
 
 ensure_packages() {
 	local missing=()
@@ -70,12 +66,7 @@ ensure_packages() {
 			[[ " ${missing[*]-} " == *" ${entry#*:} "* ]] || missing+=("${entry#*:}")
 		fi
 	done
-	((${#missing[@]} == 0)) && return 0
-	[[ "$(id -u)" == 0 ]] || die "missing Debian packages ${missing[*]} and not root"
-	log "apt-get install ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq </dev/null
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >/dev/null
+	apt_install "${missing[@]}"
 	# Debian's package enables a systemd unit; there is no systemd here and the
 	# suite runs its own containerd, so nothing else is started.
 }
@@ -177,49 +168,10 @@ write_config() {
 	mkdir -p "${DIR}/containerd/root" "${DIR}/containerd/state" "${DIR}/run" "${DIR}/opt" \
 		"${DIR}/cni/bin" "${DIR}/cni/net.d"
 	chmod 0711 "${DIR}"
-	cat >"${DIR}/containerd/config.toml" <<EOF
-# Written by hack/runtime/setup.sh for the netns-pin runtime end to end suite.
-version = 2
-root = "${DIR}/containerd/root"
-state = "${DIR}/containerd/state"
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-]
-
-[grpc]
-  address = "${DIR}/run/containerd.sock"
-
-[ttrpc]
-  address = "${DIR}/run/containerd.sock.ttrpc"
-
-[debug]
-  level = "info"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "${DIR}/opt"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "${PAUSE_IMAGE}"
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "${DIR}/cni/bin"
-    conf_dir = "${DIR}/cni/net.d"
-    max_conf_num = 1
-EOF
+	{
+		echo "# Written by hack/runtime/setup.sh for the netns-pin runtime end to end suite."
+		containerd_config "${DIR}" "${DIR}/run/containerd.sock" "${PAUSE_IMAGE}" "${DIR}/cni/bin" "${DIR}/cni/net.d"
+	} >"${DIR}/containerd/config.toml"
 	cat >"${DIR}/crictl.yaml" <<EOF
 runtime-endpoint: unix://${DIR}/run/containerd.sock
 image-endpoint: unix://${DIR}/run/containerd.sock

@@ -16,8 +16,9 @@
 # Exits non-zero when something could not be undone, after trying the rest.
 set -uo pipefail
 
-log() { printf '[runtime-teardown] %s\n' "$*" >&2; }
-now_ms() { date +%s%3N; }
+LOG_PREFIX="runtime-teardown"
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 [[ $# -eq 1 ]] || {
 	echo "usage: $0 <dir>" >&2

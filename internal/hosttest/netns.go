@@ -86,11 +86,7 @@ func StartInNetns(t *testing.T, path, name string, args ...string) *exec.Cmd {
 // path (none when the interface is missing).
 func AddrsIn(t *testing.T, path, ifname string) []string {
 	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	require.NoError(t, err, "open netns %s", path)
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	require.NoError(t, err, "netlink handle in %s", path)
+	h := NetlinkHandle(t, path)
 	defer h.Close()
 	l, err := h.LinkByName(ifname)
 	if err != nil {
@@ -105,4 +101,16 @@ func AddrsIn(t *testing.T, path, ifname string) []string {
 		}
 	}
 	return out
+}
+
+// NetlinkHandle is a netlink handle in the netns at path; the caller
+// closes it.
+func NetlinkHandle(t *testing.T, path string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	require.NoError(t, err, "open netns %s", path)
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	require.NoError(t, err, "netlink handle in %s", path)
+	return h
 }

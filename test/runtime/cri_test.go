@@ -16,8 +16,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
@@ -440,7 +438,7 @@ func requireNsfs(t *testing.T, path string) {
 // linksIn lists the interface names in the netns at path.
 func linksIn(t *testing.T, path string) []string {
 	t.Helper()
-	h := netlinkHandle(t, path)
+	h := hosttest.NetlinkHandle(t, path)
 	defer h.Close()
 	ls, err := h.LinkList()
 	require.NoError(t, err)
@@ -449,16 +447,6 @@ func linksIn(t *testing.T, path string) []string {
 		out = append(out, l.Attrs().Name)
 	}
 	return out
-}
-
-func netlinkHandle(t *testing.T, path string) *netlink.Handle {
-	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	require.NoError(t, err, "open netns %s", path)
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	require.NoError(t, err, "netlink handle in %s", path)
-	return h
 }
 
 // hostLocalHas reports whether host-local still holds ip for network.
