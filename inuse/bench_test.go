@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/cephfixture"
 )
 
 // BenchmarkCheck measures a check on a node with n rbd devices (half of them
@@ -62,17 +64,10 @@ func benchFixture(b *testing.B, n int) *fixture {
 		}
 		return otherIP4.String()
 	}
+	// Two krbd clients, ours and the other's.
+	require.NoError(b, cephfixture.Volumes(f.sysfs, f.debugfs, n, ip))
 	var mounts []string
-	// krbd shares one client among the devices mapped with the same
-	// options from the same netns: two clients, ours and the other's.
-	f.debugfsClient(fsidA, 10000, "")
-	if n > 1 {
-		f.debugfsClient(fsidA, 10001, "")
-	}
 	for i := range n {
-		f.rbd(i, rbdDev{ClientAddr: ip(i) + ":0/3527561932", ClientID: fmt.Sprintf("client%d", 10000+i%2), FSID: fsidA, Pool: "replicapool", Name: fmt.Sprintf("csi-vol-%08d", i)})
-		// Every CephFS volume mount is a client of its own.
-		f.debugfsClient(fsidB, 50000+i, cephfsStatus(50000+i, ip(i)+":0"))
 		mounts = append(mounts, fmt.Sprintf("%d 22 0:%d / /var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/%064x/globalmount rw,relatime shared:%d - ceph 10.0.0.1:6789,10.0.0.2:6789,10.0.0.3:6789:/volumes/csi/csi-vol-%d/%064x rw,name=csi-cephfs-node,secret=<hidden>,acl,mds_namespace=myfs", 1000+i, 100+i, i, 100+i, i, i))
 	}
 	f.mountinfo(strings.Join(mounts, "\n"))

@@ -32,10 +32,7 @@ type fixture struct {
 	pinned, other string
 }
 
-const (
-	fsidA = "b3a1c3a4-7e2d-4e0f-9a4b-1f2e3d4c5b6a"
-	fsidB = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
-)
+const fsidA, fsidB = cephfixture.FSIDA, cephfixture.FSIDB
 
 var (
 	ourIP4   = netip.MustParseAddr("192.168.20.5")

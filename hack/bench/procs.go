@@ -19,26 +19,17 @@ import (
 // the DEL succeeds after scanning them all).
 
 const (
-	fixtureFSIDA = "b3a1c3a4-7e2d-4e0f-9a4b-1f2e3d4c5b6a"
-	fixtureFSIDB = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
-	otherAddr    = "192.168.30.6"
-	extraProcs   = 1000
+	otherAddr  = "192.168.30.6"
+	extraProcs = 1000
 )
 
-// buildFixture lays out sysfs and debugfs like the kernel's (package
-// cephfixture, as inuse's tests do) with n rbd devices sharing two rbd
-// clients, and n CephFS clients with status; every client's address is
-// otherAddr. It returns the conflist fields that point the in-use check at
-// them.
+// buildFixture lays out sysfs and debugfs like the kernel's with n volumes
+// of each kind (cephfixture.Volumes, the node of inuse.BenchmarkCheck),
+// every client's address otherAddr, and returns the conflist fields that
+// point the in-use check at them.
 func buildFixture(root string, n int) (map[string]any, error) {
 	sysfs, debugfs := filepath.Join(root, "sys"), filepath.Join(root, "debug")
-	err := errors.Join(cephfixture.DebugfsClient(debugfs, fixtureFSIDA, 10000, ""), cephfixture.DebugfsClient(debugfs, fixtureFSIDA, 10001, ""))
-	for i := 0; i < n && err == nil; i++ {
-		err = errors.Join(
-			cephfixture.RBD(sysfs, i, cephfixture.RBDDev{ClientAddr: otherAddr + ":0/3527561932", ClientID: fmt.Sprintf("client%d", 10000+i%2),
-				FSID: fixtureFSIDA, Pool: "replicapool", Name: fmt.Sprintf("csi-vol-%08d", i)}),
-			cephfixture.DebugfsClient(debugfs, fixtureFSIDB, 50000+i, cephfixture.CephFSStatus(50000+i, otherAddr+":0")))
-	}
+	err := cephfixture.Volumes(sysfs, debugfs, n, func(int) string { return otherAddr })
 	return map[string]any{"inUse": map[string]any{"sysfs": sysfs, "debugfs": debugfs}}, err
 }
 

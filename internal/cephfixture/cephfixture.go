@@ -9,12 +9,39 @@
 package cephfixture
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 )
+
+// The clusters of Volumes' rbd devices and CephFS clients.
+const (
+	FSIDA = "b3a1c3a4-7e2d-4e0f-9a4b-1f2e3d4c5b6a"
+	FSIDB = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
+)
+
+// Volumes lays out a node with n volumes of each kind, as Ceph CSI maps
+// them: n rbd devices of cluster FSIDA sharing krbd's clients (one per
+// netns and map options: two, client10000 and client10001), and n CephFS
+// mounts of cluster FSIDB, each a client of its own, with status. addr(i)
+// is the IP address of volume i's clients. The Go benchmark of the in-use
+// check and `make bench`'s whole-DEL runs use the same node.
+func Volumes(sysfs, debugfs string, n int, addr func(i int) string) error {
+	err := DebugfsClient(debugfs, FSIDA, 10000, "")
+	if n > 1 {
+		err = errors.Join(err, DebugfsClient(debugfs, FSIDA, 10001, ""))
+	}
+	for i := 0; i < n && err == nil; i++ {
+		err = errors.Join(
+			RBD(sysfs, i, RBDDev{ClientAddr: addr(i) + ":0/3527561932", ClientID: fmt.Sprintf("client%d", 10000+i%2),
+				FSID: FSIDA, Pool: "replicapool", Name: fmt.Sprintf("csi-vol-%08d", i)}),
+			DebugfsClient(debugfs, FSIDB, 50000+i, CephFSStatus(50000+i, addr(i)+":0")))
+	}
+	return err
+}
 
 // RBDDev is an rbd device's sysfs attributes; attributes listed in Omit are
 // not created (older kernels), all others end in "\n" unless NoNewline.
