@@ -132,9 +132,14 @@ func versus(t, ref *series, what string) string {
 	return fmt.Sprintf("%s%s (paired %s)", ratioOf(t.d, ref.d), what, fmtRatio(pairedRatio(t.d, ref.d)))
 }
 
-// over formats what t adds to base: "+1.20 ms over baseline".
+// over formats what t adds to base: "+1.20 ms over baseline", or "73 µs
+// under baseline" when it is faster.
 func over(t, base *series) string {
-	return "+" + fmtDur(median(t.d)-median(base.d)) + " over baseline"
+	d := median(t.d) - median(base.d)
+	if d < 0 {
+		return fmtDur(-d) + " under baseline"
+	}
+	return "+" + fmtDur(d) + " over baseline"
 }
 
 // cpuNote is the child's median CPU time (user + system), which load from
