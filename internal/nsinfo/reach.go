@@ -42,6 +42,10 @@ func PinsReachHost(dir string) error {
 	if err != nil {
 		return err
 	}
+	// mountinfo names mount points by their real paths.
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	host, err := readMounts(ref + "/mountinfo")
 	if err != nil {
 		return fmt.Errorf("this process runs in another mount namespace than the host's (%s) and the host's mounts cannot be read to check that pins reach it: %w", ref, err)
