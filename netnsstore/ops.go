@@ -250,6 +250,10 @@ func (s *Store) ForceRelease(attachment string) (*Record, error) {
 		if out = v.get(attachment); out == nil {
 			return v.bad[attachment]
 		}
+		// A record that cannot be read may own a pin the links lead to.
+		if err := v.blocked(); err != nil {
+			return err
+		}
 		if err := s.moveLinksAway(v, out); err != nil {
 			return err
 		}
@@ -275,17 +279,21 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	if del != nil {
 		hint = del.Netns
 	}
-	h := s.reach(r, hint)
+	h, err := s.reach(r, hint)
 	defer h.Close()
 	if err := s.moveLinksAway(v, r); err != nil {
 		return err
 	}
 	failpoint.Hit("del-links-moved")
 	path := ""
-	if h != nil {
-		path, r.IPs = h.path, s.addrsNow(h, r)
+	if err == nil && h != nil {
+		path = h.path
+		r.IPs, err = s.addrsNow(h, r)
 	}
-	uses, err := s.inUse(r, path)
+	var uses []Use
+	if err == nil {
+		uses, err = s.inUse(r, path)
+	}
 	if err == nil && len(uses) == 0 {
 		// Unused. Without any handle the netns is proven gone: no pin, no
 		// runtime handle, no process in it, no client on its addresses.

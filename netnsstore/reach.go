@@ -1,6 +1,7 @@
 package netnsstore
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -34,59 +35,82 @@ func (s *Store) pinnedAs(r *Record) bool {
 // nil when none is: the pin was lost and the runtime's handle is gone.
 // A runtime's netns path is a mount that holds its netns alive, so a path
 // with r's identity is r's netns, not a later one that reuses its inode.
-func (s *Store) reach(r *Record, hint string) *handleFile {
-	paths := []string{hint, r.NetnsPath}
-	if s.pinnedAs(r) {
-		paths = append([]string{s.pinPath(r.Attachment)}, paths...)
+// An error when the pin cannot be inspected, or is a mount of r's netns
+// that cannot be opened: the netns may well be in use, and a check that
+// cannot look at it must not find it unused.
+func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
+	id, mounted, err := s.pinState(r.Attachment)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range paths {
+	if mounted && id == r.NetnsID() {
+		p := s.pinPath(r.Attachment)
+		f, fid, err := OpenNetns(p)
+		if err != nil {
+			return nil, fmt.Errorf("open pin: %w", err)
+		}
+		if fid != id {
+			f.Close()
+			return nil, fmt.Errorf("pin %s changed while it was opened", p)
+		}
+		return &handleFile{f, p}, nil
+	}
+	for _, p := range []string{hint, r.NetnsPath} {
 		if p == "" {
 			continue
 		}
-		f, id, err := OpenNetns(p)
+		f, id, err := OpenNetns(p) // a runtime's path may be gone: not an error
 		if err != nil {
 			continue
 		}
 		if id == r.NetnsID() {
-			return &handleFile{f, p}
+			return &handleFile{f, p}, nil
 		}
 		f.Close()
 	}
-	return nil
+	return nil, nil
 }
 
-// CheckTarget says what the in-use check of r looks at, as a release
-// would: a file that is r's netns now ("" when nothing reaches it), and the
-// addresses recorded together with those the netns has now. For commands
-// that report without changing anything.
-func (s *Store) CheckTarget(r *Record) (netnsPath string, ips []string) {
-	h := s.reach(r, "")
+// CheckTarget is what the in-use check of r looks at, as a release would:
+// a copy of r whose addresses are those recorded together with those its
+// netns has now, and a file that is r's netns now ("" when nothing
+// reaches it). For commands that report without changing anything; an
+// error when r's netns cannot be looked at.
+func (s *Store) CheckTarget(r *Record) (t Record, netnsPath string, err error) {
+	t = *r
+	h, err := s.reach(r, "")
 	defer h.Close()
-	if h == nil {
-		return "", r.IPs
+	if err != nil || h == nil {
+		return t, "", err
 	}
-	return h.path, s.addrsNow(h, r)
+	t.IPs, err = s.addrsNow(h, r)
+	return t, h.path, err
 }
 
 // usesNow runs the in-use check on what a release of r would check
 // (CheckTarget), changing nothing.
 func (s *Store) usesNow(r *Record) ([]Use, error) {
-	path, ips := s.CheckTarget(r)
-	t := *r
-	t.IPs = ips
+	t, path, err := s.CheckTarget(r)
+	if err != nil {
+		return nil, err
+	}
 	return s.inUse(&t, path)
 }
 
 // addrsNow is the union of r's recorded addresses and those its netns,
-// open at h, has now. A netns that is held always lists its addresses;
-// should it fail, the recorded ones still count.
-func (s *Store) addrsNow(h *handleFile, r *Record) []string {
-	ips, err := nsinfo.GlobalAddrs(int(h.Fd()))
+// open at h, has now. A held netns always lists its addresses; when it
+// cannot, a client on an address added since ADD would go unseen, so the
+// caller counts it as a failed check.
+func (s *Store) addrsNow(h *handleFile, r *Record) ([]string, error) {
+	ips, err := addrsOf(int(h.Fd()))
 	if err != nil {
-		return r.IPs
+		return r.IPs, fmt.Errorf("addresses of %s: %w", h.path, err)
 	}
-	return unionAddrs(r.IPs, ips)
+	return unionAddrs(r.IPs, ips), nil
 }
+
+// addrsOf lists a netns's addresses; tests make it fail.
+var addrsOf = nsinfo.GlobalAddrs
 
 // reachByProcess opens r's netns through a process the in-use check found
 // inside it. A netns's identity is reused once it dies, so it is accepted

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-
-	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // Action is what an operation does, or would do, with a pinned attachment.
@@ -113,7 +111,8 @@ func (s *Store) repair(v *view, skip string) {
 		// stay where they are.
 		return
 	}
-	s.settleOrphanPins(v)
+	// Links first: a link that led to an orphan is off it before the
+	// orphan's check and release.
 	clusters := map[string]bool{}
 	for _, r := range v.recs {
 		clusters[r.Cluster] = true
@@ -123,13 +122,14 @@ func (s *Store) repair(v *view, skip string) {
 			s.log.Error("repair: relink", "cluster", c, "error", err)
 		}
 	}
+	s.settleOrphanPins(v)
 }
 
 // repin pins r again from the runtime's handle after its pin was
 // unmounted from outside; without a handle the in-use check decides.
 func (s *Store) repin(v *view, r *Record) error {
-	h := s.reach(r, "")
-	if h == nil {
+	h, err := s.reach(r, "")
+	if err != nil || h == nil {
 		return s.settle(v, r, nil)
 	}
 	defer h.Close()
@@ -183,13 +183,9 @@ func (s *Store) orphanUses(name string) ([]Use, error) {
 		return nil, err
 	}
 	r := &Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino}
-	h := s.reach(r, "")
-	if h == nil {
-		return s.inUse(r, "")
+	t, path, err := s.CheckTarget(r)
+	if err != nil {
+		return nil, err
 	}
-	defer h.Close()
-	if ips, err := nsinfo.GlobalAddrs(int(h.Fd())); err == nil {
-		r.IPs = unionAddrs(nil, ips)
-	}
-	return s.inUse(r, h.path)
+	return s.inUse(&t, path)
 }

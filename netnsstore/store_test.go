@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -514,4 +515,24 @@ func TestOrphanPinIsCheckedBeforeRelease(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, nsfsMounts(t, r.NetnsIno), "unused: only the netns's own mount remains")
 	assert.NoFileExists(t, r.PinPath)
+}
+
+// A release that cannot list the netns's addresses now cannot see a client
+// on an address added since ADD: it counts as a failed check and keeps
+// the pin, draining.
+func TestReleaseKeepsWhenAddressesCannotBeListed(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.17.5/24")
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	addrsOf = func(int) ([]netip.Addr, error) { return nil, errors.New("netlink: no buffer space") }
+	t.Cleanup(func() { addrsOf = nsinfo.GlobalAddrs })
+
+	_, err = s.Release("c1.net1", nil)
+	require.ErrorIs(t, err, errCheckFailed)
+	assert.Contains(t, err.Error(), "no buffer space")
+	assert.Equal(t, 2, nsfsMounts(t, r.NetnsIno), "the pin stays")
+	got, err := s.Get("c1.net1")
+	require.NoError(t, err)
+	assert.Equal(t, stateDraining, got.State)
 }

@@ -160,12 +160,14 @@ func cliConfig(path string, overrides map[string]string) (*conf.Config, error) {
 }
 
 func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
+	// The readable records, then the error about those that are not: a
+	// record that cannot be read blocks every release and must show.
 	rs, err := s.List()
 	if err != nil && len(rs) == 0 {
 		return err
 	}
 	if asJSON {
-		return json.NewEncoder(w).Encode(rs)
+		return errors.Join(json.NewEncoder(w).Encode(rs), err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLUSTER\tATTACHMENT\tPOD\tSTATE\tAGE\tNETNS\tIPS\tHELD BY")
@@ -182,9 +184,9 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 			state += " (abandoned by the runtime)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Attachment, r.PodNS, r.PodName, state,
-			age(r.Created), netnsstore.NetnsID{Dev: r.NetnsDev, Ino: r.NetnsIno}, strings.Join(r.IPs, ","), held)
+			age(r.Created), r.NetnsID(), strings.Join(r.IPs, ","), held)
 	}
-	return tw.Flush()
+	return errors.Join(tw.Flush(), err)
 }
 
 type inUseReport struct {
@@ -199,17 +201,20 @@ type inUseReport struct {
 // pin or the runtime's netns, the addresses recorded and present),
 // changing nothing.
 func referencesNow(s *netnsstore.Store, c *conf.Config, r *netnsstore.Record) ([]inuse.Reference, error) {
-	path, ips := s.CheckTarget(r)
-	t := *r
-	t.IPs = ips
+	t, path, err := s.CheckTarget(r)
+	if err != nil {
+		return nil, err
+	}
 	return inuse.Check(inUseTarget(&t, path), c.InUseOptions())
 }
 
-func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJSON bool) error {
-	rs, err := s.List()
-	if err != nil && len(rs) == 0 {
-		return err
+func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJSON bool) (err error) {
+	rs, listErr := s.List()
+	if listErr != nil && len(rs) == 0 {
+		return listErr
 	}
+	// Records that cannot be read are reported after what could be checked.
+	defer func() { err = errors.Join(err, listErr) }()
 	var reports []inUseReport
 	for _, r := range rs {
 		if r.Attachment != what && r.Cluster != what {
@@ -285,14 +290,20 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 	}
 	if force {
 		// Say what the release cuts before cutting it.
-		if r, err := s.Get(attachment); err == nil && r != nil {
-			if refs, err := referencesNow(s, c, r); err == nil && len(refs) > 0 {
-				what := make([]string, len(refs))
-				for i, ref := range refs {
-					what[i] = ref.String()
-				}
-				fmt.Fprintf(w, "forcing release of %s while in use by: %s\n", attachment, strings.Join(what, "; "))
+		r, err := s.Get(attachment)
+		var refs []inuse.Reference
+		if err == nil && r != nil {
+			refs, err = referencesNow(s, c, r)
+		}
+		if err != nil {
+			fmt.Fprintf(w, "forcing release of %s without knowing what uses it: %v\n", attachment, err)
+		}
+		if len(refs) > 0 {
+			what := make([]string, len(refs))
+			for i, ref := range refs {
+				what[i] = ref.String()
 			}
+			fmt.Fprintf(w, "forcing release of %s while in use by: %s\n", attachment, strings.Join(what, "; "))
 		}
 		return released(s.ForceRelease(attachment))
 	}
@@ -333,13 +344,12 @@ func runSweep(c *conf.Config, args []string, stderr io.Writer) int {
 		}
 	}()
 	for {
+		var err error
 		if s == nil {
-			var err error
 			if s, err = openSweptStore(c, log); err != nil {
 				log.Error("sweep: open the store", "error", err)
 			}
 		}
-		var err error
 		if s != nil {
 			var findings []netnsstore.Finding
 			findings, err = s.FinishAbandoned()

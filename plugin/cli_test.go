@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/netns-pin/netns-pin/internal/host"
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
@@ -140,4 +141,47 @@ func TestCLIConfReadsTheConflist(t *testing.T) {
 	_, errOut, code = runCLIT(t, "--state-dir", filepath.Join(t.TempDir(), "nothing-here"), "list")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "nothing pinned here")
+}
+
+// A record that cannot be read shows in list and inuse even beside
+// readable ones (exit 1, naming it), and release --force refuses while it
+// exists: the links it may own are not touched.
+func TestCLIUnreadableRecordBesideGoodOnes(t *testing.T) {
+	s, flags := cliStore(t)
+	link := filepath.Join(s.PinDir, "rook-ceph/my-cluster.net")
+	bad := filepath.Join(s.StateDir, "records", "c9.net1.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"format": 99, "writer": "9.9.9", "attachment": "c9.net1"}`), 0o600))
+
+	out, errOut, code := runCLIT(t, append(flags, "list")...)
+	assert.Equal(t, 1, code)
+	assert.Regexp(t, `(?m)^rook-ceph/my-cluster\s+c1\.net1`, out, "the readable record is listed")
+	assert.Contains(t, errOut, "c9.net1", "and the unreadable one named")
+	assert.Contains(t, errOut, "9.9.9")
+
+	_, errOut, code = runCLIT(t, append(flags, "--json", "list")...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "c9.net1")
+
+	out, errOut, code = runCLIT(t, append(flags, "inuse", "c1.net1")...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "not in use")
+	assert.Contains(t, errOut, "c9.net1")
+
+	out, errOut, code = runCLIT(t, append(flags, "release", "c1.net1", "--force")...)
+	assert.Equal(t, 1, code, "stdout: %s", out)
+	assert.Contains(t, errOut, "c9.net1")
+	target, err := os.Readlink(link)
+	require.NoError(t, err, "the link stays")
+	assert.Equal(t, "../pins/c1.net1", target)
+	_, err = host.NSIDOf(filepath.Join(s.PinDir, "pins", "c1.net1"))
+	assert.NoError(t, err, "the pin stays a netns")
+}
+
+// sweep --once that cannot open the store exits 1.
+func TestCLISweepOnceFailsWhenTheStoreCannotOpen(t *testing.T) {
+	s, flags := cliStore(t)
+	require.NoError(t, os.Chmod(s.StateDir, 0o777)) // untrusted: Open refuses
+	t.Cleanup(func() { _ = os.Chmod(s.StateDir, 0o700) })
+	_, errOut, code := runCLIT(t, append(flags, "sweep", "--once")...)
+	assert.Equal(t, 1, code, "stderr: %s", errOut)
 }
