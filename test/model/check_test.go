@@ -41,6 +41,27 @@ type recView struct {
 	Created time.Time `json:"created"`
 }
 
+// readDir lists dir; a folder not made yet is empty, any other error
+// ends the run (an unread folder would pass every check).
+func (d *driver) readDir(dir string) []os.DirEntry {
+	d.t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		d.t.Fatalf("read %s: %v", dir, err)
+	}
+	return entries
+}
+
+// readFile reads a file that readDir listed.
+func (d *driver) readFile(path string) []byte {
+	d.t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		d.t.Fatalf("read %s: %v", path, err)
+	}
+	return data
+}
+
 // records reads every record of the store.
 func (d *driver) records() map[string]recView {
 	d.t.Helper()
@@ -225,7 +246,7 @@ func (d *driver) checkStore(recs map[string]recView, mounts mountTable) {
 			d.violation("I2", "record %s (%s) belongs to no holder the model knows", att, r.State)
 		}
 	}
-	pins, _ := os.ReadDir(filepath.Join(d.e.pinDir, "pins"))
+	pins := d.readDir(filepath.Join(d.e.pinDir, "pins"))
 	for _, p := range pins {
 		if strings.HasPrefix(p.Name(), ".tmp-") {
 			continue
@@ -293,11 +314,11 @@ func (d *driver) checkLink(link string, target *holder) {
 func (d *driver) checkEmpty() {
 	d.count("I3")
 	var left []string
-	recs, _ := os.ReadDir(filepath.Join(d.e.stateDir, "records"))
+	recs := d.readDir(filepath.Join(d.e.stateDir, "records"))
 	for _, r := range recs {
 		left = append(left, "record "+r.Name())
 	}
-	pins, _ := os.ReadDir(filepath.Join(d.e.pinDir, "pins"))
+	pins := d.readDir(filepath.Join(d.e.pinDir, "pins"))
 	for _, p := range pins {
 		left = append(left, "pin file "+p.Name())
 	}
@@ -360,14 +381,14 @@ func summary(s string) string {
 func (d *driver) snapshot() snapshot {
 	var s snapshot
 	var lines []string
-	recs, _ := os.ReadDir(filepath.Join(d.e.stateDir, "records"))
+	recs := d.readDir(filepath.Join(d.e.stateDir, "records"))
 	for _, r := range recs {
-		data, _ := os.ReadFile(filepath.Join(d.e.stateDir, "records", r.Name()))
+		data := d.readFile(filepath.Join(d.e.stateDir, "records", r.Name()))
 		lines = append(lines, r.Name()+" "+strings.Join(strings.Fields(string(data)), " "))
 	}
 	s.records = strings.Join(lines, "\n")
 	lines = nil
-	pins, _ := os.ReadDir(filepath.Join(d.e.pinDir, "pins"))
+	pins := d.readDir(filepath.Join(d.e.pinDir, "pins"))
 	for _, p := range pins {
 		lines = append(lines, p.Name())
 	}

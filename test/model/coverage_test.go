@@ -23,6 +23,11 @@ var (
 	// commandSteps: operator command -> the step that runs it ("" for
 	// commands that touch no state).
 	commandSteps = map[string]string{"list": "cli-list", "inuse": "cli-inuse", "gc": "cli-gc", "release": "cli-release", "sweep": "sweep", "version": ""}
+	// flagSteps: a command's flag -> the step that runs the command with
+	// it ("" for a flag that only repeats what another step runs: sweep's
+	// loop is rounds of --once).
+	flagSteps = map[string]string{"gc --dry-run": "cli-gc-dry-run", "release --force": "cli-release-force",
+		"sweep --interval": "", "sweep --once": "sweep"}
 	// Record states: whole ones are the model's pinState; transient ones
 	// exist only between a crash and the next repairing operation.
 	wholeStates     = []string{string(pinActive), string(pinDraining), string(pinUnpinned)}
@@ -40,7 +45,9 @@ func TestStepSetCoversThePlugin(t *testing.T) {
 	require.NoError(t, err)
 	funcs := regexp.MustCompile(`(?s)skel\.CNIFuncs\{(.*?)\}`).FindSubmatch(main)
 	require.NotNil(t, funcs, "plugin/main.go: no skel.CNIFuncs")
-	for _, m := range regexp.MustCompile(`(\w+):\s*cmd\w+`).FindAllSubmatch(funcs[1], -1) {
+	verbs := regexp.MustCompile(`(\w+):\s*cmd\w+`).FindAllSubmatch(funcs[1], -1)
+	require.Len(t, verbs, len(verbSteps), "the CNI verbs of plugin/main.go and verbSteps")
+	for _, m := range verbs {
 		verb := string(m[1])
 		step, ok := verbSteps[verb]
 		require.True(t, ok, "CNI verb %s has no step in the model (verbSteps, stepTable)", verb)
@@ -53,21 +60,45 @@ func TestStepSetCoversThePlugin(t *testing.T) {
 	_, usage, ok := strings.Cut(r.Stderr, "commands:")
 	usage, _, _ = strings.Cut(usage, "flags:")
 	require.True(t, ok, "netns-pin without arguments printed no command list: %s", r)
+	flag := regexp.MustCompile(`--[a-z-]+`)
+	seen := map[string]bool{}
 	for _, line := range strings.Split(usage, "\n") {
 		if !strings.HasPrefix(line, "  ") || strings.HasPrefix(line, "   ") {
 			continue // not a command line, or a continuation
 		}
-		cmd := strings.Fields(line)[0]
-		step, ok := commandSteps[cmd]
-		require.True(t, ok, "command %q has no step in the model (commandSteps, stepTable)", cmd)
-		if step != "" {
-			require.Contains(t, stepNames, step, "command %s", cmd)
+		fields := strings.Fields(line)
+		cmd := fields[0]
+		steps := []string{cmd}
+		// the synopsis, up to the two spaces before the description
+		synopsis, _, _ := strings.Cut(strings.TrimSpace(line), "  ")
+		for _, f := range flag.FindAllString(synopsis, -1) {
+			steps = append(steps, cmd+" "+f)
 		}
+		for _, key := range steps {
+			seen[key] = true
+			step, ok := commandSteps[key]
+			if key != cmd {
+				step, ok = flagSteps[key]
+			}
+			require.True(t, ok, "%q has no step in the model (commandSteps, flagSteps, stepTable)", key)
+			if step != "" {
+				require.Contains(t, stepNames, step, key)
+			}
+		}
+	}
+	// Every command and flag the model knows was found: a changed usage
+	// text cannot make this test pass without looking.
+	for key := range commandSteps {
+		require.True(t, seen[key], "command %q is not in the usage any more:%s", key, usage)
+	}
+	for key := range flagSteps {
+		require.True(t, seen[key], "%q is not in the usage any more:%s", key, usage)
 	}
 
 	files, err := filepath.Glob(filepath.Join(root, "netnsstore", "*.go"))
 	require.NoError(t, err)
 	stateConst := regexp.MustCompile(`\bState\s*=\s*"([a-z-]+)"`)
+	states := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -78,6 +109,8 @@ func TestStepSetCoversThePlugin(t *testing.T) {
 			state := string(m[1])
 			require.True(t, slices.Contains(wholeStates, state) || slices.Contains(transientStates, state),
 				"record state %q (%s) is unknown to the model", state, filepath.Base(f))
+			states++
 		}
 	}
+	require.Equal(t, len(wholeStates)+len(transientStates), states, "record states found in netnsstore")
 }

@@ -125,6 +125,15 @@ var stepTable = []stepDef{
 		d.cliRelease(pick(d, hs), "")
 		return true
 	}},
+	{"cli-release-force", 1, func(d *driver) bool {
+		hs := d.filter(func(h *holder) bool { return h.pin != pinNone && !h.uncertain })
+		if len(hs) == 0 {
+			return false
+		}
+		d.cliForceRelease(pick(d, hs))
+		return true
+	}},
+	{"cli-gc-dry-run", 1, func(d *driver) bool { d.cliGCDryRun(); return true }},
 	{"cli-wrong-pindir", 1, func(d *driver) bool { d.cliWrongPinDir(); return true }},
 	{"proc-enter", 5, func(d *driver) bool {
 		if len(d.clients) >= maxClients {
@@ -536,6 +545,49 @@ func (d *driver) cliRelease(h *holder, fp string) {
 	}
 }
 
+// cliForceRelease runs `netns-pin release <attachment> --force`, the
+// operator's override: the pin goes even while clients use it, so the
+// model lets go of those clients too (the operator chose to cut them).
+// The links still move off first (I2) and nothing else changes.
+func (d *driver) cliForceRelease(h *holder) {
+	r := d.e.cli(d.e.pinDir, "", "release", h.att, "--force")
+	d.logf("netns-pin release %s --force (%s, in use by %v) -> %s", h.att, h, d.users(h), r)
+	if d.noStore(r) {
+		return
+	}
+	d.repaired = true
+	d.count("I5")
+	if r.rc != 0 {
+		d.violation("I5", "release --force of %s failed: %s", h, r)
+		return
+	}
+	h.pin = pinNone
+	for _, c := range slices.Clone(d.clients) {
+		if c.h == h {
+			d.stopClient(c)
+		}
+	}
+}
+
+// cliGCDryRun runs `netns-pin gc --dry-run`: it says what gc would do and
+// changes nothing (I4), whatever state a crash left.
+func (d *driver) cliGCDryRun() {
+	before := d.snapshot()
+	r := d.e.cli(d.e.pinDir, "", "gc", "--dry-run")
+	d.logf("netns-pin gc --dry-run -> %s", r)
+	d.count("I4")
+	if after := d.snapshot(); after != before {
+		d.violation("I4", "netns-pin gc --dry-run changed the store:%s", before.diff(after))
+		d.crashedAll() // only when the violation is ignored: let repair decide
+	}
+	if d.noStore(r) {
+		return
+	}
+	if r.rc != 0 {
+		d.violation("I5", "netns-pin gc --dry-run failed: %s", r)
+	}
+}
+
 // cliInUse runs `netns-pin inuse <attachment>`: it must report references
 // exactly when the model has clients on the netns.
 func (d *driver) cliInUse(h *holder) {
@@ -565,10 +617,10 @@ func (d *driver) cliInUse(h *holder) {
 // cliWrongPinDir runs a command with a --pin-dir other than the one the
 // records were made under: it must fail and change nothing.
 func (d *driver) cliWrongPinDir() {
-	cmds := [][]string{{"list"}, {"gc"}, {"inuse", clusterOf(0)}}
+	cmds := [][]string{{"list"}, {"gc"}, {"gc", "--dry-run"}, {"inuse", clusterOf(0)}}
 	if hs := d.filter(func(h *holder) bool { return h.pin != pinNone }); len(hs) > 0 {
 		h := pick(d, hs)
-		cmds = append(cmds, []string{"inuse", h.att}, []string{"release", h.att})
+		cmds = append(cmds, []string{"inuse", h.att}, []string{"release", h.att}, []string{"release", h.att, "--force"})
 	}
 	cmd := pick(d, cmds)
 	before := d.snapshot()
@@ -702,7 +754,7 @@ func (d *driver) reboot() {
 	for len(d.clients) > 0 {
 		d.stopClient(d.clients[0])
 	}
-	entries, _ := os.ReadDir(filepath.Join(d.e.pinDir, "pins"))
+	entries := d.readDir(filepath.Join(d.e.pinDir, "pins"))
 	for _, en := range entries {
 		unmountAll(d.t, filepath.Join(d.e.pinDir, "pins", en.Name()))
 	}
