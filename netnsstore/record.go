@@ -91,7 +91,6 @@ type Record struct {
 type Teardown struct {
 	Netns   string `json:"netns,omitempty"`   // CNI_NETNS
 	CNIPath string `json:"cniPath,omitempty"` // CNI_PATH
-	CNIArgs string `json:"cniArgs,omitempty"` // CNI_ARGS
 	// CacheFile is the libcni result cache entry of the attachment (the
 	// chain's configuration, arguments, capability arguments and result),
 	// and Cache its content; empty when none was found.

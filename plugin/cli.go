@@ -85,6 +85,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netns-pin: nothing pinned here: %v (wrong --state-dir or --conf?)\n", err)
 		return 1
 	}
+	limitMemory()
 	s, err := openStore(c, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)

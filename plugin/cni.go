@@ -56,6 +56,7 @@ func (r *request) attachment() (string, error) {
 }
 
 func (r *request) openStore() (*netnsstore.Store, *slog.Logger, func(), error) {
+	limitMemory()
 	log, closeLog := newLogger(r.conf, "network", r.conf.Name, "containerID", r.args.ContainerID, "ifname", r.args.IfName, "pod", r.pod.String())
 	s, err := openStore(r.conf, log)
 	if err != nil {
@@ -131,17 +132,21 @@ func requirePinsReach(pinDir string) error {
 	return nil
 }
 
-// memoryLimit is the Go runtime's soft memory limit for holder operations.
+// memoryLimit is the Go runtime's soft memory limit for one holder
+// operation or command.
 const memoryLimit = 6 << 20
+
+// limitMemory is for the short-lived process of a holder operation or an
+// operator command, which may check thousands of devices and processes:
+// it collects garbage early rather than let the heap double, so that the
+// plugin stays small on a node that runs many pods at once. Not for the
+// sweeper, whose heap would stay at the limit and collect all the time.
+func limitMemory() { debug.SetMemoryLimit(memoryLimit) }
 
 // openStore opens the store of configuration c with the in-use check it
 // configures (every release, and every repair, runs it) and the teardown
 // of attachments whose runtime gave up.
 func openStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
-	// A holder's operation may check thousands of devices and processes:
-	// collect garbage early rather than let the heap double, so that the
-	// plugin stays small on a node that runs many pods at once.
-	debug.SetMemoryLimit(memoryLimit)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

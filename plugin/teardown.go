@@ -28,12 +28,12 @@ const maxCacheEntry = 256 << 10
 
 // teardownOf is what a later teardown of this DEL's attachment needs,
 // kept by the store at the first refusal (docs/design.md §7): the
-// runtime's CNI_NETNS, CNI_PATH and CNI_ARGS, and the libcni result cache
-// entry of the attachment (the chain's configuration, arguments,
-// capability arguments and result), looked up in c.CacheDirs. A runtime
-// that gives up (CRI-O) removes that entry right after the failed DEL.
+// runtime's CNI_NETNS and CNI_PATH, and the libcni result cache entry of
+// the attachment (the chain's configuration, CNI_ARGS, capability
+// arguments and result), looked up in c.CacheDirs. A runtime that gives up
+// (CRI-O) removes that entry right after the failed DEL.
 func teardownOf(args *skel.CmdArgs, c *conf.Config) *netnsstore.Teardown {
-	td := &netnsstore.Teardown{Netns: args.Netns, CNIPath: args.Path, CNIArgs: args.Args}
+	td := &netnsstore.Teardown{Netns: args.Netns, CNIPath: args.Path}
 	name := fmt.Sprintf("%s-%s-%s", c.Name, args.ContainerID, args.IfName)
 	for _, dir := range c.CacheDirs {
 		p := filepath.Join(dir, "results", name)
