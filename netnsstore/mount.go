@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"unsafe"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // ensureShared makes the mount that holds pinDir a shared one, so that pins
@@ -135,31 +136,16 @@ func mountPropagation(id uint64) (uint64, error) {
 	return sm.mntPropagation, nil
 }
 
-// containingMount returns the mount whose mount point is the longest
-// prefix of path.
+// containingMount returns the mount that holds path.
 func containingMount(path string) (*mountinfo.Info, error) {
 	mounts, err := mountinfo.GetMounts(mountinfo.ParentsFilter(path))
 	if err != nil {
 		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
-	var best *mountinfo.Info
-	for _, m := range mounts {
-		// Later entries are mounted over earlier ones at the same point.
-		if best == nil || len(m.Mountpoint) >= len(best.Mountpoint) {
-			best = m
-		}
+	if m := nsinfo.HoldingMount(path, mounts); m != nil {
+		return m, nil
 	}
-	if best == nil {
-		return nil, fmt.Errorf("no mount holds %s", path)
-	}
-	return best, nil
+	return nil, fmt.Errorf("no mount holds %s", path)
 }
 
-func isShared(m *mountinfo.Info) bool {
-	for _, f := range strings.Fields(m.Optional) {
-		if strings.HasPrefix(f, "shared:") {
-			return true
-		}
-	}
-	return false
-}
+func isShared(m *mountinfo.Info) bool { return nsinfo.PeerGroup(m) != 0 }

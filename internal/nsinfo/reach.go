@@ -106,27 +106,28 @@ var ErrNoPropagation = errors.New("pins made here would not reach the host")
 // whether a mount under dir here propagates to the host.
 func reach(dir string, here, host []*mountinfo.Info) error {
 	dir = filepath.Clean(dir)
-	m := holder(dir, here)
+	m := HoldingMount(dir, here)
 	if m == nil {
 		return fmt.Errorf("no mount holds %s in this mount namespace", dir)
 	}
 	fix := fmt.Sprintf("this process runs in another mount namespace than the host's (Multus thick mode runs delegates in its daemon container): "+
 		"mount the host folder %s into that container at the same path under its chrootDir (/hostroot%s in Multus' DaemonSet) with mountPropagation: Bidirectional", dir, dir)
-	group := peerGroup(m)
+	group := PeerGroup(m)
 	if group == 0 {
 		return fmt.Errorf("%w: %s is on the mount at %s, which is %s; %s", ErrNoPropagation, dir, m.Mountpoint, propagation(m), fix)
 	}
 	for _, h := range host {
-		if peerGroup(h) == group && within(m.Root, h.Root) {
+		if PeerGroup(h) == group && within(m.Root, h.Root) {
 			return nil
 		}
 	}
 	return fmt.Errorf("%w: %s is on the mount at %s, shared in peer group %d, which no mount of the host belongs to; %s", ErrNoPropagation, dir, m.Mountpoint, group, fix)
 }
 
-// holder returns the mount whose mount point is the longest prefix of
-// dir; the last one listed at that point is the one on top.
-func holder(dir string, mounts []*mountinfo.Info) *mountinfo.Info {
+// HoldingMount returns the mount of mounts whose mount point is the
+// longest prefix of dir (nil when none is); of several at that point, the
+// last one listed, which is on top.
+func HoldingMount(dir string, mounts []*mountinfo.Info) *mountinfo.Info {
 	var best *mountinfo.Info
 	for _, m := range mounts {
 		if within(dir, m.Mountpoint) && (best == nil || len(m.Mountpoint) >= len(best.Mountpoint)) {
@@ -141,8 +142,9 @@ func within(path, dir string) bool {
 	return dir == "/" || path == dir || strings.HasPrefix(path, dir+"/")
 }
 
-// peerGroup returns N of the mount's "shared:N" tag, or 0.
-func peerGroup(m *mountinfo.Info) int {
+// PeerGroup returns N of the mount's "shared:N" tag, or 0 when the mount
+// is not shared.
+func PeerGroup(m *mountinfo.Info) int {
 	for _, f := range strings.Fields(m.Optional) {
 		if v, ok := strings.CutPrefix(f, "shared:"); ok {
 			if n, err := strconv.Atoi(v); err == nil {
