@@ -361,9 +361,15 @@ func (s *Store) remove(v *view, r *Record) error {
 	if r.Abandoned && s.teardown != nil {
 		// No runtime will run the chain's DEL: run it while the pin still
 		// holds the netns. A failure leaves everything as it was, and the
-		// next round checks again and retries.
-		if err := s.teardown(r); err != nil {
+		// next round checks again and retries; a record of an earlier boot
+		// is dropped all the same (its netns died with that boot), or a
+		// chain that stays broken would keep it for ever.
+		err := s.teardown(r)
+		switch {
+		case err != nil && r.BootID == s.bootID:
 			return fmt.Errorf("finish the abandoned teardown of %s: %w", r.Attachment, err)
+		case err != nil:
+			s.log.Error("abandoned teardown of a record of an earlier boot failed: dropped anyway", "attachment", r.Attachment, "error", err)
 		}
 		failpoint.Hit("sweep-teardown-done")
 	}

@@ -344,6 +344,28 @@ func TestRepairAfterReboot(t *testing.T) {
 	assert.Nil(t, got)
 }
 
+// An abandoned record of an earlier boot whose chain teardown keeps
+// failing is dropped all the same: a record of an earlier boot never
+// outlives the repair of the next boot.
+func TestRepairAfterRebootDropsAnAbandonedRecordWhoseTeardownFails(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.18.5/24")
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
+	r.BootID, r.Abandoned, r.State = "00000000-0000-0000-0000-000000000000", true, stateDraining
+	writeRaw(t, s, r)
+	teardowns := 0
+	s.teardown = func(*Record) error { teardowns++; return errors.New("plugin macvlan not found in CNI_PATH") }
+
+	_, err = s.Release("unrelated.net1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, teardowns, "the teardown was tried")
+	got, err := s.Get("c1.net1")
+	require.NoError(t, err)
+	assert.Nil(t, got, "the record of an earlier boot is gone")
+}
+
 func TestConcurrentPinsAndReleases(t *testing.T) {
 	s := testStore(t)
 	const n = 12
