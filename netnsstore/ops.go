@@ -31,6 +31,10 @@ type PinRequest struct {
 type view struct {
 	recs []*Record
 	bad  map[string]error
+	// checked: the attachments settle ran the in-use check on in this hold
+	// of the lock, so that repair's settling is not repeated by the
+	// operation that follows it.
+	checked map[string]bool
 }
 
 func (v *view) get(attachment string) *Record {
@@ -294,6 +298,10 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	if err == nil {
 		uses, err = s.inUse(r, path)
 	}
+	if v.checked == nil {
+		v.checked = map[string]bool{}
+	}
+	v.checked[r.Attachment] = true
 	if err == nil && len(uses) == 0 {
 		// Unused. Without any handle the netns is proven gone: no pin, no
 		// runtime handle, no process in it, no client on its addresses.

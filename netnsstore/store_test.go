@@ -558,3 +558,25 @@ func TestReleaseKeepsWhenAddressesCannotBeListed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, stateDraining, got.State)
 }
+
+// repair settles an unpinned record; the operator's GC that follows in the
+// same hold of the lock reports it as repair left it instead of running the
+// in-use check, which may take seconds, a second time.
+func TestSweepChecksARecordOnceAHold(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.19.5/24")
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
+	r.State = stateUnpinned
+	writeRaw(t, s, r)
+	checks := 0
+	s.inUse = func(*Record, string) ([]Use, error) { checks++; return uses("rbd 0"), nil }
+
+	findings, err := s.Sweep(false)
+	require.NoError(t, err)
+	assert.Equal(t, 1, checks)
+	require.Len(t, findings, 1)
+	assert.Equal(t, ActionKeep, findings[0].Action)
+	assert.Equal(t, []string{"rbd 0"}, findings[0].References)
+}

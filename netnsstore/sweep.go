@@ -25,7 +25,6 @@ func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
 	}
 	var findings []Finding
 	err := s.op("", func(v *view) error {
-		held := func(r *Record) bool { return r.State == stateDraining || r.State == stateUnpinned }
 		var errs []error
 		findings, errs = s.collect(v, held, string(stateDraining))
 		return errors.Join(append(errs, v.badErrs()...)...)
@@ -75,13 +74,23 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 	return out, err
 }
 
+// held selects the records whose pin a runtime's DEL was refused for.
+func held(r *Record) bool { return r.State == stateDraining || r.State == stateUnpinned }
+
 // collect settles each record of v that want selects and says what became
 // of each: ActionRelease, or ActionKeep with the references that hold it.
+// A record that repair settled in this hold is reported as repair left it:
+// it would only be checked again.
 func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding, []error) {
 	var findings []Finding
 	var errs []error
 	for _, r := range slices.Clone(v.recs) {
 		if !want(r) {
+			continue
+		}
+		if v.checked[r.Attachment] {
+			findings = append(findings, Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionKeep,
+				Reason: why + ", still in use", References: r.References})
 			continue
 		}
 		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionRelease, Reason: why + ", no longer in use"}
@@ -110,7 +119,6 @@ func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding
 func (s *Store) FinishAbandoned() ([]Finding, error) {
 	var findings []Finding
 	err := s.op("", func(v *view) error {
-		held := func(r *Record) bool { return r.State == stateDraining || r.State == stateUnpinned }
 		var errs []error
 		for _, r := range v.recs {
 			if !held(r) || r.Abandoned || !s.runtimeGone(r) {
