@@ -77,10 +77,10 @@ func replayFile(data []byte) (*os.File, error) {
 	}
 	// Blocking descriptors: os.NewFile keeps them out of the poller.
 	r, w := os.NewFile(uintptr(p[0]), "stdin"), os.NewFile(uintptr(p[1]), "stdin-writer")
-	if len(data) > defaultPipeSize {
+	if len(data) > minPipeSize {
 		// Up to conf.MaxConfigSize, the default fs.pipe-max-size; a pipe
 		// that cannot grow (a user over its pipe quota) is fed as it is
-		// read, by a goroutine.
+		// read, by a goroutine, rather than block this write for ever.
 		if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, len(data)); err != nil {
 			go func() {
 				_, _ = w.Write(data)
@@ -98,5 +98,7 @@ func replayFile(data []byte) (*os.File, error) {
 	return r, nil
 }
 
-// defaultPipeSize is what a new pipe holds on Linux (16 pages).
-const defaultPipeSize = 1 << 16
+// minPipeSize is what every new pipe holds on Linux: 16 pages, but 2 for
+// a user over fs.pipe-user-pages-soft (fs/pipe.c, PIPE_MIN_DEF_BUFFERS).
+// Configurations are smaller than that; a larger one asks for room first.
+const minPipeSize = 2 << 12

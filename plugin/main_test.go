@@ -11,7 +11,7 @@ import (
 // TestReplayFile: skel reads back exactly what limitStdin read, whatever
 // its size up to the limit, also past what a pipe holds by default.
 func TestReplayFile(t *testing.T) {
-	for _, n := range []int{0, 700, defaultPipeSize, defaultPipeSize + 1, conf.MaxConfigSize} {
+	for _, n := range []int{0, 700, minPipeSize, minPipeSize + 1, 1 << 16, 1<<16 + 1, conf.MaxConfigSize} {
 		data := bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n]
 		f, err := replayFile(data)
 		if err != nil {
