@@ -284,7 +284,9 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 		hint = del.Netns
 	}
 	h, err := s.reach(r, hint)
-	defer h.Close()
+	if h != nil {
+		defer h.Close()
+	}
 	if err := s.moveLinksAway(v, r); err != nil {
 		return err
 	}

@@ -79,10 +79,10 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 func (s *Store) CheckTarget(r *Record) (t Record, netnsPath string, err error) {
 	t = *r
 	h, err := s.reach(r, "")
-	defer h.Close()
 	if err != nil || h == nil {
 		return t, "", err
 	}
+	defer h.Close()
 	t.IPs, err = s.addrsNow(h, r)
 	return t, h.path, err
 }
