@@ -96,7 +96,7 @@ func (h *holderSet) waitHolder(t *testing.T, skip ...string) holder {
 func (h *holderSet) requireLinkTo(t *testing.T, ho holder) {
 	t.Helper()
 	assert.Equal(t, h.c.pinPath(ho.sb), linkTarget(h.link), "link %s", h.link)
-	assert.Equal(t, ho.sb.netns, nsIdentity(t, h.link), "link %s does not lead into the netns of %s", h.link, ho.pod)
+	assert.Equal(t, ho.sb.netns, hosttest.StatNS(t, h.link), "link %s does not lead into the netns of %s", h.link, ho.pod)
 }
 
 // Scenarios 1 and 2: the holder DaemonSet of deploy/ (RollingUpdate,
@@ -174,7 +174,7 @@ func TestHolderDaemonSetRollout(t *testing.T) {
 
 	// The client leaves: within one kubelet retry, everything goes.
 	before := failedKills(c.eventsOf(t, old.pod, "FailedKillPod"))
-	cl.stop()
+	cl.stop(t)
 	left := time.Now()
 	ok = host.Poll(releaseTimeout, 500*time.Millisecond, func() bool {
 		_, present := c.podByUID(t, pinNamespace, h.selector, old.pod.Metadata.UID)

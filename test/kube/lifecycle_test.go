@@ -49,7 +49,7 @@ func TestForceDeletedHolderInUse(t *testing.T) {
 	assert.Equal(t, []string{old.ip}, hosttest.AddrsIn(t, c.pinPath(old.sb), storageIf))
 	assert.True(t, c.whereaboutsHas(t, old.pod), "whereabouts keeps the lease while the netns is used")
 
-	cl.stop()
+	cl.stop(t)
 	left := time.Now()
 	ok := host.Poll(releaseTimeout, time.Second, func() bool {
 		return c.unpinned(old.sb) && !c.whereaboutsHas(t, old.pod) && c.crictlRun("inspectp", old.sb.id).Err != nil
@@ -104,7 +104,7 @@ func TestDrainingHolderSurvivesNodeRestart(t *testing.T) {
 	h.requireLinkTo(t, next)
 	c.waitRunning(t, pinNamespace, h.selector, old.pod.Metadata.UID)
 
-	cl.stop()
+	cl.stop(t)
 	ok := host.Poll(releaseTimeout, time.Second, func() bool {
 		_, present := c.podByUID(t, pinNamespace, h.selector, old.pod.Metadata.UID)
 		return !present && c.unpinned(old.sb) && !c.whereaboutsHas(t, old.pod)

@@ -6,21 +6,19 @@ package kube
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // pod is what the tests read of a Pod.
@@ -125,7 +123,7 @@ func (c *cluster) dumpState(t *testing.T, ns string) {
 type sandbox struct {
 	id        string
 	netnsPath string
-	netns     nsID
+	netns     host.NSID
 }
 
 // sandboxOf finds the pod's (newest) sandbox through the CRI.
@@ -141,7 +139,7 @@ func (c *cluster) sandboxOf(t *testing.T, p pod) sandbox {
 	require.NoError(t, err)
 	sb := sandbox{id: id, netnsPath: st.NetnsPath()}
 	require.NotEmpty(t, sb.netnsPath, "sandbox %s has no netns path", id)
-	sb.netns = nsIdentity(t, sb.netnsPath)
+	sb.netns = hosttest.StatNS(t, sb.netnsPath)
 	return sb
 }
 
@@ -192,7 +190,7 @@ func (c *cluster) requirePinned(t *testing.T, p pod, sb sandbox, clusterName, wa
 	assert.Equal(t, p.Metadata.Name, r.PodName)
 	assert.Equal(t, p.Metadata.UID, r.PodUID)
 	assert.Equal(t, c.pinPath(sb), r.PinPath)
-	assert.Equal(t, sb.netns, nsIdentity(t, c.pinPath(sb)), "pin of %s", p)
+	assert.Equal(t, sb.netns, hosttest.StatNS(t, c.pinPath(sb)), "pin of %s", p)
 	return r
 }
 
@@ -217,52 +215,24 @@ func linkTarget(link string) string {
 	return target
 }
 
-// nsID is an nsfs file's identity: device and inode.
-type nsID struct{ Dev, Ino uint64 }
-
-func nsIdentity(t *testing.T, path string) nsID {
-	t.Helper()
-	var st unix.Stat_t
-	require.NoError(t, unix.Stat(path, &st), "stat %s", path)
-	return nsID{uint64(st.Dev), st.Ino}
-}
-
 // client stands for a Ceph client made in a holder's netns: a process
 // started with `nsenter --net=<link>`, the way ceph-csi runs `rbd map` and
 // CephFS mounts in the holder's netns. netns-pin counts it as a process
 // that uses the netns.
 type client struct {
 	cmd   *exec.Cmd
-	netns nsID
+	netns host.NSID // the netns it runs in
 }
 
 func startClient(t *testing.T, link string) *client {
 	t.Helper()
-	cmd := exec.Command("nsenter", "--net="+link, "--", "sleep", "3600")
-	require.NoError(t, cmd.Start(), "nsenter --net=%s", link)
-	cl := &client{cmd: cmd}
-	t.Cleanup(cl.stop)
-	// nsenter execs sleep in the same process once it has entered the netns
-	var id nsID
-	require.True(t, host.Poll(10*time.Second, 20*time.Millisecond, func() bool {
-		var st unix.Stat_t
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid))
-		if strings.TrimSpace(string(comm)) != "sleep" || unix.Stat(fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid), &st) != nil {
-			return false
-		}
-		id = nsID{uint64(st.Dev), st.Ino}
-		return true
-	}), "client through %s did not start", link)
-	cl.netns = id
-	return cl
+	id := hosttest.StatNS(t, link)
+	return &client{cmd: hosttest.StartInNetns(t, link, "sleep", "3600"), netns: id}
 }
 
-func (cl *client) stop() {
-	if cl.cmd.ProcessState != nil {
-		return
-	}
-	_ = cl.cmd.Process.Signal(syscall.SIGKILL)
-	_ = cl.cmd.Wait()
+func (cl *client) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, host.Stop(cl.cmd))
 }
 
 // event is a Kubernetes event (the fields kubectl prints).

@@ -92,7 +92,7 @@ func TestRookStyleHolder(t *testing.T) {
 	// ln or netns-pin wrote it last)
 	require.True(t, host.Poll(podTimeout, 250*time.Millisecond, func() bool {
 		id, err := host.NSIDOf(rookPath)
-		return err == nil && id.Dev == oldSB.netns.Dev && id.Ino == oldSB.netns.Ino
+		return err == nil && id == oldSB.netns
 	}), "%s does not lead into the holder's netns: %s", rookPath, c.describePath(rookPath, old))
 	cl := startClient(t, rookPath)
 	require.Equal(t, oldSB.netns, cl.netns)
@@ -103,7 +103,7 @@ func TestRookStyleHolder(t *testing.T) {
 	c.requirePinned(t, next, nextSB, clusterName, "active")
 	require.True(t, host.Poll(podTimeout, 250*time.Millisecond, func() bool {
 		id, err := host.NSIDOf(rookPath)
-		return err == nil && id.Dev == nextSB.netns.Dev && id.Ino == nextSB.netns.Ino
+		return err == nil && id == nextSB.netns
 	}), "%s does not lead into the new holder's netns", rookPath)
 	newClient := startClient(t, rookPath)
 	assert.Equal(t, nextSB.netns, newClient.netns, "a new client gets the new holder's netns")
@@ -122,7 +122,7 @@ func TestRookStyleHolder(t *testing.T) {
 	evs := c.eventsOf(t, old, "FailedKillPod")
 	assert.True(t, strings.Contains(evs[0].Message, "netns-pin: cluster "+clusterName), "event: %s", evs[0].Message)
 
-	cl.stop()
+	cl.stop(t)
 	ok := host.Poll(releaseTimeout, time.Second, func() bool {
 		_, present := c.podByUID(t, pinNamespace, "app="+name, old.Metadata.UID)
 		return !present && c.unpinned(oldSB) && !c.whereaboutsHas(t, old)
@@ -132,7 +132,7 @@ func TestRookStyleHolder(t *testing.T) {
 	}
 	require.True(t, ok, "the old Rook-style holder was not released once unused")
 	c.requirePinned(t, next, nextSB, clusterName, "active")
-	newClient.stop()
+	newClient.stop(t)
 }
 
 // describePath says where a Rook path leads and what the holder printed,

@@ -16,7 +16,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/host"
@@ -26,7 +25,6 @@ import (
 const (
 	nadNamespace  = "rook-ceph"
 	storageIfName = "net1" // Multus names the first additional network net1
-	nsfsMagic     = 0x6e736673
 )
 
 // networkSelection is the pod annotation Multus reads.
@@ -242,9 +240,8 @@ func (sn *storageNet) requirePinned(t *testing.T, sb *sandbox, cluster, want str
 	assert.Equal(t, sb.name, r.PodName)
 	assert.Equal(t, sb.uid, r.PodUID)
 	assert.Equal(t, sn.pinPath(sb), r.PinPath)
-	requireNsfs(t, r.PinPath)
-	assert.Equal(t, sb.netnsID, nsIdentity(t, r.PinPath), "pin %s is not the netns of %s", r.PinPath, sb)
-	assert.Equal(t, sb.netnsID, nsID{r.NetnsDev, r.NetnsIno}, "record's netns identity")
+	assert.Equal(t, sb.netnsID, hosttest.StatNS(t, r.PinPath), "pin %s is not the netns of %s", r.PinPath, sb)
+	assert.Equal(t, sb.netnsID, host.NSID{Dev: r.NetnsDev, Ino: r.NetnsIno}, "record's netns identity")
 	assert.Contains(t, r.IPs, sb.storageIP, "record's addresses")
 	return r
 }
@@ -266,8 +263,7 @@ func (sn *storageNet) requireLinkTo(t *testing.T, link string, sb *sandbox) {
 	require.NoError(t, err, "link %s", link)
 	assert.False(t, filepath.IsAbs(target), "link %s -> %s is not relative", link, target)
 	assert.Equal(t, sn.pinPath(sb), filepath.Join(filepath.Dir(link), target), "link %s -> %s", link, target)
-	requireNsfs(t, link)
-	assert.Equal(t, sb.netnsID, nsIdentity(t, link), "link %s does not lead to the netns of %s (%s)", link, sb, sb.netnsPath)
+	assert.Equal(t, sb.netnsID, hosttest.StatNS(t, link), "link %s does not lead to the netns of %s (%s)", link, sb, sb.netnsPath)
 }
 
 func requireNoLink(t *testing.T, link string) {
@@ -283,7 +279,7 @@ type sandbox struct {
 	uid        string
 	id         string
 	netnsPath  string
-	netnsID    nsID
+	netnsID    host.NSID
 	storageIP  string // net1's address
 	stopped    bool
 	removed    bool
@@ -333,8 +329,7 @@ func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]str
 	sb.netnsPath = st.NetnsPath()
 	require.NotEmpty(t, sb.netnsPath, "no network namespace path in crictl inspectp %s", sb.id)
 	sb.defaultIP = st.Status.Network.IP
-	requireNsfs(t, sb.netnsPath)
-	sb.netnsID = nsIdentity(t, sb.netnsPath)
+	sb.netnsID = hosttest.StatNS(t, sb.netnsPath)
 	addrs := hosttest.AddrsIn(t, sb.netnsPath, storageIfName)
 	require.Len(t, addrs, 1, "%s: addresses of %s", sb, storageIfName)
 	sb.storageIP = addrs[0]
@@ -416,23 +411,6 @@ func (sb *sandbox) podState(t *testing.T) string {
 		}
 	}
 	return ""
-}
-
-// nsID is an nsfs file's identity: device and inode.
-type nsID struct{ Dev, Ino uint64 }
-
-func nsIdentity(t *testing.T, path string) nsID {
-	t.Helper()
-	var st unix.Stat_t
-	require.NoError(t, unix.Stat(path, &st), "stat %s", path)
-	return nsID{uint64(st.Dev), st.Ino}
-}
-
-func requireNsfs(t *testing.T, path string) {
-	t.Helper()
-	var fs unix.Statfs_t
-	require.NoError(t, unix.Statfs(path, &fs), "statfs %s", path)
-	require.Equal(t, int64(nsfsMagic), int64(fs.Type), "%s is not an nsfs file", path)
 }
 
 // linksIn lists the interface names in the netns at path.

@@ -34,7 +34,7 @@ func TestHolderByRulePinnedOnRunp(t *testing.T) {
 	sn.requireLinkTo(t, link, holder)
 	// the link is the same netns object as the sandbox's netns path that
 	// containerd reports (crictl inspectp)
-	assert.Equal(t, nsIdentity(t, holder.netnsPath), nsIdentity(t, link))
+	assert.Equal(t, hosttest.StatNS(t, holder.netnsPath), hosttest.StatNS(t, link))
 	requireNetworkStatus(t, s, holder, sn)
 	assert.Contains(t, linksIn(t, holder.netnsPath), "eth0", "default network (bridge)")
 
@@ -72,7 +72,7 @@ func TestHolderByCNIArgsAnnotation(t *testing.T) {
 	holder := s.mustRunPod(t, "rook-ceph", "csi-holder-b-"+host.RandHex(5), sn.selection(cluster))
 	sn.requirePinned(t, holder, cluster, "active")
 	sn.requireLinkTo(t, link, holder)
-	assert.Equal(t, nsIdentity(t, holder.netnsPath), nsIdentity(t, link))
+	assert.Equal(t, hosttest.StatNS(t, holder.netnsPath), hosttest.StatNS(t, link))
 	requireNetworkStatus(t, s, holder, sn)
 
 	// A pod of another namespace makes the same claim.
@@ -127,8 +127,7 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 	// netns, and the storage interface keeps its address and host-local
 	// lease.
 	assert.Equal(t, "SANDBOX_NOTREADY", holder.podState(t))
-	requireNsfs(t, holder.netnsPath)
-	assert.Equal(t, holder.netnsID, nsIdentity(t, holder.netnsPath))
+	assert.Equal(t, holder.netnsID, hosttest.StatNS(t, holder.netnsPath))
 	assert.Equal(t, []string{holder.storageIP}, hosttest.AddrsIn(t, holder.netnsPath, storageIfName), "net1 keeps its address")
 	assert.True(t, sn.hostLocalHas(holder.storageIP), "host-local keeps the lease of %s", holder.storageIP)
 	t.Logf("interfaces left in the refused sandbox's netns: %v (Multus ran every delegate's DEL)", linksIn(t, holder.netnsPath))
@@ -196,7 +195,7 @@ func TestHolderRestartTakesOverLink(t *testing.T) {
 	sn.requirePinned(t, next, cluster, "active")
 	sn.requireLinkTo(t, link, next)
 	sn.requirePinned(t, old, cluster, "active")
-	assert.Equal(t, old.netnsID, nsIdentity(t, sn.pinPath(old)), "the old pin still holds the old netns")
+	assert.Equal(t, old.netnsID, hosttest.StatNS(t, sn.pinPath(old)), "the old pin still holds the old netns")
 	assert.NotEqual(t, old.netnsID, next.netnsID)
 
 	// The old holder is deleted: refused, it keeps its network and pin.

@@ -275,11 +275,10 @@ func requireContainerPin(t *testing.T, c *hostContainer, path string, sb *sandbo
 	if !want {
 		var st unix.Statfs_t
 		err := unix.Statfs(p, &st)
-		assert.True(t, os.IsNotExist(err) || (err == nil && st.Type != nsfsMagic), "%s still a pin in the container (statfs err %v)", path, err)
+		assert.True(t, os.IsNotExist(err) || (err == nil && st.Type != unix.NSFS_MAGIC), "%s still a pin in the container (statfs err %v)", path, err)
 		return
 	}
-	requireNsfs(t, p)
-	assert.Equal(t, sb.netnsID, nsIdentity(t, p), "%s in the container is not the netns of %s", path, sb)
+	assert.Equal(t, sb.netnsID, hosttest.StatNS(t, p), "%s in the container is not the netns of %s", path, sb)
 }
 
 // thickNet is a storage network whose holders are rook-ceph/csi-holder-*
@@ -348,8 +347,7 @@ func TestThickMultusHolderPinReachesHost(t *testing.T) {
 	proc := hosttest.StartInNetns(t, sn.pinPath(holder), "sleep", "600")
 	multus.del(t, holder)
 	sn.requirePinned(t, holder, cluster, "draining")
-	require.NoError(t, proc.Process.Kill())
-	_ = proc.Wait() // killed: the error says so
+	require.NoError(t, host.Stop(proc))
 
 	// The clients are gone: the next DEL through the daemon releases, and
 	// the unmount made in its container reaches the host and ceph-csi's.
