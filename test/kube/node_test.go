@@ -143,21 +143,6 @@ func (c *cluster) sandboxOf(t *testing.T, p pod) sandbox {
 	return sb
 }
 
-// record is netns-pin's record of a pinned attachment (the fields the
-// tests check).
-type record struct {
-	Cluster  string   `json:"cluster"`
-	PodNS    string   `json:"podNamespace"`
-	PodName  string   `json:"podName"`
-	PodUID   string   `json:"podUID"`
-	PinPath  string   `json:"pinPath"`
-	NetnsDev uint64   `json:"netnsDev"`
-	NetnsIno uint64   `json:"netnsIno"`
-	IPs      []string `json:"ips"`
-	Links    []string `json:"links"`
-	State    string   `json:"state"`
-}
-
 func (c *cluster) recordPath(sb sandbox) string {
 	return filepath.Join(c.stateDir, "records", sb.id+"."+storageIf+".json")
 }
@@ -167,30 +152,25 @@ func (c *cluster) pinPath(sb sandbox) string {
 }
 
 // readRecord returns the sandbox's record, nil when there is none.
-func (c *cluster) readRecord(t *testing.T, sb sandbox) *record {
+func (c *cluster) readRecord(t *testing.T, sb sandbox) *hosttest.Record {
 	t.Helper()
-	b, err := os.ReadFile(c.recordPath(sb))
-	if os.IsNotExist(err) {
-		return nil
-	}
-	require.NoError(t, err)
-	var r record
-	require.NoError(t, json.Unmarshal(b, &r), "record %s", c.recordPath(sb))
-	return &r
+	return hosttest.ReadRecord(t, c.recordPath(sb))
 }
 
 // requirePinned checks the pod's netns is pinned for clusterName in state
 // want and the pin holds that netns.
-func (c *cluster) requirePinned(t *testing.T, p pod, sb sandbox, clusterName, want string) *record {
+func (c *cluster) requirePinned(t *testing.T, p pod, sb sandbox, clusterName, want string) *hosttest.Record {
 	t.Helper()
 	r := c.readRecord(t, sb)
 	require.NotNil(t, r, "no record for %s (%s)", p, c.recordPath(sb))
 	assert.Equal(t, clusterName, r.Cluster)
 	assert.Equal(t, want, r.State, "record state of %s", p)
+	assert.Equal(t, p.Metadata.Namespace, r.PodNS)
 	assert.Equal(t, p.Metadata.Name, r.PodName)
 	assert.Equal(t, p.Metadata.UID, r.PodUID)
 	assert.Equal(t, c.pinPath(sb), r.PinPath)
 	assert.Equal(t, sb.netns, hosttest.StatNS(t, c.pinPath(sb)), "pin of %s", p)
+	assert.Equal(t, sb.netns, r.NetnsID(), "record's netns identity of %s", p)
 	return r
 }
 

@@ -191,21 +191,6 @@ func (sn *storageNet) removeRBDDevice(t *testing.T, id int) {
 	require.NoError(t, os.RemoveAll(filepath.Join(sn.sysfs, "bus", "rbd", "devices", fmt.Sprint(id))))
 }
 
-// record is what netns-pin keeps for one pinned attachment.
-type record struct {
-	Attachment string   `json:"attachment"`
-	Cluster    string   `json:"cluster"`
-	PodNS      string   `json:"podNamespace"`
-	PodName    string   `json:"podName"`
-	PodUID     string   `json:"podUID"`
-	PinPath    string   `json:"pinPath"`
-	NetnsDev   uint64   `json:"netnsDev"`
-	NetnsIno   uint64   `json:"netnsIno"`
-	IPs        []string `json:"ips"`
-	Links      []string `json:"links"`
-	State      string   `json:"state"`
-}
-
 func (sn *storageNet) recordPath(sb *sandbox) string {
 	return filepath.Join(sn.stateDir, "records", sb.id+"."+storageIfName+".json")
 }
@@ -215,22 +200,15 @@ func (sn *storageNet) pinPath(sb *sandbox) string {
 }
 
 // readRecord returns the sandbox's record, nil when there is none.
-func (sn *storageNet) readRecord(t *testing.T, sb *sandbox) *record {
+func (sn *storageNet) readRecord(t *testing.T, sb *sandbox) *hosttest.Record {
 	t.Helper()
-	b, err := os.ReadFile(sn.recordPath(sb))
-	if os.IsNotExist(err) {
-		return nil
-	}
-	require.NoError(t, err)
-	var r record
-	require.NoError(t, json.Unmarshal(b, &r), "record %s", sn.recordPath(sb))
-	return &r
+	return hosttest.ReadRecord(t, sn.recordPath(sb))
 }
 
 // requirePinned checks that the sandbox's netns is pinned for cluster: the
 // record is in state want, the pin is an nsfs file of the sandbox's netns
 // and holds its storage address.
-func (sn *storageNet) requirePinned(t *testing.T, sb *sandbox, cluster, want string) *record {
+func (sn *storageNet) requirePinned(t *testing.T, sb *sandbox, cluster, want string) *hosttest.Record {
 	t.Helper()
 	r := sn.readRecord(t, sb)
 	require.NotNil(t, r, "no record for %s (%s)", sb, sn.recordPath(sb))
@@ -241,7 +219,7 @@ func (sn *storageNet) requirePinned(t *testing.T, sb *sandbox, cluster, want str
 	assert.Equal(t, sb.uid, r.PodUID)
 	assert.Equal(t, sn.pinPath(sb), r.PinPath)
 	assert.Equal(t, sb.netnsID, hosttest.StatNS(t, r.PinPath), "pin %s is not the netns of %s", r.PinPath, sb)
-	assert.Equal(t, sb.netnsID, host.NSID{Dev: r.NetnsDev, Ino: r.NetnsIno}, "record's netns identity")
+	assert.Equal(t, sb.netnsID, r.NetnsID(), "record's netns identity")
 	assert.Contains(t, r.IPs, sb.storageIP, "record's addresses")
 	return r
 }
