@@ -33,10 +33,10 @@ const (
 	MaxConfigSize = 1 << 20
 )
 
-// DefaultCacheDirs are where libcni result caches live: a runtime's own
+// defaultCacheDirs are where libcni result caches live: a runtime's own
 // (containerd, CRI-O, cnitool) and Multus's for its delegates
 // (pkg/multus: CNIDir).
-var DefaultCacheDirs = []string{"/var/lib/cni", "/var/lib/cni/multus"}
+var defaultCacheDirs = []string{"/var/lib/cni", "/var/lib/cni/multus"}
 
 // Config is the plugin's entry in a conflist, after defaults.
 type Config struct {
@@ -150,7 +150,7 @@ func (c *Config) applyDefaults() {
 		c.Links = []string{DefaultLink}
 	}
 	if len(c.CacheDirs) == 0 {
-		c.CacheDirs = slices.Clone(DefaultCacheDirs)
+		c.CacheDirs = slices.Clone(defaultCacheDirs)
 	}
 	setDefault(&c.InUse.Sysfs, DefaultSysfs)
 	setDefault(&c.InUse.Debugfs, DefaultDebugfs)

@@ -287,7 +287,7 @@ func TestCheckProcessWhoseNetnsCannotBeRead(t *testing.T) {
 	f.write(filepath.Join(f.proc, "300", "net", "dev"), "")
 	refs := check(t, f.target(ourIP4), f.options(PolicyBlock))
 	require.Len(t, refs, 1)
-	assert.Equal(t, KindProcess, refs[0].Kind)
+	assert.Equal(t, kindProcess, refs[0].Kind)
 	assert.Equal(t, 300, refs[0].PID)
 	assert.Contains(t, refs[0].String(), "process 300 (hidden, cannot tell its network namespace: stat ")
 	assert.ErrorContains(t, errors.New(refs[0].Reason), "too many levels of symbolic links")
@@ -309,8 +309,8 @@ func TestCheckProcesses(t *testing.T) {
 
 	refs := check(t, f.target(ourIP4), f.options(PolicyBlock))
 	assert.Equal(t, []Reference{
-		{Kind: KindProcess, PID: 100, Comm: "ceph-fuse", InNetns: true},
-		{Kind: KindProcess, PID: 101, Comm: "rbd-nbd", InNetns: true},
+		{Kind: kindProcess, PID: 100, Comm: "ceph-fuse", InNetns: true},
+		{Kind: kindProcess, PID: 101, Comm: "rbd-nbd", InNetns: true},
 	}, refs)
 	assert.Equal(t, "process 100 (ceph-fuse)", refs[0].String())
 
@@ -422,7 +422,7 @@ func TestCheckDeterministic(t *testing.T) {
 			kinds = append(kinds, r.Kind)
 		}
 	}
-	assert.Equal(t, []Kind{kindRBD, kindCephFS, kindCephClient, KindProcess}, kinds)
+	assert.Equal(t, []Kind{kindRBD, kindCephFS, kindCephClient, kindProcess}, kinds)
 }
 
 // TestDefaultOptions: the options a zero Options stands for.

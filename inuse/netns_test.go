@@ -208,7 +208,7 @@ func TestNetnsProcess(t *testing.T) {
 
 	h := startHelper(t, tg.NetnsPath, "wait")
 	refs := checkReal(t, tg)
-	assert.Equal(t, []Reference{{Kind: KindProcess, PID: h.pid, Comm: helperComm(t), InNetns: true}}, refs)
+	assert.Equal(t, []Reference{{Kind: kindProcess, PID: h.pid, Comm: helperComm(t), InNetns: true}}, refs)
 	assert.Equal(t, fmt.Sprintf("process %d (%s)", h.pid, helperComm(t)), refs[0].String())
 
 	h.stop()
@@ -292,7 +292,7 @@ func TestNetnsSocketsHeldByProcesses(t *testing.T) {
 
 	refs := checkReal(t, tg)
 	require.Len(t, refs, 1, "%v", refs)
-	assert.Equal(t, KindProcess, refs[0].Kind, "a userspace connection is the process's, not a kernel socket")
+	assert.Equal(t, kindProcess, refs[0].Kind, "a userspace connection is the process's, not a kernel socket")
 	assert.Equal(t, h.pid, refs[0].PID)
 	assert.True(t, refs[0].InNetns)
 	assert.Equal(t, 1, refs[0].Sockets, "the connection to 6789; not the listener, not the accepted side")
@@ -304,7 +304,7 @@ func TestNetnsSocketsHeldByProcesses(t *testing.T) {
 	refs = checkReal(t, tg)
 	require.Len(t, refs, 2, "%v", refs)
 	me := refs[slices.IndexFunc(refs, func(r Reference) bool { return r.PID == os.Getpid() })]
-	assert.Equal(t, Reference{Kind: KindProcess, PID: os.Getpid(), Comm: helperComm(t), Sockets: 1, Local: local, Remote: mon}, me)
+	assert.Equal(t, Reference{Kind: kindProcess, PID: os.Getpid(), Comm: helperComm(t), Sockets: 1, Local: local, Remote: mon}, me)
 	assert.Contains(t, me.String(), ", outside the netns, Ceph connection 127.0.0.1:")
 
 	// Closed: the socket is orphaned (inode 0) and nobody's reference.
@@ -340,7 +340,7 @@ func TestNetnsUnheldSocketIsKernelSocket(t *testing.T) {
 
 	refs := checkReal(t, tg)
 	require.Len(t, refs, 2, "%v", refs)
-	assert.Equal(t, KindProcess, refs[0].Kind) // the helper
+	assert.Equal(t, kindProcess, refs[0].Kind) // the helper
 	assert.Equal(t, Reference{Kind: kindSocket, Local: local, Remote: mon, Inode: refs[1].Inode}, refs[1])
 	assert.NotZero(t, refs[1].Inode)
 	assert.Equal(t, "kernel socket "+local.String()+" -> 127.0.0.1:6789", refs[1].String())

@@ -411,7 +411,7 @@ func TestReferenceString(t *testing.T) {
 		want string
 	}{
 		{Reference{Kind: kindRBD, Device: "rbd0", Pool: "replicapool", Image: "csi-vol-1", ClientID: "client4161", Addr: netip.MustParseAddr("192.168.20.5")}, "rbd0 replicapool/csi-vol-1 client4161 192.168.20.5"},
-		{Reference{Kind: KindProcess, PID: 1234, Comm: "ceph-fuse", InNetns: true}, "process 1234 (ceph-fuse)"},
+		{Reference{Kind: kindProcess, PID: 1234, Comm: "ceph-fuse", InNetns: true}, "process 1234 (ceph-fuse)"},
 		{Reference{Kind: kindSocket, Local: ap("10.0.0.5:41234"), Remote: ap("10.0.0.1:6789")}, "kernel socket 10.0.0.5:41234 -> 10.0.0.1:6789"},
 		{Reference{Kind: kindCephClient, ClientID: "client9", Reason: "why"}, "unattributed ceph client client9: why"},
 		{Reference{Kind: kindCephFS, ClientID: "client9"}, "cephfs client9"},

@@ -282,7 +282,7 @@ func (c *checker) process(procfd int, pid string, b *workerBufs, index map[uint6
 	if err != nil && !isDenied(err) {
 		return res, fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "comm"), err)
 	}
-	ref := Reference{Kind: KindProcess, PID: atoiDigits(pid), Comm: trimSpace(comm), InNetns: inNetns, Sockets: len(res.mine)}
+	ref := Reference{Kind: kindProcess, PID: atoiDigits(pid), Comm: trimSpace(comm), InNetns: inNetns, Sockets: len(res.mine)}
 	if unknown != nil {
 		ref.Reason = "cannot tell its network namespace: " + unknown.Error()
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // Kind is what holds a pinned netns. Other packages read it as the string
-// it prints; only KindProcess, which the CLI tells apart, is exported.
+// it prints.
 type Kind string
 
 const (
@@ -20,9 +20,9 @@ const (
 	// kindCephClient is a Ceph kernel client whose netns cannot be told
 	// (reported only with the "block" policy).
 	kindCephClient Kind = "ceph-client"
-	// KindProcess is a process in the pinned netns, or one holding a socket
+	// kindProcess is a process in the pinned netns, or one holding a socket
 	// to a Ceph port inside it.
-	KindProcess Kind = "process"
+	kindProcess Kind = "process"
 	// kindSocket is a TCP socket to a Ceph port inside the pinned netns that
 	// no process holds: a kernel client's socket.
 	kindSocket Kind = "socket"
@@ -36,7 +36,7 @@ func kindOrder(k Kind) int {
 		return 1
 	case kindCephClient:
 		return 2
-	case KindProcess:
+	case kindProcess:
 		return 3
 	case kindSocket:
 		return 4
@@ -70,10 +70,10 @@ type Reference struct {
 	Monitors   []string `json:"monitors,omitempty"`
 
 	// Reason says why a kindCephClient reference could not be attributed,
-	// or why a KindProcess one counts although it may run elsewhere.
+	// or why a kindProcess one counts although it may run elsewhere.
 	Reason string `json:"reason,omitempty"`
 
-	// Process (KindProcess).
+	// Process (kindProcess).
 	PID  int    `json:"pid,omitempty"`
 	Comm string `json:"comm,omitempty"`
 	// InNetns is true when the process itself runs in the pinned netns; a
@@ -83,7 +83,7 @@ type Reference struct {
 	// pinned netns) the process holds; Local and Remote are the first.
 	Sockets int `json:"sockets,omitempty"`
 
-	// Socket endpoints (kindSocket, and KindProcess when Sockets > 0).
+	// Socket endpoints (kindSocket, and kindProcess when Sockets > 0).
 	Local  netip.AddrPort `json:"local,omitzero"`
 	Remote netip.AddrPort `json:"remote,omitzero"`
 	Inode  uint64         `json:"inode,omitempty"`
@@ -136,7 +136,7 @@ func (r Reference) String() string {
 			b.WriteString(": ")
 			b.WriteString(r.Reason)
 		}
-	case KindProcess:
+	case kindProcess:
 		// "process 42 (ceph-fuse, 3 Ceph connections, e.g. a -> b)": one
 		// parenthesis, so a list of references stays readable.
 		b.WriteString("process ")

@@ -129,7 +129,7 @@ func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, rest []string
 		if gfs.Parse(rest) != nil || gfs.NArg() != 0 {
 			return 2, nil
 		}
-		err = cliGC(s, c, *dry, stdout, asJSON)
+		err = cliGC(s, *dry, stdout, asJSON)
 	case "release":
 		rfs := flag.NewFlagSet("release", flag.ContinueOnError)
 		rfs.SetOutput(stderr)
@@ -247,7 +247,7 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 	return nil
 }
 
-func cliGC(s *netnsstore.Store, c *conf.Config, dryRun bool, w io.Writer, asJSON bool) error {
+func cliGC(s *netnsstore.Store, dryRun bool, w io.Writer, asJSON bool) error {
 	findings, err := s.Sweep(dryRun)
 	if asJSON {
 		if jerr := json.NewEncoder(w).Encode(findings); jerr != nil {

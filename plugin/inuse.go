@@ -31,7 +31,7 @@ func inUseChecker(c *conf.Config) netnsstore.InUseFunc {
 		out := make([]netnsstore.Use, len(refs))
 		for i, ref := range refs {
 			out[i] = netnsstore.Use{What: ref.String()}
-			if ref.Kind == inuse.KindProcess && ref.InNetns {
+			if ref.InNetns { // a process inside the netns: it can reach it
 				out[i].PID = ref.PID
 			}
 		}

@@ -98,9 +98,9 @@ func parseMounts(r io.Reader, name string) ([]*mountinfo.Info, error) {
 	return m, nil
 }
 
-// ErrNoPropagation: pins made in pinDir here would stay in this mount
+// errNoPropagation: pins made in pinDir here would stay in this mount
 // namespace.
-var ErrNoPropagation = errors.New("pins made here would not reach the host")
+var errNoPropagation = errors.New("pins made here would not reach the host")
 
 // reach decides, from this mount namespace's mounts and the host's,
 // whether a mount under dir here propagates to the host.
@@ -114,14 +114,14 @@ func reach(dir string, here, host []*mountinfo.Info) error {
 		"mount the host folder %s into that container at the same path under its chrootDir (/hostroot%s in Multus' DaemonSet) with mountPropagation: Bidirectional", dir, dir)
 	group := PeerGroup(m)
 	if group == 0 {
-		return fmt.Errorf("%w: %s is on the mount at %s, which is %s; %s", ErrNoPropagation, dir, m.Mountpoint, propagation(m), fix)
+		return fmt.Errorf("%w: %s is on the mount at %s, which is %s; %s", errNoPropagation, dir, m.Mountpoint, propagation(m), fix)
 	}
 	for _, h := range host {
 		if PeerGroup(h) == group && within(m.Root, h.Root) {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: %s is on the mount at %s, shared in peer group %d, which no mount of the host belongs to; %s", ErrNoPropagation, dir, m.Mountpoint, group, fix)
+	return fmt.Errorf("%w: %s is on the mount at %s, shared in peer group %d, which no mount of the host belongs to; %s", errNoPropagation, dir, m.Mountpoint, group, fix)
 }
 
 // HoldingMount returns the mount of mounts whose mount point is the

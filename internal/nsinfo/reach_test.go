@@ -47,7 +47,7 @@ func TestReach(t *testing.T) {
 				require.NoError(t, err)
 				return
 			}
-			require.ErrorIs(t, err, ErrNoPropagation)
+			require.ErrorIs(t, err, errNoPropagation)
 			assert.Contains(t, err.Error(), tc.why)
 			want := "/hostroot" + strings.TrimSuffix(filepath.Clean(tc.dir), "/") + " in Multus' DaemonSet) with mountPropagation: Bidirectional"
 			assert.Contains(t, err.Error(), want, "the error names the volume to add")
@@ -60,7 +60,7 @@ func TestReach(t *testing.T) {
 func TestReachPeerMustShowTheFolder(t *testing.T) {
 	host := []*mountinfo.Info{{Mountpoint: "/srv", Root: "/srv", Optional: "shared:1"}}
 	err := reach("/var/lib/netns-pin", fixtureMounts(t, "thick-bidirectional"), host)
-	require.ErrorIs(t, err, ErrNoPropagation)
+	require.ErrorIs(t, err, errNoPropagation)
 }
 
 // A missing or unreadable mountinfo is an error, never a pass.
