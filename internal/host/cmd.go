@@ -151,3 +151,12 @@ func ReadEnvFile(path string, want ...string) (map[string]string, error) {
 	}
 	return env, nil
 }
+
+// Tail is the last n lines of s, for logs in failure messages.
+func Tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

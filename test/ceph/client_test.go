@@ -87,7 +87,7 @@ func (m *fuseMount) readLog() string {
 	if err != nil {
 		return err.Error()
 	}
-	return tail(string(b), 20)
+	return host.Tail(string(b), 20)
 }
 
 // netnsID is the network namespace the client process runs in.

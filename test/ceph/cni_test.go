@@ -94,7 +94,7 @@ func newChain(t *testing.T, e env, c *cluster, work string, pin bool, rangeStart
 	t.Cleanup(func() {
 		if t.Failed() && pin {
 			if log, err := os.ReadFile(ch.logFile); err == nil {
-				t.Logf("netns-pin log (%s):\n%s", ch.logFile, tail(string(log), 40))
+				t.Logf("netns-pin log (%s):\n%s", ch.logFile, host.Tail(string(log), 40))
 			}
 		}
 	})
@@ -213,12 +213,4 @@ func cniCode(err error) uint {
 		return te.Code
 	}
 	return 0
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -77,7 +77,7 @@ func (c *cluster) restart(t *testing.T, names ...string) {
 		}), "%s (%d) did not die", n, pid)
 	}
 	r := host.RunCmd(10*time.Minute, nil, nil, filepath.Join(c.repo, "hack", "kube", "up.sh"))
-	require.NoError(t, r.Err, "hack/kube/up.sh after killing %v:\n%s", names, tail(r.Stderr, 30))
+	require.NoError(t, r.Err, "hack/kube/up.sh after killing %v:\n%s", names, host.Tail(r.Stderr, 30))
 }
 
 // Scenario 5: the kubelet and containerd die and come back while an old

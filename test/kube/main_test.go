@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,7 +106,7 @@ func newCluster() (*cluster, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, filepath.Join(repo, "hack", "kube", "up.sh")).CombinedOutput()
-	fmt.Fprintf(os.Stderr, "hack/kube/up.sh (%s):\n%s", time.Since(start).Round(time.Millisecond), tail(string(out), 30))
+	fmt.Fprintf(os.Stderr, "hack/kube/up.sh (%s):\n%s", time.Since(start).Round(time.Millisecond), host.Tail(string(out), 30))
 	if err != nil {
 		return c, fmt.Errorf("hack/kube/up.sh: %v", err)
 	}
@@ -125,16 +124,8 @@ func newCluster() (*cluster, error) {
 
 func (c *cluster) down() error {
 	out, err := exec.Command(filepath.Join(c.repo, "hack", "kube", "down.sh")).CombinedOutput()
-	fmt.Fprintf(os.Stderr, "hack/kube/down.sh:\n%s", tail(string(out), 20))
+	fmt.Fprintf(os.Stderr, "hack/kube/down.sh:\n%s", host.Tail(string(out), 20))
 	return err
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n") + "\n"
 }
 
 // kubectl runs kubectl against the cluster.

@@ -81,7 +81,7 @@ func startKubeAPI(repo, dir string) (*kubeAPI, error) {
 		return k, err
 	}
 	if !host.Poll(apiStartTimeout, 200*time.Millisecond, func() bool { return k.kubectl(nil, "get", "--raw", "/readyz").Err == nil }) {
-		return k, fmt.Errorf("kube-apiserver not ready after %s: %s", apiStartTimeout, tail(k.log("kube-apiserver"), 20))
+		return k, fmt.Errorf("kube-apiserver not ready after %s: %s", apiStartTimeout, host.Tail(k.log("kube-apiserver"), 20))
 	}
 	crd, err := filepath.Glob(filepath.Join(repo, ".cache", "kube", "nad-crd-*.yaml"))
 	if err != nil || len(crd) != 1 {

@@ -115,19 +115,11 @@ func (s *suite) newStorageNet(t *testing.T, spec netSpec) *storageNet {
 				t.Logf("netns-pin log %s:\n%s", sn.logFile, b)
 			}
 			if b, err := os.ReadFile(filepath.Join(s.dir, "multus.log")); err == nil {
-				t.Logf("multus log (tail):\n%s", tail(string(b), 60))
+				t.Logf("multus log (tail):\n%s", host.Tail(string(b), 60))
 			}
 		}
 	})
 	return sn
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(s, "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
 
 // selection is a pod's network-selection annotation naming this network,

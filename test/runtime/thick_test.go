@@ -87,7 +87,7 @@ func (s *suite) startHostContainer(t *testing.T, name, image string, command []s
 	c.podID = strings.TrimSpace(r.Stdout)
 	t.Cleanup(func() {
 		if t.Failed() && c.ctrID != "" {
-			t.Logf("%s's log:\n%s", name, tail(s.crictlRun("logs", c.ctrID).String(), 80))
+			t.Logf("%s's log:\n%s", name, host.Tail(s.crictlRun("logs", c.ctrID).String(), 80))
 		}
 		for _, args := range [][]string{{"stopp", c.podID}, {"rmp", c.podID}} {
 			if r := s.crictlRun(args...); r.Err != nil {
