@@ -22,6 +22,33 @@ apt_install() {
 	apt-get install -y -qq --no-install-recommends "$@" </dev/null >/dev/null
 }
 
+# stamp_ok NAME VERSION [FILE]: a build of that version finished (its stamp
+# is in STAMP_DIR) and FILE, when given, is executable.
+stamp_ok() { [[ -f "${STAMP_DIR}/$1@$2" && (-z "${3:-}" || -x "${3:-}") ]]; }
+# stamp_set NAME VERSION: the build of that version finished.
+stamp_set() {
+	rm -f "${STAMP_DIR}/$1@"*
+	mkdir -p "${STAMP_DIR}"
+	date -u +%FT%TZ >"${STAMP_DIR}/$1@$2"
+}
+
+# wait_until SECONDS DESCRIPTION CMD...: poll CMD until it succeeds. Each
+# round first calls WAIT_ALIVE (a function that dies when what is awaited
+# cannot come any more), when set; a timeout calls WAIT_DIAG first.
+wait_until() {
+	local timeout="$1" what="$2" deadline
+	shift 2
+	deadline=$(($(now_ms) + timeout * 1000))
+	until "$@" >/dev/null 2>&1; do
+		[[ -z "${WAIT_ALIVE:-}" ]] || "${WAIT_ALIVE}" "${what}"
+		if (($(now_ms) > deadline)); then
+			[[ -z "${WAIT_DIAG:-}" ]] || "${WAIT_DIAG}"
+			die "timed out after ${timeout}s waiting for ${what}"
+		fi
+		sleep 0.1
+	done
+}
+
 # containerd_config DIR SOCK PAUSE_IMAGE CNI_BIN CNI_CONF [CRI_EXTRA [RUNC_EXTRA]]:
 # prints a containerd 1.6/1.7 configuration with its root, state, opt and
 # socket under DIR, the CRI plugin on PAUSE_IMAGE, runc without systemd and

@@ -55,25 +55,6 @@ LOG_PREFIX="kube"
 # shellcheck source=hack/lib.sh
 source "${ROOT}/hack/lib.sh"
 
-# stamp_ok NAME VERSION: a build of that version finished.
-stamp_ok() { [[ -f "${STAMP_DIR}/$1@$2" ]]; }
-stamp_set() {
-	rm -f "${STAMP_DIR}/$1@"*
-	mkdir -p "${STAMP_DIR}"
-	date -u +%FT%TZ >"${STAMP_DIR}/$1@$2"
-}
-
-# wait_until SECONDS DESCRIPTION CMD...: poll CMD until it succeeds.
-wait_until() {
-	local timeout="$1" what="$2" deadline
-	shift 2
-	deadline=$(($(now_ms) + timeout * 1000))
-	until "$@" >/dev/null 2>&1; do
-		(($(now_ms) < deadline)) || die "timed out after ${timeout}s waiting for ${what}"
-		sleep 0.2
-	done
-}
-
 kubectl_() { "${KUBECTL}" --kubeconfig "${ADMIN_KUBECONFIG}" "$@"; }
 
 # pid_of NAME: the recorded PID of a component, when it still runs the

@@ -71,14 +71,6 @@ ensure_packages() {
 	# suite runs its own containerd, so nothing else is started.
 }
 
-# stamp_ok NAME VERSION FILE: the stamp exists and FILE is executable.
-stamp_ok() { [[ -f "${STAMP_DIR}/$1@$2" && -x "$3" ]]; }
-stamp_set() {
-	rm -f "${STAMP_DIR}/$1@"*
-	mkdir -p "${STAMP_DIR}"
-	date -u +%FT%TZ >"${STAMP_DIR}/$1@$2"
-}
-
 build_crictl() {
 	stamp_ok crictl "${CRICTL_VERSION}" "${RT_BIN}/crictl" && return 0
 	log "go install sigs.k8s.io/cri-tools/cmd/crictl@${CRICTL_VERSION}"
@@ -146,23 +138,17 @@ tools() {
 	((rc == 0)) || die "building crictl or multus failed"
 }
 
-# wait_until SECONDS DESCRIPTION CMD...: poll CMD until it succeeds.
-wait_until() {
-	local timeout="$1" what="$2" deadline
-	shift 2
-	deadline=$(($(now_ms) + timeout * 1000))
-	until "$@" >/dev/null 2>&1; do
-		if [[ -n "${CONTAINERD_PID:-}" ]] && ! kill -0 "${CONTAINERD_PID}" 2>/dev/null; then
-			tail -n 30 "${DIR}/containerd.log" >&2 || true
-			die "containerd (pid ${CONTAINERD_PID}) exited while waiting for ${what}"
-		fi
-		if (($(now_ms) > deadline)); then
-			tail -n 30 "${DIR}/containerd.log" >&2 || true
-			die "timed out after ${timeout}s waiting for ${what}"
-		fi
-		sleep 0.1
-	done
+# For wait_until (hack/lib.sh): containerd must still run, and its log
+# tells why a wait timed out.
+containerd_alive() {
+	if [[ -n "${CONTAINERD_PID:-}" ]] && ! kill -0 "${CONTAINERD_PID}" 2>/dev/null; then
+		containerd_log
+		die "containerd (pid ${CONTAINERD_PID}) exited while waiting for $1"
+	fi
 }
+containerd_log() { tail -n 30 "${DIR}/containerd.log" >&2 || true; }
+WAIT_ALIVE=containerd_alive
+WAIT_DIAG=containerd_log
 
 write_config() {
 	mkdir -p "${DIR}/containerd/root" "${DIR}/containerd/state" "${DIR}/run" "${DIR}/opt" \
