@@ -114,7 +114,7 @@ func (b *bench) passthrough(ctx context.Context) error {
 	builds := b.builds(nil)
 	ps := append([]plugin{builds[0],
 		{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}},
-		{label: "tuning (empty config)", bin: filepath.Join(b.cfg.cniPath, "tuning"), entry: map[string]any{"type": "tuning"}},
+		{label: "tuning (empty config)", bin: b.cfg.tuning, entry: map[string]any{"type": "tuning"}},
 	}, builds[1:]...)
 	// Every command must print prevResult unchanged.
 	ss, rss, err := b.measure(ctx, len(ps), probeRuns, b.rounds(1000), rotate(len(ps), func(ctx context.Context, i int, wrap string) (sample, error) {
@@ -320,20 +320,17 @@ func (b *bench) chainPod(ctx context.Context, v chainVariant, env []string, wrap
 }
 
 func (b *bench) chain(ctx context.Context) error {
-	// The baseline plugin is found by type "baseline" on CNI_PATH.
-	netconf, extra := filepath.Join(b.cfg.work, "net.d"), filepath.Join(b.cfg.work, "cni-extra")
-	err := errors.Join(os.MkdirAll(netconf, 0o755), os.MkdirAll(extra, 0o755))
-	if err == nil {
-		err = os.Symlink(b.cfg.baseline, filepath.Join(extra, "baseline"))
-	}
-	if err != nil {
+	// netns-pin and the baseline plugin are found by type on CNI_PATH,
+	// whose first folder holds the copies measured everywhere (install).
+	netconf := filepath.Join(b.cfg.work, "net.d")
+	if err := os.MkdirAll(netconf, 0o755); err != nil {
 		return fmt.Errorf("chain folders: %w", err)
 	}
 	vs, err := b.chainNetworks(netconf)
 	if err != nil {
 		return err
 	}
-	env := []string{"CNI_PATH=" + b.cfg.cniPath + string(os.PathListSeparator) + extra, "NETCONFPATH=" + netconf}
+	env := []string{"CNI_PATH=" + b.cfg.cniPath, "NETCONFPATH=" + netconf}
 	adds, dels := make([]series, len(vs)), make([]series, len(vs))
 	ss, rss, err := b.measure(ctx, len(vs), probeRuns, b.rounds(120), rotate(len(vs), func(ctx context.Context, i int, wrap string) (sample, error) {
 		a, d, err := b.chainPod(ctx, vs[i], slices.Clip(env), wrap)
@@ -462,7 +459,7 @@ func (b *bench) concurrent(ctx context.Context) error {
 
 func (b *bench) sizes(context.Context) error {
 	bins := []struct{ label, path string }{
-		{"netns-pin", b.cfg.plugin}, {"baseline", b.cfg.baseline}, {"tuning v1.10.0", filepath.Join(b.cfg.cniPath, "tuning")},
+		{"netns-pin", b.cfg.plugin}, {"baseline", b.cfg.baseline}, {"tuning v1.10.0", b.cfg.tuning},
 	}
 	full, stripped := make([]int64, len(bins)), make([]int64, len(bins)) // ratios to bins[1], the baseline
 	for i, x := range bins {
