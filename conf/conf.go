@@ -3,7 +3,6 @@
 package conf
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -38,7 +37,9 @@ const (
 // (pkg/multus: CNIDir).
 var defaultCacheDirs = []string{"/var/lib/cni", "/var/lib/cni/multus"}
 
-// Config is the plugin's entry in a conflist, after defaults.
+// Config is the plugin's entry in a conflist, after defaults. The json
+// tags name the keys; decode reads them without reflection, and
+// FuzzDecodeMatchesEncodingJSON holds it to json.Unmarshal with these tags.
 type Config struct {
 	types.PluginConf
 
@@ -92,7 +93,7 @@ func ParseWith(data []byte, overrides map[string]string) (*Config, error) {
 		return nil, fmt.Errorf("configuration is %d bytes, over the %d byte limit", len(data), MaxConfigSize)
 	}
 	c := &Config{}
-	if err := json.Unmarshal(data, c); err != nil {
+	if err := c.decode(data); err != nil {
 		return nil, fmt.Errorf("parse configuration: %w", err)
 	}
 	if c.RawPrevResult != nil {

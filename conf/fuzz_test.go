@@ -3,6 +3,8 @@ package conf
 import (
 	"strings"
 	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
 )
 
 // Fuzz targets for everything a pod or a configuration author controls.
@@ -38,11 +40,37 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-func FuzzPodFromArgs(f *testing.F) {
-	f.Add("IgnoreUnknown=1;K8S_POD_NAMESPACE=rook-ceph;K8S_POD_NAME=csi-holder-1;K8S_POD_UID=0-1")
-	f.Add("K8S_POD_NAME=a=b;;")
+// loadArgsPod is PodFromArgs as the CNI library's types.LoadArgs reads
+// it, the reference FuzzPodFromArgsMatchesLoadArgs holds PodFromArgs to.
+func loadArgsPod(cniArgs string) (Pod, error) {
+	a := struct {
+		types.CommonArgs
+		K8S_POD_NAMESPACE types.UnmarshallableString //nolint:revive // CNI_ARGS key
+		K8S_POD_NAME      types.UnmarshallableString //nolint:revive // CNI_ARGS key
+		K8S_POD_UID       types.UnmarshallableString //nolint:revive // CNI_ARGS key
+	}{}
+	a.IgnoreUnknown = true
+	err := types.LoadArgs(cniArgs, &a)
+	return Pod{Namespace: string(a.K8S_POD_NAMESPACE), Name: string(a.K8S_POD_NAME), UID: string(a.K8S_POD_UID)}, err
+}
+
+func FuzzPodFromArgsMatchesLoadArgs(f *testing.F) {
+	for _, s := range []string{
+		"IgnoreUnknown=1;K8S_POD_NAMESPACE=rook-ceph;K8S_POD_NAME=csi-holder-1;K8S_POD_UID=0-1",
+		"K8S_POD_NAME=a=b;;", "", "K8S_POD_NAME=", "IgnoreUnknown=0;X=1", "IgnoreUnknown=TRUE;X=1", "IgnoreUnknown=yes",
+		"X=1;IgnoreUnknown=false", "CommonArgs=1", "k8s_pod_name=x", "K8S_POD_NAME=a;K8S_POD_NAME=b", ";", "=",
+	} {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, args string) {
-		_, _ = PodFromArgs(args)
+		got, err := PodFromArgs(args)
+		want, wantErr := loadArgsPod(args)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("CNI_ARGS %q: PodFromArgs %v, LoadArgs %v", args, err, wantErr)
+		}
+		if err == nil && got != want {
+			t.Fatalf("CNI_ARGS %q: PodFromArgs %+v, LoadArgs %+v", args, got, want)
+		}
 	})
 }
 
