@@ -57,6 +57,11 @@ type Config struct {
 	// cni-args of a pod's network selection element.
 	Args *Args `json:"args,omitempty"`
 
+	// prevResult is the prevResult member as given, and prevResults how
+	// many members (of any spelling) gave one.
+	prevResult  []byte
+	prevResults int
+
 	links     []linkTemplate
 	rules     []compiledRule
 	cephPorts inuse.Ports
@@ -96,11 +101,6 @@ func ParseWith(data []byte, overrides map[string]string) (*Config, error) {
 	if err := c.decode(data); err != nil {
 		return nil, fmt.Errorf("parse configuration: %w", err)
 	}
-	if c.RawPrevResult != nil {
-		if err := version.ParsePrevResult(&c.PluginConf); err != nil {
-			return nil, fmt.Errorf("parse prevResult: %w", err)
-		}
-	}
 	for _, ps := range PathSettings {
 		if v := overrides[ps.Key]; v != "" {
 			*ps.Field(c) = v
@@ -111,6 +111,34 @@ func ParseWith(data []byte, overrides map[string]string) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// PrevResultAsGiven is the prevResult member as the runtime wrote it, when
+// it can be handed on unchanged: given once, under that name, and in the
+// configuration's cniVersion, which is how runtimes pass it. Otherwise nil,
+// and the CNI library is to decode and convert it (ParsePrevResult).
+// netns-pin never changes a result, so a pod's ADD prints what it was
+// given without decoding it: fields this CNI library does not know
+// survive, and a pod that is no holder pays for no more than it uses.
+func (c *Config) PrevResultAsGiven() []byte {
+	if c.prevResults != 1 || c.CNIVersion == "" {
+		return nil
+	}
+	var v string
+	err := decodeObject(c.prevResult, "", nil, []member{{"cniVersion", str(&v)}})
+	if err != nil || v != c.CNIVersion {
+		return nil
+	}
+	return c.prevResult
+}
+
+// ParsePrevResult decodes prevResult with the CNI library, for a result
+// that PrevResultAsGiven cannot hand on.
+func (c *Config) ParsePrevResult() error {
+	if err := version.ParsePrevResult(&c.PluginConf); err != nil {
+		return fmt.Errorf("parse prevResult: %w", err)
+	}
+	return nil
 }
 
 // PathSetting is one of the path settings that the operator's command line

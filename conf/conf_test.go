@@ -77,7 +77,6 @@ func TestParseErrorsNameFieldAndValue(t *testing.T) {
 		{"rule cluster no slash", `{"holders":[{"podNamespace":"r","podName":"x","cluster":"ab"}]}`, []string{"holders[0]", "namespace/name"}},
 		{"rule template", `{"holders":[{"podNamespace":"r","podName":"x","cluster":"{{.Pod}}/x"}]}`, []string{"holders[0]", "cluster"}},
 		{"allowlist", `{"cniArgsNamespaces":["ok","Not_OK"]}`, []string{"cniArgsNamespaces[1]", `"Not_OK"`}},
-		{"prevResult", `{"cniVersion":"1.0.0","prevResult":{"ips":"x"}}`, []string{"prevResult"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.conf))
@@ -209,4 +208,27 @@ func TestPluginEntry(t *testing.T) {
 
 func jsonString(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
+}
+
+func TestPrevResultAsGiven(t *testing.T) {
+	given := `{"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.2/24"}], "unknownToTheLibrary": 1}`
+	for conf, want := range map[string]string{
+		`{"cniVersion":"1.0.0","prevResult":` + given + `}`:                            given,
+		`{"cniVersion":"1.1.0","prevResult":` + given + `}`:                            "", // another version
+		`{"prevResult":` + given + `}`:                                                 "", // no cniVersion
+		`{"cniVersion":"1.0.0","prevResult":{"ips":[]}}`:                               "", // none in prevResult
+		`{"cniVersion":"1.0.0","prevResult":{"cniVersion":1}}`:                         "",
+		`{"cniVersion":"1.0.0","prevResult":` + given + `,"prevResult":` + given + `}`: "", // twice
+		`{"cniVersion":"1.0.0","prevresult":` + given + `}`:                            "", // the library's spelling rules
+		`{"cniVersion":"1.0.0"}`:                                                       "",
+	} {
+		c, err := Parse([]byte(conf))
+		require.NoError(t, err, conf)
+		assert.Equal(t, want, string(c.PrevResultAsGiven()), conf)
+	}
+	// Parse leaves prevResult to whoever prints it; the library's reading
+	// fails on what it cannot read.
+	c, err := Parse([]byte(`{"cniVersion":"1.0.0","prevResult":{"cniVersion":"0.4.0","ips":"x"}}`))
+	require.NoError(t, err)
+	assert.ErrorContains(t, c.ParsePrevResult(), "parse prevResult")
 }

@@ -26,14 +26,14 @@ func (c *Config) decode(data []byte) error {
 	if err := json.Unmarshal(data, &c.PluginConf); err != nil {
 		return err
 	}
-	return decodeObject(data, "", []member{
+	return decodeObject(data, "", c.notice, []member{
 		{"pinDir", str(&c.PinDir)},
 		{"stateDir", str(&c.StateDir)},
 		{"links", strs(&c.Links)},
 		{"holders", c.decodeHolders},
 		{"cniArgsNamespaces", strs(&c.CNIArgsNamespaces)},
 		{"inUse", func(raw []byte, at string) error {
-			return decodeObject(raw, at, []member{
+			return decodeObject(raw, at, nil, []member{
 				{"sysfs", str(&c.InUse.Sysfs)},
 				{"debugfs", str(&c.InUse.Debugfs)},
 				{"proc", str(&c.InUse.Proc)},
@@ -56,7 +56,7 @@ func (c *Config) decodeHolders(raw []byte, at string) error {
 	c.Holders = make([]HolderRule, len(items))
 	for i, item := range items {
 		r := &c.Holders[i]
-		if err := decodeObject(item, fmt.Sprintf("%s[%d]", at, i), []member{
+		if err := decodeObject(item, fmt.Sprintf("%s[%d]", at, i), nil, []member{
 			{"podNamespace", str(&r.PodNamespace)},
 			{"podName", str(&r.PodName)},
 			{"cluster", str(&r.Cluster)},
@@ -78,8 +78,8 @@ func (c *Config) decodeArgs(raw []byte, at string) error {
 		return nil
 	}
 	a := &Args{}
-	err := decodeObject(raw, at, []member{{"cni", func(raw []byte, at string) error {
-		return decodeObject(raw, at, []member{{"pinCluster", str(&a.CNI.PinCluster)}})
+	err := decodeObject(raw, at, nil, []member{{"cni", func(raw []byte, at string) error {
+		return decodeObject(raw, at, nil, []member{{"pinCluster", str(&a.CNI.PinCluster)}})
 	}}})
 	c.Args = a
 	return err
@@ -92,48 +92,143 @@ type member struct {
 	decode func(raw []byte, at string) error
 }
 
+// notice keeps what the entry's other keys say about prevResult, which
+// the CNI library decoded into RawPrevResult: how it was given, so that it
+// can be handed on as it came (PrevResultAsGiven).
+func (c *Config) notice(key string, val []byte) {
+	if strings.EqualFold(key, "prevResult") {
+		c.prevResult = val
+		c.prevResults++
+		if key != "prevResult" {
+			c.prevResults++ // another spelling: only the library's reading counts
+		}
+	}
+}
+
 // decodeObject decodes the members of the JSON object raw (at is its
-// path, "" for the entry itself) that ms name; null is an absent object.
+// path, "" for the entry itself) that ms name, and hands other members to
+// other when it is not nil; null is an absent object.
 // A key of ms given twice is an error: encoding/json would take the last
 // value, or merge two objects, and neither is what the author meant.
-func decodeObject(raw []byte, at string, ms []member) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	tok, err := dec.Token()
-	if err != nil {
-		return errAt(at, err)
-	}
-	if tok == nil {
-		return nil
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return errAt(at, fmt.Errorf("want an object, got %s", kindOf(tok)))
-	}
+// raw is valid JSON: decode checked the whole entry first.
+func decodeObject(raw []byte, at string, other func(key string, val []byte), ms []member) error {
 	var seen uint64 // members decoded, by index in ms
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return errAt(at, err)
-		}
-		key, _ := tok.(string) // an object's key is a string
-		var val json.RawMessage
-		if err := dec.Decode(&val); err != nil {
-			return errAt(at, err)
-		}
+	return eachMember(raw, at, func(key string, val []byte) error {
 		i, ok := findMember(ms, key)
 		switch {
 		case !ok:
-			continue
+			if other != nil {
+				other(key, val)
+			}
+			return nil
 		case ms[i].key != key:
 			return fmt.Errorf("%s: unknown key; keys are case-sensitive: did you mean %q?", join(at, key), ms[i].key)
 		case seen&(1<<i) != 0:
 			return fmt.Errorf("%s: given twice", join(at, key))
 		}
 		seen |= 1 << i
-		if err := ms[i].decode(val, join(at, key)); err != nil {
+		return ms[i].decode(val, join(at, key))
+	})
+}
+
+// eachMember calls fn with each member of the object raw, in order: its
+// key unquoted and its value as raw JSON. raw must be valid JSON; null is
+// an object without members. A scan of its own rather than
+// json.Decoder's tokens, whose code every pod's ADD and DEL would load
+// for these few keys (README, Performance).
+func eachMember(raw []byte, at string, fn func(key string, val []byte) error) error {
+	i := skipSpace(raw, 0)
+	switch {
+	case i < len(raw) && raw[i] == '{':
+	case string(raw[i:]) == "null":
+		return nil
+	default:
+		return errAt(at, fmt.Errorf("want an object, got %s", kindAt(raw, i)))
+	}
+	i = skipSpace(raw, i+1)
+	for i < len(raw) && raw[i] == '"' {
+		end := skipValue(raw, i)
+		key, err := unquote(raw[i:end])
+		if err != nil {
+			return errAt(at, err)
+		}
+		i = skipSpace(raw, end)
+		i = skipSpace(raw, i+1) // the colon
+		end = skipValue(raw, i)
+		if err := fn(key, raw[i:end]); err != nil {
 			return err
+		}
+		i = skipSpace(raw, end)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipSpace(raw, i+1)
 		}
 	}
 	return nil
+}
+
+// skipValue returns the end of the valid JSON value that starts at i.
+func skipValue(raw []byte, i int) int {
+	depth := 0
+	for ; i < len(raw); i++ {
+		switch raw[i] {
+		case '"':
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 { // the end of the object or array around a scalar
+				return i
+			}
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// unquote returns the string of a JSON string literal.
+func unquote(lit []byte) (string, error) {
+	if bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit[1 : len(lit)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(lit, &s)
+	return s, err
+}
+
+// kindAt names the JSON kind of the value that starts at i.
+func kindAt(raw []byte, i int) string {
+	if i >= len(raw) {
+		return "nothing"
+	}
+	switch raw[i] {
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
 }
 
 // findMember finds key's member, or one whose key differs only in case.
@@ -156,23 +251,6 @@ func errAt(at string, err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", at, err)
-}
-
-// kindOf names the JSON kind of a token that starts a value.
-func kindOf(tok json.Token) string {
-	switch t := tok.(type) {
-	case json.Delim:
-		if t == '[' {
-			return "array"
-		}
-		return "object"
-	case string:
-		return "string"
-	case bool:
-		return "bool"
-	default:
-		return "number"
-	}
 }
 
 func join(at, key string) string {

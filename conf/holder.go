@@ -37,9 +37,11 @@ func PodFromArgs(cniArgs string) (Pod, error) {
 	}
 	ignoreUnknown := true
 	var unknown []string
-	for pair := range strings.SplitSeq(cniArgs, ";") {
+	for rest, more := cniArgs, true; more; {
+		var pair string
+		pair, rest, more = strings.Cut(rest, ";")
 		key, value, ok := strings.Cut(pair, "=")
-		if !ok || strings.Contains(value, "=") {
+		if !ok || strings.IndexByte(value, '=') >= 0 {
 			return Pod{}, fmt.Errorf("parse CNI_ARGS: invalid pair %q", pair)
 		}
 		switch key {

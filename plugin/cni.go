@@ -71,7 +71,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if r.conf.PrevResult == nil {
+	if r.conf.RawPrevResult == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"netns-pin: prevResult is missing: netns-pin is a chained plugin and must come after the plugin that creates the interface", "")
 	}
@@ -84,7 +84,23 @@ func cmdAdd(args *skel.CmdArgs) error {
 			return err
 		}
 	}
-	return types.PrintResult(r.conf.PrevResult, r.conf.CNIVersion)
+	return printPrevResult(r.conf)
+}
+
+// printPrevResult prints the result of ADD: prevResult, unchanged (see
+// conf.Config.PrevResultAsGiven), or converted to the configuration's
+// cniVersion by the CNI library.
+func printPrevResult(c *conf.Config) error {
+	if raw := c.PrevResultAsGiven(); raw != nil {
+		if _, err := os.Stdout.Write(raw); err != nil {
+			return types.NewError(types.ErrIOFailure, "netns-pin: print result: "+err.Error(), "")
+		}
+		return nil
+	}
+	if err := c.ParsePrevResult(); err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "netns-pin: "+err.Error(), "")
+	}
+	return types.PrintResult(c.PrevResult, c.CNIVersion)
 }
 
 func (r *request) pin(cl conf.Cluster) error {
@@ -261,7 +277,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if r.conf.PrevResult == nil {
+	if r.conf.RawPrevResult == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "netns-pin: prevResult is missing", "")
 	}
 	_, ok, err := r.holder()

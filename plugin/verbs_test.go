@@ -201,3 +201,45 @@ func TestVerbErrorCodes(t *testing.T) {
 		})
 	}
 }
+
+// ADD hands prevResult on as it came when it is in the configuration's
+// cniVersion, byte for byte, so that what this CNI library does not know
+// (a newer result's fields) survives; a result of another version is
+// converted to the configuration's by the library, and one the library
+// cannot convert fails the ADD, as before.
+func TestAddHandsPrevResultOn(t *testing.T) {
+	e := newVerbEnv(t, "1.0.0")
+	add := func(stdin []byte) ([]byte, error) {
+		a := e.args(e.nonHolderID, e.plainArgs, stdin)
+		_, out, err := testutils.CmdAddWithArgs(a, func() error { return cmdAdd(a) })
+		return out, err
+	}
+	given := `{"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x", "futureField": {"a": [1, 2]}}],` +
+		` "ips": [{"interface": 0, "address": "10.244.1.17/24"}], "vendorExtension": true}`
+	out, err := add([]byte(`{"cniVersion":"1.0.0","name":"n","type":"netns-pin","prevResult":` + given + `}`))
+	require.NoError(t, err)
+	assert.Equal(t, given, string(out), "the same bytes")
+
+	// 1.0.0 inside a 1.1.0 configuration: converted.
+	out, err = add([]byte(`{"cniVersion":"1.1.0","name":"n","type":"netns-pin","prevResult":` + given + `}`))
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(out, &got))
+	assert.Equal(t, "1.1.0", got["cniVersion"])
+	assert.NotContains(t, got, "vendorExtension", "decoded by the library, which keeps what it knows")
+
+	// Given twice, or in another spelling: the library reads it, as before.
+	for _, stdin := range []string{
+		`{"cniVersion":"1.0.0","name":"n","prevResult":{"cniVersion":"1.0.0","ips":[]},"prevResult":` + given + `}`,
+		`{"cniVersion":"1.0.0","name":"n","PrevResult":` + given + `}`,
+	} {
+		out, err = add([]byte(stdin))
+		require.NoError(t, err, stdin)
+		assert.NotContains(t, string(out), "vendorExtension", "%s: decoded by the library, which keeps what it knows", stdin)
+	}
+
+	// A result the library cannot read, in another version: the ADD fails.
+	_, err = add([]byte(`{"cniVersion":"1.0.0","name":"n","prevResult":{"cniVersion":"0.4.0","ips":[]}}`))
+	assert.Equal(t, uint(types.ErrInvalidNetworkConfig), cniCode(t, err), "%v", err)
+	assert.NoDirExists(t, e.stateDir)
+}

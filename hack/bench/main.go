@@ -224,7 +224,9 @@ var sections = []struct {
 	run     func(*bench, context.Context) error
 	targets []string
 }{
-	{"passthrough", (*bench).passthrough, []string{tPassBase, tPassTuning}},
+	{"passthrough", (*bench).passthrough, []string{
+		fmt.Sprintf(tPassBase, "ADD"), fmt.Sprintf(tPassTuning, "ADD"), fmt.Sprintf(tPassBase, "DEL"), fmt.Sprintf(tPassTuning, "DEL"),
+	}},
 	{"holder", (*bench).holder, []string{tHolderAdd}},
 	{"chain", (*bench).chain, nil},
 	{"gobench", (*bench).goBenchmarks, []string{tInUse}},

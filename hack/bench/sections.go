@@ -29,8 +29,8 @@ type bench struct {
 
 // The targets of the issue, each checked by the section that measures it.
 const (
-	tPassBase   = "passthrough ADD within 1.05× of the baseline plugin"
-	tPassTuning = "passthrough ADD no slower than tuning"
+	tPassBase   = "passthrough %s within 1.05× of the baseline plugin"
+	tPassTuning = "passthrough %s no slower than tuning"
 	tHolderAdd  = "holder ADD within 1.5× of the baseline"
 	tInUse      = "in-use check at 1000 rbd devices + 1000 CephFS clients under 20 ms"
 )
@@ -101,26 +101,42 @@ func wantPins(pinDir string, n int, what string) error {
 }
 
 // ---------------------------------------------------------------------
-// 1. passthrough ADD of a non-holder pod: netns-pin vs baseline vs tuning.
+// 1. passthrough ADD and DEL of a non-holder pod: netns-pin vs baseline vs
+// tuning.
 
 func (b *bench) passthrough(ctx context.Context) error {
 	ns, err := b.env.netns(b.name("pt"), "10.250.0.5/24")
 	if err != nil {
 		return err
 	}
-	prev := prevResult("10.250.0.5")
-	cid := newCID()
-	env := cniEnv("ADD", cid, ns, podArgs("default", "web-7d9f8c6b5-x2x9k", cid), b.cfg.cniPath)
 	builds := b.builds(nil)
 	ps := append([]plugin{builds[0],
 		{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}},
 		{label: "tuning (empty config)", bin: b.cfg.tuning, entry: map[string]any{"type": "tuning"}},
 	}, builds[1:]...)
-	// Every command must print prevResult unchanged.
+	for _, verb := range []string{"ADD", "DEL"} {
+		if err := b.passthroughVerb(ctx, verb, ns, ps); err != nil {
+			return err
+		}
+	}
+	return wantPins(b.pinDir, 0, "a non-holder pod made pins")
+}
+
+// passthroughVerb measures one verb of a non-holder pod: ADD prints
+// prevResult unchanged, DEL prints nothing; both take the same stdin, as
+// a runtime passes prevResult to DEL too.
+func (b *bench) passthroughVerb(ctx context.Context, verb, ns string, ps []plugin) error {
+	prev := prevResult("10.250.0.5")
+	cid := newCID()
+	env := cniEnv(verb, cid, ns, podArgs("default", "web-7d9f8c6b5-x2x9k", cid), b.cfg.cniPath)
 	ss, rss, err := b.measure(ctx, len(ps), probeRuns, b.rounds(1000), rotate(len(ps), func(ctx context.Context, i int, wrap string) (sample, error) {
 		x, out, err := call{bin: ps[i].bin, env: env, stdin: pluginConf(b.name("passthrough"), ps[i].entry, prev)}.run(ctx, wrap)
-		if err == nil && !sameJSON(out, prev) {
+		switch {
+		case err != nil:
+		case verb == "ADD" && !sameJSON(out, prev):
 			err = fmt.Errorf("%s did not print prevResult unchanged:\n%s", ps[i].label, out)
+		case verb == "DEL" && len(out) != 0:
+			err = fmt.Errorf("%s printed on DEL:\n%s", ps[i].label, out)
 		}
 		return x, err
 	}))
@@ -128,21 +144,18 @@ func (b *bench) passthrough(ctx context.Context) error {
 		return err
 	}
 	b.keepPinRSS(&rss[0])
-	if err := wantPins(b.pinDir, 0, "a non-holder ADD made pins"); err != nil {
-		return err
-	}
 	pin, base, tun := &ss[0], &ss[1], &ss[2]
-	b.rep.timed("1", "passthrough ADD, non-holder pod: **netns-pin**", pin, &rss[0], versus(pin, base, " baseline")+"; "+versus(pin, tun, " tuning"),
+	b.rep.timed("1", "passthrough "+verb+", non-holder pod: **netns-pin**", pin, &rss[0], versus(pin, base, " baseline")+"; "+versus(pin, tun, " tuning"),
 		fmt.Sprintf("%s; %s (%s baseline, %s tuning)", over(pin, base), cpuNote(pin), ratioOf(pin.cpu, base.cpu), ratioOf(pin.cpu, tun.cpu)))
-	b.rep.timed("1", "passthrough ADD: baseline plugin (skel + types, prints prevResult)", base, &rss[1], "1.00×", cpuNote(base))
-	b.rep.timed("1", "passthrough ADD: tuning v1.10.0, empty config", tun, &rss[2], ratioOf(tun.d, base.d)+" baseline", cpuNote(tun)+"; enters the netns")
+	b.rep.timed("1", "passthrough "+verb+": baseline plugin (skel + types, parses prevResult)", base, &rss[1], "1.00×", cpuNote(base))
+	b.rep.timed("1", "passthrough "+verb+": tuning v1.10.0, empty config", tun, &rss[2], ratioOf(tun.d, base.d)+" baseline", cpuNote(tun))
 	for i := 3; i < len(ps); i++ {
 		t := &ss[i]
-		b.rep.timed("1", "passthrough ADD: "+ps[i].label, t, &rss[i],
+		b.rep.timed("1", "passthrough "+verb+": "+ps[i].label, t, &rss[i],
 			fmt.Sprintf("%s; %s tuning; %s", versus(t, base, " baseline"), ratioOf(t.d, tun.d), versus(t, pin, " netns-pin")), cpuNote(t))
 	}
-	b.rep.ratioTarget(tPassBase, pin, base, 1.05)
-	b.rep.ratioTarget(tPassTuning, pin, tun, 1.00)
+	b.rep.ratioTarget(fmt.Sprintf(tPassBase, verb), pin, base, 1.05)
+	b.rep.ratioTarget(fmt.Sprintf(tPassTuning, verb), pin, tun, 1.00)
 	return nil
 }
 
