@@ -31,15 +31,15 @@ import (
 
 type config struct {
 	plugin, baseline, tuning, cniPath, cnitool, benchstat string
-	goBench                                       multiFlag // dir=test-binary
-	benchtime                                     string
-	goCount                                       int
-	work, fixtures, prefix                        string
-	scale                                         float64
-	budget                                        time.Duration
-	sections, out                                 string
-	header                                        multiFlag
-	alts                                          altFlag
+	goBench                                               multiFlag // dir=test-binary
+	benchtime                                             string
+	goCount                                               int
+	work, fixtures, prefix                                string
+	scale                                                 float64
+	budget                                                time.Duration
+	sections, out                                         string
+	header                                                multiFlag
+	alts                                                  altFlag
 }
 
 type multiFlag []string
