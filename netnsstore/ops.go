@@ -87,22 +87,31 @@ func (v *view) badErrs() []error {
 func (s *Store) op(skip string, fn func(v *view) error) error {
 	return s.locked(func(v *view) error {
 		s.repair(v, skip)
+		s.steps.mark("repair")
 		return fn(v)
 	})
 }
 
 // locked runs fn under the store's lock with every record read.
 func (s *Store) locked(fn func(v *view) error) error {
+	s.steps.start()
 	unlock, err := s.lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	s.steps.mark("lock")
 	v, err := s.load()
 	if err != nil {
 		return err
 	}
-	return errors.Join(fn(v), s.syncRecords())
+	s.steps.mark("read records")
+	ferr := fn(v)
+	s.steps.mark("work")
+	err = errors.Join(ferr, s.syncRecords())
+	s.steps.mark("folder sync")
+	s.log.Debug("steps (µs)", s.steps.took...)
+	return err
 }
 
 func (s *Store) load() (*view, error) {
@@ -154,6 +163,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 			if err != nil {
 				return fmt.Errorf("pin %s: %w", name, err)
 			}
+			s.steps.mark("addresses")
 			r = &Record{
 				Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
 				Cluster: req.Cluster, PodNS: req.PodNS, PodName: req.PodName, PodUID: req.PodUID,
@@ -167,6 +177,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 			if err := s.writeRecord(r); err != nil {
 				return err
 			}
+			s.steps.mark("record")
 			v.put(r)
 			failpoint.Hit("add-record-written")
 			s.startSync()
@@ -217,10 +228,12 @@ func (s *Store) publish(v *view, r *Record, src *os.File) error {
 	if err := s.mountPin(src, r.NetnsID(), r.Attachment); err != nil {
 		return err
 	}
+	s.steps.mark("mount")
 	failpoint.Hit("add-pin-mounted")
 	if err := s.relink(r.Cluster, v.recs); err != nil {
 		return err
 	}
+	s.steps.mark("links")
 	failpoint.Hit("add-links-set")
 	s.log.Info("pinned", "attachment", r.Attachment, "cluster", r.Cluster, "netns", r.NetnsID().String(), "ips", r.IPs, "links", r.Links)
 	return nil
@@ -291,14 +304,17 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 		return err
 	}
 	failpoint.Hit("del-links-moved")
+	s.steps.mark("links")
 	path := ""
 	if err == nil && h != nil {
 		path = h.path
 		r.IPs, err = s.addrsNow(h, r)
+		s.steps.mark("addresses")
 	}
 	var uses []Use
 	if err == nil {
 		uses, err = s.inUse(r, path)
+		s.steps.mark("in-use check")
 	}
 	if v.checked == nil {
 		v.checked = map[string]bool{}

@@ -45,6 +45,23 @@ type Store struct {
 	pinsDev   uint64
 	stateFd   int
 	recordsFd int
+	steps     steps // of the operation under way, for the debug log
+}
+
+// steps times the steps of one operation for the debug log, which shows
+// what a slow ADD or DEL waited for: the lock, a disk's fsync, an address
+// dump, the in-use check (docs/operating.md, "Slow ADD or DEL").
+type steps struct {
+	last time.Time
+	took []any // step name, µs, step name, µs, ...
+}
+
+func (t *steps) start() { t.last, t.took = time.Now(), t.took[:0] }
+
+func (t *steps) mark(step string) {
+	now := time.Now()
+	t.took = append(t.took, step, now.Sub(t.last).Microseconds())
+	t.last = now
 }
 
 // Options configures a Store. The zero value is usable but releases

@@ -1,13 +1,16 @@
 package netnsstore
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -579,4 +582,45 @@ func TestSweepChecksARecordOnceAHold(t *testing.T) {
 	require.Len(t, findings, 1)
 	assert.Equal(t, ActionKeep, findings[0].Action)
 	assert.Equal(t, []string{"rbd 0"}, findings[0].References)
+}
+
+// The debug log times each step of an operation, in the order they ran,
+// so that a slow ADD or DEL shows what it waited for.
+func TestDebugLogTimesTheSteps(t *testing.T) {
+	s := testStore(t)
+	var buf bytes.Buffer
+	s.log = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	n := testNetns(t, "10.98.9.5/24")
+	_, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	_, err = s.Release("c1.net1", nil)
+	require.NoError(t, err)
+	var got [][]string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if !strings.Contains(line, `"msg":"steps (µs)"`) {
+			continue
+		}
+		// The keys after msg, in the order the handler wrote them.
+		dec := json.NewDecoder(strings.NewReader(line))
+		_, err := dec.Token()
+		require.NoError(t, err)
+		var names []string
+		for afterMsg := false; dec.More(); {
+			key, err := dec.Token()
+			require.NoError(t, err)
+			var val any
+			require.NoError(t, dec.Decode(&val))
+			if afterMsg {
+				us, isNum := val.(float64)
+				require.True(t, isNum && us >= 0, "%s: %v", key, val)
+				names = append(names, key.(string))
+			}
+			afterMsg = afterMsg || key == "msg"
+		}
+		got = append(got, names)
+	}
+	assert.Equal(t, [][]string{
+		{"lock", "read records", "repair", "addresses", "record", "mount", "links", "work", "folder sync"},
+		{"lock", "read records", "repair", "links", "addresses", "in-use check", "work", "folder sync"},
+	}, got, "ADD, then DEL")
 }

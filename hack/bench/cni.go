@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -28,6 +29,7 @@ type call struct {
 	args  []string
 	env   []string // added to the runner's environment (CNI_* removed)
 	stdin []byte
+	log   *bytes.Buffer // when not nil, receives stderr too
 }
 
 // baseEnv is the runner's environment without CNI variables, which a
@@ -58,6 +60,9 @@ func (c call) run(ctx context.Context, wrap string) (sample, []byte, error) {
 	cmd.Stdin = bytes.NewReader(c.stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if c.log != nil {
+		cmd.Stderr = io.MultiWriter(&stderr, c.log)
+	}
 	start := time.Now()
 	err := cmd.Run()
 	s := sample{d: time.Since(start)}

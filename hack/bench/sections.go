@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"strings"
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/host"
@@ -237,7 +239,86 @@ func (b *bench) holder(ctx context.Context) error {
 	b.holderRows(vs, "holder ADD (lock, addresses, record, bind mount, link)", ss[:n], rss[:n])
 	b.holderRows(vs, "holder DEL, unused (in-use check of this host, unmount, unlink, records)", ss[n:], rss[n:])
 	b.rep.ratioTarget(tHolderAdd, &ss[0], &ss[n-1], 1.5)
+	return b.holderSteps(ctx, vs[0])
+}
+
+// holderSteps runs holder ADD and DEL of netns-pin with the debug log,
+// untimed, and reports the median of each step the store times (see
+// netnsstore's steps): where the time over the baseline goes.
+func (b *bench) holderSteps(ctx context.Context, v holderVariant) error {
+	v.entry = maps.Clone(v.entry)
+	v.entry["logLevel"] = "debug"
+	runs := b.rounds(60)
+	for step, verb := range []string{"ADD", "DEL"} {
+		var log bytes.Buffer
+		for r := range runs {
+			j := r % holderPool
+			a := b.attach("holder", v.nss[j], "csi-holder-"+host.RandHex(5), v.entry, fmt.Sprintf("10.250.1.%d", 2+j))
+			for _, vb := range []string{"ADD", "DEL"} {
+				c := b.call(v.bin, vb, a)
+				if vb == verb {
+					c.log = &log
+				}
+				if _, _, err := c.run(ctx, ""); err != nil {
+					return fmt.Errorf("steps, %s: %w", vb, err)
+				}
+			}
+		}
+		us, order, err := stepMedians(log.Bytes())
+		if err != nil {
+			return err
+		}
+		notes := make([]string, len(order))
+		for i, name := range order {
+			notes[i] = fmt.Sprintf("%s %s", name, fmtDur(us[name]*float64(time.Microsecond)))
+		}
+		what := []string{"holder ADD", "holder DEL, unused"}[step]
+		b.rep.add(row{section: "2", name: what + " by step, netns-pin's debug log (medians, untimed runs)", n: fmt.Sprint(runs),
+			note: strings.Join(notes, ", ")})
+	}
 	return nil
+}
+
+// stepMedians reads the "steps (µs)" lines of a debug log: the median of
+// each step, and the steps in the order they ran.
+func stepMedians(log []byte) (map[string]float64, []string, error) {
+	all, order := map[string][]float64{}, []string(nil)
+	for _, line := range bytes.Split(bytes.TrimSpace(log), []byte("\n")) {
+		if !bytes.Contains(line, []byte(`"msg":"steps (µs)"`)) {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(line))
+		if _, err := dec.Token(); err != nil {
+			return nil, nil, fmt.Errorf("steps log %q: %w", line, err)
+		}
+		for afterMsg := false; dec.More(); {
+			key, err := dec.Token()
+			if err != nil {
+				return nil, nil, fmt.Errorf("steps log %q: %w", line, err)
+			}
+			var val any
+			if err := dec.Decode(&val); err != nil {
+				return nil, nil, fmt.Errorf("steps log %q: %w", line, err)
+			}
+			name, _ := key.(string)
+			if us, ok := val.(float64); ok && afterMsg {
+				if _, seen := all[name]; !seen {
+					order = append(order, name)
+				}
+				all[name] = append(all[name], us)
+			}
+			afterMsg = afterMsg || name == "msg"
+		}
+	}
+	if len(order) == 0 {
+		return nil, nil, errors.New("no steps in the debug log")
+	}
+	out := map[string]float64{}
+	for name, v := range all {
+		slices.Sort(v)
+		out[name] = v[len(v)/2]
+	}
+	return out, order, nil
 }
 
 func (b *bench) holderRows(vs []holderVariant, what string, ss, rss []series) {
