@@ -11,8 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/host"
