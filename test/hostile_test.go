@@ -131,6 +131,9 @@ func TestHostileInputsAreRefusedAndChangeNothing(t *testing.T) {
 		hostileCase{name: "wrong type", conf: set("pinDir", 5), code: types.ErrInvalidNetworkConfig, msg: []string{"pinDir"}},
 		hostileCase{name: "unknown cniVersion", conf: set("cniVersion", "9.9.9"), code: types.ErrIncompatibleCNIVersion},
 		hostileCase{name: "relative pinDir", conf: set("pinDir", "pins"), code: types.ErrInvalidNetworkConfig, msg: []string{"pinDir", "absolute"}},
+		hostileCase{name: "pinDir in the wrong case", conf: set("pindir", "/elsewhere"), code: types.ErrInvalidNetworkConfig, msg: []string{"pindir", `did you mean "pinDir"`}},
+		hostileCase{name: "key given twice", stdin: []byte(`{"cniVersion":"1.0.0","name":"x","type":"netns-pin","logLevel":"info","logLevel":"debug","prevResult":{"cniVersion":"1.0.0"}}`),
+			code: types.ErrInvalidNetworkConfig, msg: []string{"logLevel: given twice"}},
 		// Directories.
 		hostileCase{name: "pinDir is a symlink", conf: set("pinDir", symDir), code: types.ErrPluginNotAvailable, msg: []string{symDir, "symlink"}},
 		hostileCase{name: "stateDir is a symlink", conf: set("stateDir", symDir), code: types.ErrPluginNotAvailable, msg: []string{symDir, "symlink"}},
