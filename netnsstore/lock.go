@@ -47,6 +47,13 @@ func (s *Store) lock() (unlock func(), err error) {
 // it is dropped with the last reference to the open file, which that
 // goroutine's syscall holds.
 func flockWithin(fd int, timeout time.Duration) error {
+	// The usual case, a free lock, without a goroutine and a timer.
+	switch err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR):
+		return err
+	}
 	done := make(chan error, 1)
 	go func() {
 		for {

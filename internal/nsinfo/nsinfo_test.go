@@ -54,3 +54,49 @@ func TestGlobalAddrs(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, hostAddrs, netip.MustParseAddr("192.168.20.5"), "the host's own list is its own")
 }
+
+// A dump that takes many reads (1000 addresses) is read to its end, and
+// the goroutines that asked stay in this process's netns.
+func TestGlobalAddrsOfABusyNetns(t *testing.T) {
+	require.Equal(t, 0, os.Geteuid(), "this test makes a network namespace: run it as root")
+	n, err := testutils.NewNS()
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
+	var want []netip.Addr
+	require.NoError(t, n.Do(func(ns.NetNS) error {
+		link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0p"}
+		if err := netlink.LinkAdd(link); err != nil {
+			return err
+		}
+		for i := range 1000 {
+			a := netip.AddrFrom4([4]byte{10, 77, byte(i >> 8), byte(i)})
+			addr, err := netlink.ParseAddr(a.String() + "/32")
+			if err != nil {
+				return err
+			}
+			if err := netlink.AddrAdd(link, addr); err != nil {
+				return err
+			}
+			want = append(want, a)
+		}
+		return nil
+	}))
+	before, err := os.Readlink("/proc/thread-self/ns/net")
+	require.NoError(t, err)
+	for range 20 {
+		got, err := GlobalAddrs(int(n.Fd()))
+		require.NoError(t, err)
+		require.ElementsMatch(t, want, got)
+	}
+	// Every thread of this process is still in its own netns.
+	self, err := os.Readlink("/proc/self/ns/net")
+	require.NoError(t, err)
+	tasks, err := os.ReadDir("/proc/self/task")
+	require.NoError(t, err)
+	for _, task := range tasks {
+		got, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/net")
+		require.NoError(t, err)
+		assert.Equal(t, self, got, "thread %s", task.Name())
+	}
+	assert.Equal(t, self, before)
+}
