@@ -27,6 +27,18 @@ func readAllFd(fd int, limit int64) ([]byte, error) {
 	return data, nil
 }
 
+// readFile reads a small file without os.Open, whose os.File of a regular
+// file starts the runtime's network poller, which an ADD or DEL does not
+// need otherwise.
+func readFile(path string, limit int64) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	return readAllFd(fd, limit)
+}
+
 // readDirNames lists the entries of a directory fd without changing its
 // offset for later users.
 func readDirNames(dirfd int) ([]string, error) {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"strings"
 	"time"
@@ -109,7 +108,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 var errNoCheck = errors.New("no in-use check configured")
 
 func (s *Store) open() error {
-	boot, err := os.ReadFile(failpoint.BootIDPath(bootIDPath))
+	boot, err := readFile(failpoint.BootIDPath(bootIDPath), 4096)
 	if err != nil {
 		return fmt.Errorf("read boot id: %w", err)
 	}
