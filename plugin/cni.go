@@ -79,28 +79,40 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	// The result first: a prevResult that cannot be printed fails the ADD
+	// before anything is pinned.
+	printResult, err := addResult(r.conf)
+	if err != nil {
+		return err
+	}
 	if ok {
 		if err := r.pin(cl); err != nil {
 			return err
 		}
 	}
-	return printPrevResult(r.conf)
+	return printResult()
 }
 
-// printPrevResult prints the result of ADD: prevResult, unchanged (see
-// conf.Config.PrevResultAsGiven), or converted to the configuration's
+// addResult returns what prints the result of ADD: prevResult, unchanged
+// (see conf.Config.PrevResultAsGiven), or converted to the configuration's
 // cniVersion by the CNI library.
-func printPrevResult(c *conf.Config) error {
+func addResult(c *conf.Config) (func() error, error) {
 	if raw := c.PrevResultAsGiven(); raw != nil {
-		if _, err := os.Stdout.Write(raw); err != nil {
-			return types.NewError(types.ErrIOFailure, "netns-pin: print result: "+err.Error(), "")
-		}
-		return nil
+		return func() error {
+			if _, err := os.Stdout.Write(raw); err != nil {
+				return types.NewError(types.ErrIOFailure, "netns-pin: print result: "+err.Error(), "")
+			}
+			return nil
+		}, nil
 	}
 	if err := c.ParsePrevResult(); err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, "netns-pin: "+err.Error(), "")
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "netns-pin: "+err.Error(), "")
 	}
-	return types.PrintResult(c.PrevResult, c.CNIVersion)
+	res, err := c.PrevResult.GetAsVersion(c.CNIVersion)
+	if err != nil {
+		return nil, types.NewError(types.ErrIncompatibleCNIVersion, "netns-pin: prevResult: "+err.Error(), "")
+	}
+	return res.Print, nil
 }
 
 func (r *request) pin(cl conf.Cluster) error {

@@ -238,8 +238,13 @@ func TestAddHandsPrevResultOn(t *testing.T) {
 		assert.NotContains(t, string(out), "vendorExtension", "%s: decoded by the library, which keeps what it knows", stdin)
 	}
 
-	// A result the library cannot read, in another version: the ADD fails.
+	// A result the library cannot read, in another version: the ADD fails,
+	// a holder's before anything is pinned.
 	_, err = add([]byte(`{"cniVersion":"1.0.0","name":"n","prevResult":{"cniVersion":"0.4.0","ips":[]}}`))
 	assert.Equal(t, uint(types.ErrInvalidNetworkConfig), cniCode(t, err), "%v", err)
+	holder := e.args(e.containerID, e.holderArgs, e.stdin(map[string]any{"prevResult": map[string]any{"cniVersion": "0.4.0", "ips": []any{}}}))
+	_, _, err = testutils.CmdAddWithArgs(holder, func() error { return cmdAdd(holder) })
+	assert.Equal(t, uint(types.ErrInvalidNetworkConfig), cniCode(t, err), "%v", err)
+	assert.NoFileExists(t, e.pin())
 	assert.NoDirExists(t, e.stateDir)
 }
