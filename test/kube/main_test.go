@@ -25,6 +25,9 @@ import (
 const (
 	upTimeout  = 40 * time.Minute // from nothing: Kubernetes builds in ~10 min on 2 cores
 	cmdTimeout = 2 * time.Minute
+	// downTimeout bounds hack/kube/down.sh (13 s here), so that a process
+	// that does not stop cannot hold the suite until CI's limit.
+	downTimeout = 5 * time.Minute
 	// podTimeout bounds a pod's start or a DaemonSet's rollout step.
 	podTimeout = 2 * time.Minute
 	// releaseTimeout bounds the release of a holder once unused: the kubelet
@@ -123,9 +126,9 @@ func newCluster() (*cluster, error) {
 }
 
 func (c *cluster) down() error {
-	out, err := exec.Command(filepath.Join(c.repo, "hack", "kube", "down.sh")).CombinedOutput()
-	fmt.Fprintf(os.Stderr, "hack/kube/down.sh:\n%s", host.Tail(string(out), 20))
-	return err
+	r := host.RunCmd(downTimeout, nil, nil, filepath.Join(c.repo, "hack", "kube", "down.sh"))
+	fmt.Fprintf(os.Stderr, "hack/kube/down.sh:\n%s", host.Tail(r.Stdout+r.Stderr, 20))
+	return r.Err
 }
 
 // kubectl runs kubectl against the cluster.
