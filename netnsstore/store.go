@@ -49,18 +49,27 @@ type Store struct {
 
 // steps times the steps of one operation for the debug log, which shows
 // what a slow ADD or DEL waited for: the lock, a disk's fsync, an address
-// dump, the in-use check (docs/operating.md, "Slow ADD or DEL").
+// dump, the in-use check (docs/operating.md, "Slow ADD or DEL"). A step
+// that runs again in the same operation (repair settles every record that
+// needs it) adds to its first entry, so each step appears once.
 type steps struct {
 	last time.Time
-	took []any // step name, µs, step name, µs, ...
+	took []any // step name, µs, step name, µs, ... in the order first run
 }
 
 func (t *steps) start() { t.last, t.took = time.Now(), t.took[:0] }
 
 func (t *steps) mark(step string) {
 	now := time.Now()
-	t.took = append(t.took, step, now.Sub(t.last).Microseconds())
+	us := now.Sub(t.last).Microseconds()
 	t.last = now
+	for i := 0; i < len(t.took); i += 2 {
+		if t.took[i] == step {
+			t.took[i+1] = t.took[i+1].(int64) + us
+			return
+		}
+	}
+	t.took = append(t.took, step, us)
 }
 
 // Options configures a Store. The zero value is usable but releases

@@ -624,3 +624,18 @@ func TestDebugLogTimesTheSteps(t *testing.T) {
 		{"lock", "read records", "repair", "links", "addresses", "in-use check", "work", "folder sync"},
 	}, got, "ADD, then DEL")
 }
+
+// A step that runs again in one operation adds to its first entry.
+func TestStepsAddUpARepeatedStep(t *testing.T) {
+	var s steps
+	s.start()
+	s.mark("links")
+	s.mark("addresses")
+	s.last = s.last.Add(-3 * time.Millisecond) // the second links step took 3 ms
+	s.mark("links")
+	require.Len(t, s.took, 4)
+	assert.Equal(t, []any{"links", "addresses"}, []any{s.took[0], s.took[2]})
+	assert.GreaterOrEqual(t, s.took[1].(int64), int64(3000))
+	s.start()
+	assert.Empty(t, s.took, "a new operation starts afresh")
+}
