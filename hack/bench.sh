@@ -4,12 +4,15 @@
 #
 # Builds the baseline plugin (test/baseline), the test binaries of every
 # package with Go benchmarks and the runner (hack/bench), then runs the
-# runner, which measures, interleaving the commands it compares (Go
-# benchmarks are summarised by benchstat), and prints one markdown table and
-# a PASS/MISS line per target. The report is also kept in .cache/bench/last.md.
+# runner, which installs every plugin it compares by copying it into one
+# folder (as the installer DaemonSet does), measures, interleaving the
+# commands it compares (Go benchmarks are summarised by benchstat), and
+# prints one markdown table and a PASS/MISS line per target. The report is
+# also kept in .cache/bench/last.md.
 #
-#   1. passthrough ADD (non-holder pod): netns-pin vs baseline vs tuning
-#   2. holder ADD and DEL (unused) vs baseline, real netns from `ip netns add`
+#   1. passthrough ADD and DEL (non-holder pod): netns-pin vs baseline vs tuning
+#   2. holder ADD and DEL (unused) vs baseline, real netns from `ip netns add`,
+#      and the medians of the steps that netns-pin's debug log times
 #   3. cnitool bridge + host-local chain, with and without netns-pin,
 #      holder and non-holder pods, ADD+DEL
 #   4. in-use check: Go benchmark (n = 1, 100, 1000, 4096 fixture devices,
