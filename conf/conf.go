@@ -57,10 +57,7 @@ type Config struct {
 	// cni-args of a pod's network selection element.
 	Args *Args `json:"args,omitempty"`
 
-	// prevResult is the prevResult member as given, and prevResults how
-	// many members (of any spelling) gave one.
-	prevResult  []byte
-	prevResults int
+	entry []byte // as given, for PrevResultAsGiven
 
 	links     []linkTemplate
 	rules     []compiledRule
@@ -101,6 +98,7 @@ func ParseWith(data []byte, overrides map[string]string) (*Config, error) {
 	if err := c.decode(data); err != nil {
 		return nil, fmt.Errorf("parse configuration: %w", err)
 	}
+	c.entry = data
 	for _, ps := range PathSettings {
 		if v := overrides[ps.Key]; v != "" {
 			*ps.Field(c) = v
@@ -121,15 +119,25 @@ func ParseWith(data []byte, overrides map[string]string) (*Config, error) {
 // given without decoding it: fields this CNI library does not know
 // survive, and a pod that is no holder pays for no more than it uses.
 func (c *Config) PrevResultAsGiven() []byte {
-	if c.prevResults != 1 || c.CNIVersion == "" {
+	var given []byte
+	members := 0 // of any spelling: the library reads them all
+	_ = eachMember(c.entry, "", func(key string, val []byte) error {
+		if strings.EqualFold(key, "prevResult") {
+			members++
+			if key == "prevResult" {
+				given = val
+			}
+		}
+		return nil
+	})
+	if members != 1 || given == nil || c.CNIVersion == "" {
 		return nil
 	}
 	var v string
-	err := decodeObject(c.prevResult, "", nil, []member{{"cniVersion", str(&v)}})
-	if err != nil || v != c.CNIVersion {
+	if err := decodeObject(given, "", []member{{"cniVersion", str(&v)}}); err != nil || v != c.CNIVersion {
 		return nil
 	}
-	return c.prevResult
+	return given
 }
 
 // ParsePrevResult decodes prevResult with the CNI library, for a result

@@ -26,14 +26,14 @@ func (c *Config) decode(data []byte) error {
 	if err := json.Unmarshal(data, &c.PluginConf); err != nil {
 		return err
 	}
-	return decodeObject(data, "", c.notice, []member{
+	return decodeObject(data, "", []member{
 		{"pinDir", str(&c.PinDir)},
 		{"stateDir", str(&c.StateDir)},
 		{"links", strs(&c.Links)},
 		{"holders", c.decodeHolders},
 		{"cniArgsNamespaces", strs(&c.CNIArgsNamespaces)},
 		{"inUse", func(raw []byte, at string) error {
-			return decodeObject(raw, at, nil, []member{
+			return decodeObject(raw, at, []member{
 				{"sysfs", str(&c.InUse.Sysfs)},
 				{"debugfs", str(&c.InUse.Debugfs)},
 				{"proc", str(&c.InUse.Proc)},
@@ -56,7 +56,7 @@ func (c *Config) decodeHolders(raw []byte, at string) error {
 	c.Holders = make([]HolderRule, len(items))
 	for i, item := range items {
 		r := &c.Holders[i]
-		if err := decodeObject(item, fmt.Sprintf("%s[%d]", at, i), nil, []member{
+		if err := decodeObject(item, fmt.Sprintf("%s[%d]", at, i), []member{
 			{"podNamespace", str(&r.PodNamespace)},
 			{"podName", str(&r.PodName)},
 			{"cluster", str(&r.Cluster)},
@@ -78,8 +78,8 @@ func (c *Config) decodeArgs(raw []byte, at string) error {
 		return nil
 	}
 	a := &Args{}
-	err := decodeObject(raw, at, nil, []member{{"cni", func(raw []byte, at string) error {
-		return decodeObject(raw, at, nil, []member{{"pinCluster", str(&a.CNI.PinCluster)}})
+	err := decodeObject(raw, at, []member{{"cni", func(raw []byte, at string) error {
+		return decodeObject(raw, at, []member{{"pinCluster", str(&a.CNI.PinCluster)}})
 	}}})
 	c.Args = a
 	return err
@@ -92,34 +92,17 @@ type member struct {
 	decode func(raw []byte, at string) error
 }
 
-// notice keeps what the entry's other keys say about prevResult, which
-// the CNI library decoded into RawPrevResult: how it was given, so that it
-// can be handed on as it came (PrevResultAsGiven).
-func (c *Config) notice(key string, val []byte) {
-	if strings.EqualFold(key, "prevResult") {
-		c.prevResult = val
-		c.prevResults++
-		if key != "prevResult" {
-			c.prevResults++ // another spelling: only the library's reading counts
-		}
-	}
-}
-
 // decodeObject decodes the members of the JSON object raw (at is its
-// path, "" for the entry itself) that ms name, and hands other members to
-// other when it is not nil; null is an absent object.
+// path, "" for the entry itself) that ms name; null is an absent object.
 // A key of ms given twice is an error: encoding/json would take the last
 // value, or merge two objects, and neither is what the author meant.
 // raw is valid JSON: decode checked the whole entry first.
-func decodeObject(raw []byte, at string, other func(key string, val []byte), ms []member) error {
+func decodeObject(raw []byte, at string, ms []member) error {
 	var seen uint64 // members decoded, by index in ms
 	return eachMember(raw, at, func(key string, val []byte) error {
 		i, ok := findMember(ms, key)
 		switch {
 		case !ok:
-			if other != nil {
-				other(key, val)
-			}
 			return nil
 		case ms[i].key != key:
 			return fmt.Errorf("%s: unknown key; keys are case-sensitive: did you mean %q?", join(at, key), ms[i].key)
