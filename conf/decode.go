@@ -50,7 +50,8 @@ func (c *Config) decode(data []byte) error {
 
 func (c *Config) decodeHolders(raw []byte, at string) error {
 	var items []json.RawMessage
-	if err := unmarshalAt(raw, at, &items); err != nil {
+	if err := unmarshalAt(raw, at, &items); err != nil || items == nil { // null: no rules
+		c.Holders = nil
 		return err
 	}
 	c.Holders = make([]HolderRule, len(items))
@@ -63,9 +64,6 @@ func (c *Config) decodeHolders(raw []byte, at string) error {
 		}); err != nil {
 			return err
 		}
-	}
-	if items == nil {
-		c.Holders = nil
 	}
 	return nil
 }
