@@ -249,30 +249,28 @@ func (b *bench) holderSteps(ctx context.Context, v holderVariant) error {
 	v.entry = maps.Clone(v.entry)
 	v.entry["logLevel"] = "debug"
 	runs := b.rounds(60)
-	for step, verb := range []string{"ADD", "DEL"} {
-		var log bytes.Buffer
-		for r := range runs {
-			j := r % holderPool
-			a := b.attach("holder", v.nss[j], "csi-holder-"+host.RandHex(5), v.entry, fmt.Sprintf("10.250.1.%d", 2+j))
-			for _, vb := range []string{"ADD", "DEL"} {
-				c := b.call(v.bin, vb, a)
-				if vb == verb {
-					c.log = &log
-				}
-				if _, _, err := c.run(ctx, ""); err != nil {
-					return fmt.Errorf("steps, %s: %w", vb, err)
-				}
+	verbs := []string{"ADD", "DEL"}
+	logs := make([]bytes.Buffer, len(verbs))
+	for r := range runs {
+		j := r % holderPool
+		a := b.attach("holder", v.nss[j], "csi-holder-"+host.RandHex(5), v.entry, fmt.Sprintf("10.250.1.%d", 2+j))
+		for i, verb := range verbs {
+			c := b.call(v.bin, verb, a)
+			c.log = &logs[i]
+			if _, _, err := c.run(ctx, ""); err != nil {
+				return fmt.Errorf("steps, %s: %w", verb, err)
 			}
 		}
-		us, order, err := stepMedians(log.Bytes())
+	}
+	for i, what := range []string{"holder ADD", "holder DEL, unused"} {
+		us, order, err := stepMedians(logs[i].Bytes())
 		if err != nil {
 			return err
 		}
 		notes := make([]string, len(order))
-		for i, name := range order {
-			notes[i] = fmt.Sprintf("%s %s", name, fmtDur(us[name]*float64(time.Microsecond)))
+		for k, name := range order {
+			notes[k] = fmt.Sprintf("%s %s", name, fmtDur(us[name]*float64(time.Microsecond)))
 		}
-		what := []string{"holder ADD", "holder DEL, unused"}[step]
 		b.rep.add(row{section: "2", name: what + " by step, netns-pin's debug log (medians, untimed runs)", n: fmt.Sprint(runs),
 			note: strings.Join(notes, ", ")})
 	}
