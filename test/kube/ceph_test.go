@@ -215,12 +215,5 @@ func TestRolloutWithCephFuseUnderIO(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("ceph-fuse still runs 30 s after umount")
 	}
-	ok := host.Poll(releaseTimeout, time.Second, func() bool {
-		_, present := c.podByUID(t, pinNamespace, h.selector, old.pod.Metadata.UID)
-		return !present && c.unpinned(old.sb) && !c.whereaboutsHas(t, old.pod)
-	})
-	if !ok {
-		c.dumpState(t, pinNamespace)
-	}
-	require.True(t, ok, "the old holder was not released once ceph-fuse left")
+	c.requireReleased(t, h.selector, old.pod, old.sb, time.Second, "the old holder was not released once ceph-fuse left")
 }

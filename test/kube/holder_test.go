@@ -175,16 +175,8 @@ func TestHolderDaemonSetRollout(t *testing.T) {
 	// The client leaves: within one kubelet retry, everything goes.
 	before := failedKills(c.eventsOf(t, old.pod, "FailedKillPod"))
 	cl.stop(t)
-	left := time.Now()
-	ok = host.Poll(releaseTimeout, 500*time.Millisecond, func() bool {
-		_, present := c.podByUID(t, pinNamespace, h.selector, old.pod.Metadata.UID)
-		return !present && c.unpinned(old.sb) && !c.whereaboutsHas(t, old.pod)
-	})
-	if !ok {
-		c.dumpState(t, pinNamespace)
-	}
-	require.True(t, ok, "the old holder, its pin or its lease is still there %s after its client left", releaseTimeout)
-	t.Logf("old holder released %s after its client left", time.Since(left).Round(time.Millisecond))
+	took := c.requireReleased(t, h.selector, old.pod, old.sb, 500*time.Millisecond, "the old holder, its pin or its lease is still there after its client left")
+	t.Logf("old holder released %s after its client left", took.Round(time.Millisecond))
 	// a retry already under way when the client left may fail once more
 	after := failedKills(c.eventsOf(t, old.pod, "FailedKillPod"))
 	assert.LessOrEqual(t, after, before+1, "FailedKillPod events after the client left: the kubelet needed more than one retry")

@@ -105,14 +105,7 @@ func TestDrainingHolderSurvivesNodeRestart(t *testing.T) {
 	c.waitRunning(t, pinNamespace, h.selector, old.pod.Metadata.UID)
 
 	cl.stop(t)
-	ok := host.Poll(releaseTimeout, time.Second, func() bool {
-		_, present := c.podByUID(t, pinNamespace, h.selector, old.pod.Metadata.UID)
-		return !present && c.unpinned(old.sb) && !c.whereaboutsHas(t, old.pod)
-	})
-	if !ok {
-		c.dumpState(t, pinNamespace)
-	}
-	require.True(t, ok, "the old holder was not released after the restart")
+	c.requireReleased(t, h.selector, old.pod, old.sb, time.Second, "the old holder was not released after the restart")
 	h.requireLinkTo(t, next)
 	c.requirePinned(t, next.pod, next.sb, h.cluster, "active")
 }

@@ -111,6 +111,24 @@ func (c *cluster) waitRunning(t *testing.T, ns, selector string, skip ...string)
 	return got
 }
 
+// requireReleased waits until pod p (of those selector selects in
+// pinNamespace) is gone, and with it its pin and record (its sandbox sb)
+// and its whereabouts lease; a wait that fails logs the node's state and
+// fails the test with what. It returns how long the wait took.
+func (c *cluster) requireReleased(t *testing.T, selector string, p pod, sb sandbox, interval time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	ok := host.Poll(releaseTimeout, interval, func() bool {
+		_, present := c.podByUID(t, pinNamespace, selector, p.Metadata.UID)
+		return !present && c.unpinned(sb) && !c.whereaboutsHas(t, p)
+	})
+	if !ok {
+		c.dumpState(t, pinNamespace)
+	}
+	require.True(t, ok, "%s (waited %s)", what, releaseTimeout)
+	return time.Since(start)
+}
+
 // dumpState logs what a person would look at when a wait fails.
 func (c *cluster) dumpState(t *testing.T, ns string) {
 	t.Helper()

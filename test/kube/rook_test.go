@@ -123,14 +123,7 @@ func TestRookStyleHolder(t *testing.T) {
 	assert.True(t, strings.Contains(evs[0].Message, "netns-pin: cluster "+clusterName), "event: %s", evs[0].Message)
 
 	cl.stop(t)
-	ok := host.Poll(releaseTimeout, time.Second, func() bool {
-		_, present := c.podByUID(t, pinNamespace, "app="+name, old.Metadata.UID)
-		return !present && c.unpinned(oldSB) && !c.whereaboutsHas(t, old)
-	})
-	if !ok {
-		c.dumpState(t, pinNamespace)
-	}
-	require.True(t, ok, "the old Rook-style holder was not released once unused")
+	c.requireReleased(t, "app="+name, old, oldSB, time.Second, "the old Rook-style holder was not released once unused")
 	c.requirePinned(t, next, nextSB, clusterName, "active")
 	newClient.stop(t)
 }
