@@ -1,11 +1,7 @@
 package deploy_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/deploy"
 )
 
 // object is one Kubernetes object from a manifest.
@@ -33,22 +29,8 @@ func (o object) String() string {
 	return o.file + ": " + o.kind() + " " + o.namespace() + "/" + o.name()
 }
 
-// get walks nested maps; nil when a key is missing.
-func get(v any, path ...string) any {
-	for _, p := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = m[p]
-	}
-	return v
-}
-
-func str(v any, path ...string) string {
-	s, _ := get(v, path...).(string)
-	return s
-}
+// get and str read a field of an object (deploy.Field, deploy.String).
+var get, str = deploy.Field, deploy.String
 
 // loadManifests decodes every YAML document of every *.yaml here.
 func loadManifests(t *testing.T) []object {
@@ -58,19 +40,9 @@ func loadManifests(t *testing.T) []object {
 	require.NotEmpty(t, files)
 	var objs []object
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		docs, err := deploy.Objects(f)
 		require.NoError(t, err)
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		for {
-			var doc map[string]any
-			err := dec.Decode(&doc)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			require.NoError(t, err, "%s is not valid YAML", f)
-			if doc == nil {
-				continue
-			}
+		for _, doc := range docs {
 			o := object{file: f, raw: doc}
 			require.NotEmpty(t, str(doc, "apiVersion"), "%s: object without apiVersion", f)
 			require.NotEmpty(t, o.kind(), "%s: object without kind", f)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/netns-pin/netns-pin/deploy"
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
@@ -178,19 +179,5 @@ func (c *cluster) crictlRun(args ...string) host.CmdResult {
 	return host.RunCmd(cmdTimeout, nil, nil, c.crictl, append([]string{"--config", c.crictlConf}, args...)...)
 }
 
-func str(v any, path ...string) string {
-	s, _ := get(v, path...).(string)
-	return s
-}
-
-// get walks nested maps; nil when a key is missing.
-func get(v any, path ...string) any {
-	for _, p := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil
-		}
-		v = m[p]
-	}
-	return v
-}
+// get and str read a field of an object (deploy.Field, deploy.String).
+var get, str = deploy.Field, deploy.String

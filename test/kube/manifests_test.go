@@ -4,37 +4,21 @@ package kube
 // addresses and node paths patched to this cluster.
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
+
+	"github.com/netns-pin/netns-pin/deploy"
 )
 
 // manifest returns the single object of deploy/<file>.
 func (c *cluster) manifest(t *testing.T, file string) map[string]any {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(c.repo, "deploy", file))
+	objs, err := deploy.Objects(filepath.Join(c.repo, "deploy", file))
 	require.NoError(t, err)
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var objs []map[string]any
-	for {
-		var doc map[string]any
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err, "deploy/%s", file)
-		if doc != nil {
-			objs = append(objs, doc)
-		}
-	}
 	require.Len(t, objs, 1, "deploy/%s: one object", file)
 	return objs[0]
 }
