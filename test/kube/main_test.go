@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/deploy"
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 const (
@@ -55,38 +55,27 @@ type cluster struct {
 	owned      bool // up.sh started it: down.sh removes it at the end
 }
 
-var (
-	clOnce sync.Once
-	cl     *cluster
-	clErr  error
-)
+// shared is the cluster every test uses.
+var shared hosttest.Shared[cluster]
 
 // kubeEnvKeys are what hack/kube/up.sh writes to .cache/kube/env.
 var kubeEnvKeys = []string{"KUBECTL", "KUBECONFIG", "KUBE_DIR", "KUBELET_DIR", "KUBE_CNI_BIN_DIR", "KUBE_CRICTL_CONFIG",
 	"KUBE_STORAGE_MASTER", "KUBE_STORAGE_SUBNET", "KUBE_WHEREABOUTS_CONF", "KUBE_BUSYBOX_IMAGE"}
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if cl != nil && cl.owned {
-		if err := cl.down(); err != nil {
-			fmt.Fprintf(os.Stderr, "kube teardown: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
+	shared.Main(m, "kube", func(c *cluster) error {
+		if !c.owned {
+			return nil
 		}
-	}
-	os.Exit(code)
+		return c.down()
+	})
 }
 
 // requireCluster returns the running cluster, making it on first use. It
 // fails (never skips) the test when that is impossible.
 func requireCluster(t *testing.T) *cluster {
 	t.Helper()
-	clOnce.Do(func() { cl, clErr = newCluster() })
-	if clErr != nil {
-		t.Fatalf("Kubernetes end to end suite cannot run: %v", clErr)
-	}
-	return cl
+	return shared.Get(t, "Kubernetes end to end suite", newCluster)
 }
 
 func newCluster() (*cluster, error) {

@@ -16,11 +16,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 )
@@ -56,35 +56,16 @@ type suite struct {
 	noRetryOnError bool
 }
 
-var (
-	rtOnce  sync.Once
-	rt      *suite
-	rtErr   error
-	started bool
-)
+// shared is the runtime every test uses.
+var shared hosttest.Shared[suite]
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if started {
-		if err := rt.close(); err != nil {
-			fmt.Fprintf(os.Stderr, "runtime teardown: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { shared.Main(m, "runtime", (*suite).close) }
 
 // requireRuntime returns the running runtime, setting it up on first use.
 // It fails (never skips) the test when that is impossible.
 func requireRuntime(t *testing.T) *suite {
 	t.Helper()
-	rtOnce.Do(func() { rt, rtErr = newSuite() })
-	if rtErr != nil {
-		t.Fatalf("runtime end to end suite cannot run: %v", rtErr)
-	}
-	return rt
+	return shared.Get(t, "runtime end to end suite", newSuite)
 }
 
 func newSuite() (*suite, error) {
@@ -114,13 +95,12 @@ func newSuite() (*suite, error) {
 			return nil, err
 		}
 	}
-	started = true
-	rt = s // so that TestMain tears down whatever part was made
+	// From here on, what newSuite returns with an error is torn down too.
 	if err := os.MkdirAll(s.dir, 0o711); err != nil {
-		return nil, err
+		return s, err
 	}
 	if err := os.WriteFile(filepath.Join(s.dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return nil, err
+		return s, err
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
