@@ -328,16 +328,27 @@ func TestIntentAndReleasingRecordsAreCheckedBeforeRelease(t *testing.T) {
 	}
 }
 
-func TestRepairAfterReboot(t *testing.T) {
-	s := testStore(t)
-	n := testNetns(t, "10.98.8.5/24")
+// pinnedBeforeReboot pins attachment c1.net1 in a netns with addr, then
+// plays a reboot: the pin's mount is gone and the record, changed by edit,
+// says another boot.
+func pinnedBeforeReboot(t *testing.T, s *Store, addr string, edit func(*Record)) *Record {
+	t.Helper()
+	n := testNetns(t, addr)
 	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
-	// A reboot: the mounts are gone, the records say another boot.
 	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
 	r.BootID = "00000000-0000-0000-0000-000000000000"
+	if edit != nil {
+		edit(r)
+	}
 	writeRaw(t, s, r)
-	_, err = s.Release("unrelated.net1", nil)
+	return r
+}
+
+func TestRepairAfterReboot(t *testing.T) {
+	s := testStore(t)
+	r := pinnedBeforeReboot(t, s, "10.98.8.5/24", nil)
+	_, err := s.Release("unrelated.net1", nil)
 	require.NoError(t, err)
 	assert.NoFileExists(t, r.PinPath)
 	_, err = os.Lstat(r.Links[0])
@@ -352,16 +363,11 @@ func TestRepairAfterReboot(t *testing.T) {
 // outlives the repair of the next boot.
 func TestRepairAfterRebootDropsAnAbandonedRecordWhoseTeardownFails(t *testing.T) {
 	s := testStore(t)
-	n := testNetns(t, "10.98.18.5/24")
-	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
-	require.NoError(t, err)
-	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
-	r.BootID, r.Abandoned, r.State = "00000000-0000-0000-0000-000000000000", true, stateDraining
-	writeRaw(t, s, r)
+	pinnedBeforeReboot(t, s, "10.98.18.5/24", func(r *Record) { r.Abandoned, r.State = true, stateDraining })
 	teardowns := 0
 	s.teardown = func(*Record) error { teardowns++; return errors.New("plugin macvlan not found in CNI_PATH") }
 
-	_, err = s.Release("unrelated.net1", nil)
+	_, err := s.Release("unrelated.net1", nil)
 	require.NoError(t, err)
 	assert.Equal(t, 1, teardowns, "the teardown was tried")
 	got, err := s.Get("c1.net1")
