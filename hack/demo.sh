@@ -259,11 +259,13 @@ say "stop the client"
 kill "${CLIENT_PID}"
 wait "${CLIENT_PID}" 2>/dev/null || true
 CLIENT_PID=
+# The sweeper removes the record and then logs: wait for the log line, so
+# that both are there to show.
 for _ in $(seq 300); do
-	[[ -e "${STATE_DIR}/records/${GAVEUP_ATT}.json" ]] || break
+	grep -q '"finished abandoned teardown".*"ipamReleased"' "${WORK}/netns-pin.log" && break
 	sleep 0.1
 done
-if [[ -e "${STATE_DIR}/records/${GAVEUP_ATT}.json" ]]; then
+if [[ -e "${STATE_DIR}/records/${GAVEUP_ATT}.json" ]] || ! grep -q '"finished abandoned teardown"' "${WORK}/netns-pin.log"; then
 	bad "the sweeper did not finish the teardown"
 else
 	grep '"finished abandoned teardown"' "${WORK}/netns-pin.log" | jq -c '{msg, cluster, pod, ips, draining, ipamReleased}' | sed 's/^/     /'

@@ -175,7 +175,12 @@ func TestSweeperFinishesWhatCRIOAbandoned(t *testing.T) {
 	assert.False(t, host.LinkExists(veth), "the chain's bridge plugin removed the veth")
 	assert.NoFileExists(t, c.leasePath(ip), "host-local gave the address back")
 	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "the lease is freed once")
-	assert.Equal(t, 1, logLines(t, c, `"msg":"finished abandoned teardown"`, a.attachmentName(), `"ipamReleased":true`, `"draining":`))
+	// The record goes first and the log line after it: wait for the line.
+	finished := []string{`"msg":"finished abandoned teardown"`, a.attachmentName(), `"ipamReleased":true`, `"draining":`}
+	require.True(t, host.Poll(10*time.Second, 20*time.Millisecond, func() bool {
+		return logLines(t, c, finished...) > 0
+	}), "the sweeper logs the finished teardown")
+	assert.Equal(t, 1, logLines(t, c, finished...))
 
 	// A runtime retry that comes after all frees nothing twice and fails
 	// nothing.
