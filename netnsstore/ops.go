@@ -243,7 +243,8 @@ func (s *Store) publish(v *view, r *Record, src *os.File) error {
 // record: settle decides, with del.Netns (the DEL's CNI_NETNS) as one more
 // way to reach the netns if its pin was lost; del is kept in the record at
 // the first refusal. In use, an *InUseError; when the check cannot tell,
-// an error wrapping errCheckFailed. del may be nil (the operator's CLI).
+// an error wrapping errCheckFailed. del is nil for the operator's CLI,
+// which leaves an abandoned record's teardown to be finished as it would be.
 func (s *Store) Release(attachment string, del *Teardown) (*Record, error) {
 	var out *Record
 	err := s.op(attachment, func(v *view) error {
@@ -252,6 +253,12 @@ func (s *Store) Release(attachment string, del *Teardown) (*Record, error) {
 		}
 		if out = v.get(attachment); out == nil {
 			return nil
+		}
+		if del != nil {
+			// A runtime's DEL: the runtime did not give up after all. Once
+			// this DEL succeeds its own chain runs the DEL of the plugins
+			// before netns-pin, so the teardown is not run here too.
+			out.Abandoned = false
 		}
 		return s.settle(v, out, del)
 	})

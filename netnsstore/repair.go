@@ -88,12 +88,18 @@ func (s *Store) repair(v *view, skip string) {
 			continue
 		}
 		var err error
-		switch d.action {
-		case ActionDrop:
+		if d.action != ActionDrop {
+			// Settling may release r: if its runtime gave up, the chain's
+			// DEL must run first, as the sweeper would have it.
+			err = s.markAbandoned(r)
+		}
+		switch {
+		case err != nil:
+		case d.action == ActionDrop:
 			err = errors.Join(s.moveLinksAway(v, r), s.remove(v, r))
-		case ActionRepin:
+		case d.action == ActionRepin:
 			err = s.repin(v, r)
-		case ActionSettle:
+		case d.action == ActionSettle:
 			err = s.settle(v, r, nil)
 		}
 		var iu *InUseError

@@ -121,22 +121,34 @@ func (s *Store) FinishAbandoned() ([]Finding, error) {
 	err := s.op("", func(v *view) error {
 		var errs []error
 		for _, r := range v.recs {
-			if !held(r) || r.Abandoned || !s.runtimeGone(r) {
-				continue
-			}
-			r.Abandoned = true
-			if err := s.writeRecord(r); err != nil {
+			if err := s.markAbandoned(r); err != nil {
 				errs = append(errs, err)
-				continue
 			}
-			s.log.Warn("the runtime abandoned the teardown; the sweeper finishes it once the netns is unused",
-				"attachment", r.Attachment, "cluster", r.Cluster, "pod", r.PodNS+"/"+r.PodName, "ips", r.IPs)
 		}
 		more, moreErrs := s.collect(v, func(r *Record) bool { return held(r) && r.Abandoned }, "abandoned by the runtime")
 		findings = more
 		return errors.Join(append(errs, moreErrs...)...)
 	})
 	return findings, err
+}
+
+// markAbandoned marks r abandoned when a DEL of it was refused (it is
+// held) and the runtime's handle on its netns is gone since: the runtime
+// will not retry, so whichever operation releases r runs the chain's DEL
+// first (remove). Both the sweeper and repair ask, so that a record that
+// repair settles before any sweeper round still gives its address back.
+func (s *Store) markAbandoned(r *Record) error {
+	if !held(r) || r.Abandoned || !s.runtimeGone(r) {
+		return nil
+	}
+	r.Abandoned = true
+	if err := s.writeRecord(r); err != nil {
+		r.Abandoned = false
+		return err
+	}
+	s.log.Warn("the runtime abandoned the teardown; the sweeper finishes it once the netns is unused",
+		"attachment", r.Attachment, "cluster", r.Cluster, "pod", r.PodNS+"/"+r.PodName, "ips", r.IPs)
+	return nil
 }
 
 // runtimeGone reports whether the runtime's handle on r's netns (the

@@ -86,7 +86,12 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	limitMemory()
-	s, err := openStore(c, nil)
+	// What a command changes (a repair, a release, a forced release, an
+	// abandoned teardown it finishes) goes to the network's log like the
+	// plugin's own changes: the node keeps one account of its pins.
+	log, closeLog := newLogger(c, "component", "cli", "command", cmd)
+	defer closeLog()
+	s, err := openStore(c, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1

@@ -175,9 +175,6 @@ func limitMemory() { debug.SetMemoryLimit(memoryLimit) }
 // configures (every release, and every repair, runs it) and the teardown
 // of attachments whose runtime gave up.
 func openStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{
 		Log: log, InUse: inUseChecker(c), Teardown: chainTeardown(log), Writer: Version,
 	})

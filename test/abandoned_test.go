@@ -187,6 +187,79 @@ func TestSweeperFinishesWhatCRIOAbandoned(t *testing.T) {
 	sw.stop(t)
 }
 
+// Hole: a holder whose runtime gave up and whose pin was then unmounted
+// from outside, while only a kernel client (an rbd device, no process)
+// kept the netns, was released by the repair at the start of the next
+// operation once the device went, before any sweeper round could mark it
+// abandoned: the chain's DEL never ran and host-local kept the address for
+// ever. Repair now marks such a record abandoned itself, so whichever
+// operation releases it runs the chain's DEL first.
+func TestRepairFinishesAbandonedTeardownOfLostPin(t *testing.T) {
+	fx := newRBDFixture(t)
+	cniPath, calls := countingCNIPath(t)
+	c := newChain(t, chainSpec{cniPath: cniPath, inUse: fx.inUse()})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), true)
+	ip := sandboxIP(t, a.mustAdd(t))
+	fx.mapDevice(t, "0", ip, "csi-vol-1")
+	require.Error(t, a.cnitoolRun("del").Err, "the one DEL CRI-O sends is refused")
+	require.Equal(t, "draining", readRecord(t, a.recordPath()).str("state"))
+
+	// CRI-O gives up; then a cleanup script unmounts the pin. Nothing can
+	// reach the netns any more, but the device still uses it.
+	ns.Delete(t)
+	require.NoError(t, os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", c.name, a.containerID, ifName))))
+	a.noCleanDel = true
+	hosttest.MustRun(t, "umount", "-l", a.pinPath())
+	require.Empty(t, mountsAt(t, a.pinPath()))
+	gc := func() {
+		t.Helper()
+		r := pinCLI(c, "--conf", filepath.Join(c.netconfDir, c.name+".conflist"), "gc")
+		require.NoError(t, r.Err, "%s", r)
+	}
+	gc()
+	rec := readRecord(t, a.recordPath())
+	assert.Equal(t, "unpinned", rec.str("state"), "kept: the device uses the netns")
+	assert.Equal(t, "true", rec.str("abandoned"), "the runtime's handle is gone")
+	assert.FileExists(t, c.leasePath(ip))
+	assert.Zero(t, hostLocalDels(t, calls, a.containerID))
+
+	fx.unmapDevice(t, "0")
+	gc()
+	assert.NoFileExists(t, a.recordPath(), "released once unused")
+	assert.NoFileExists(t, c.leasePath(ip), "host-local gave the address back")
+	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "the chain's DEL ran once")
+	assert.Equal(t, 1, logLines(t, c, `"msg":"finished abandoned teardown"`, a.attachmentName(), `"ipamReleased":true`))
+}
+
+// A runtime that removed its netns file after a refused DEL but does call
+// DEL again (the sweeper or repair marked the record abandoned meanwhile):
+// its DEL releases, the runtime's own chain goes on with the DEL of the
+// plugins before netns-pin, and netns-pin leaves that to it, so the lease
+// is given back once.
+func TestRuntimeRetryAfterAbandonFreesOnce(t *testing.T) {
+	fx := newRBDFixture(t)
+	cniPath, calls := countingCNIPath(t)
+	c := newChain(t, chainSpec{cniPath: cniPath, inUse: fx.inUse()})
+	ns := hosttest.NewNetns(t, "npe2e")
+	a := c.newAttachment(t, ns, holderArgs(), true)
+	ip := sandboxIP(t, a.mustAdd(t))
+	fx.mapDevice(t, "0", ip, "csi-vol-1")
+	require.Error(t, a.cnitoolRun("del").Err)
+	ns.Delete(t)
+	r := pinCLI(c, "--conf", filepath.Join(c.netconfDir, c.name+".conflist"), "sweep", "--once")
+	require.NoError(t, r.Err, "%s", r)
+	require.Equal(t, "true", readRecord(t, a.recordPath()).str("abandoned"))
+
+	fx.unmapDevice(t, "0")
+	r = a.cnitoolRun("del")
+	require.NoError(t, r.Err, "%s", r)
+	assert.NoFileExists(t, a.recordPath())
+	assert.NoFileExists(t, c.leasePath(ip))
+	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "the lease is freed once, by the runtime's chain")
+	assert.Zero(t, logLines(t, c, "finished abandoned teardown"))
+}
+
 // A runtime that keeps retrying (containerd: its netns stays until the
 // teardown succeeds): the sweeper leaves the record to it, the runtime's
 // next DEL releases, and the lease is freed exactly once.
