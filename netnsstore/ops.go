@@ -35,6 +35,9 @@ type view struct {
 	// of the lock, so that repair's settling is not repeated by the
 	// operation that follows it.
 	checked map[string]bool
+	// repaired: what repair did in this hold of the lock, for the
+	// operator's gc to report with the rest.
+	repaired []Finding
 }
 
 func (v *view) get(attachment string) *Record {

@@ -102,15 +102,23 @@ func (s *Store) repair(v *view, skip string) {
 		case d.action == ActionSettle:
 			err = s.settle(v, r, nil)
 		}
+		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionKeep, Reason: d.reason}
 		var iu *InUseError
 		switch {
 		case errors.As(err, &iu):
 			s.log.Warn("repair: kept in use", "attachment", r.Attachment, "reason", d.reason, "references", iu.References)
+			f.Reason, f.References = d.reason+", still in use", iu.References
 		case err != nil:
 			s.log.Error("repair", "attachment", r.Attachment, "reason", d.reason, "error", err)
+			f.Reason = d.reason + ", left as it was: " + err.Error()
 		default:
 			s.log.Warn("repair: "+string(d.action), "attachment", r.Attachment, "cluster", r.Cluster, "reason", d.reason)
+			f.Action = d.action
+			if d.action != ActionDrop && v.get(r.Attachment) == nil {
+				f.Action, f.Reason = ActionRelease, d.reason+", no longer in use"
+			}
 		}
+		v.repaired = append(v.repaired, f)
 	}
 	if blocked != nil {
 		// The unreadable record may be any cluster's newest pin: its links
@@ -169,15 +177,27 @@ func (s *Store) settleOrphanPins(v *view) {
 		return
 	}
 	for _, n := range names {
-		if uses, err := s.orphanUses(n); err != nil || len(uses) > 0 {
+		f := Finding{Attachment: n, Action: ActionKeep, Reason: "pin without a record, still in use"}
+		uses, err := s.orphanUses(n)
+		switch {
+		case err != nil || len(uses) > 0:
 			s.log.Warn("repair: kept a pin without a record: in use", "pin", n, "references", uses, "error", err)
-			continue
+			for _, u := range uses {
+				f.References = append(f.References, u.What)
+			}
+			if err != nil {
+				f.Reason = "pin without a record, not known to be unused: " + err.Error()
+			}
+		default:
+			if err := s.unpin(n); err != nil {
+				s.log.Error("repair: remove orphan pin", "pin", n, "error", err)
+				f.Reason = "pin without a record, left as it was: " + err.Error()
+				break
+			}
+			s.log.Warn("repair: removed orphan pin", "pin", n)
+			f.Action, f.Reason = ActionRelease, "pin without a record, not in use"
 		}
-		if err := s.unpin(n); err != nil {
-			s.log.Error("repair: remove orphan pin", "pin", n, "error", err)
-			continue
-		}
-		s.log.Warn("repair: removed orphan pin", "pin", n)
+		v.repaired = append(v.repaired, f)
 	}
 }
 

@@ -25,8 +25,8 @@ func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
 	}
 	var findings []Finding
 	err := s.op("", func(v *view) error {
-		var errs []error
-		findings, errs = s.collect(v, held, string(stateDraining))
+		collected, errs := s.collect(v, held, string(stateDraining))
+		findings = append(v.repaired, collected...)
 		return errors.Join(append(errs, v.badErrs()...)...)
 	})
 	return findings, err
@@ -79,8 +79,8 @@ func held(r *Record) bool { return r.State == stateDraining || r.State == stateU
 
 // collect settles each record of v that want selects and says what became
 // of each: ActionRelease, or ActionKeep with the references that hold it.
-// A record that repair settled in this hold is reported as repair left it:
-// it would only be checked again.
+// A record that repair settled in this hold is left out (its finding is
+// repair's): it would only be checked again.
 func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding, []error) {
 	var findings []Finding
 	var errs []error
@@ -89,8 +89,6 @@ func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding
 			continue
 		}
 		if v.checked[r.Attachment] {
-			findings = append(findings, Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionKeep,
-				Reason: why + ", still in use", References: r.References})
 			continue
 		}
 		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionRelease, Reason: why + ", no longer in use"}

@@ -212,12 +212,13 @@ func TestRepairFinishesAbandonedTeardownOfLostPin(t *testing.T) {
 	a.noCleanDel = true
 	hosttest.MustRun(t, "umount", "-l", a.pinPath())
 	require.Empty(t, mountsAt(t, a.pinPath()))
-	gc := func() {
+	gc := func() string {
 		t.Helper()
 		r := pinCLI(c, "--conf", filepath.Join(c.netconfDir, c.name+".conflist"), "gc")
 		require.NoError(t, r.Err, "%s", r)
+		return r.Stdout
 	}
-	gc()
+	assert.Regexp(t, `kept +`+a.attachmentName()+` .*still in use: rbd0 replicapool/csi-vol-1`, gc())
 	rec := readRecord(t, a.recordPath())
 	assert.Equal(t, "unpinned", rec.str("state"), "kept: the device uses the netns")
 	assert.Equal(t, "true", rec.str("abandoned"), "the runtime's handle is gone")
@@ -225,7 +226,7 @@ func TestRepairFinishesAbandonedTeardownOfLostPin(t *testing.T) {
 	assert.Zero(t, hostLocalDels(t, calls, a.containerID))
 
 	fx.unmapDevice(t, "0")
-	gc()
+	assert.Regexp(t, `released +`+a.attachmentName()+` .*no longer in use`, gc(), "gc reports what its repair released")
 	assert.NoFileExists(t, a.recordPath(), "released once unused")
 	assert.NoFileExists(t, c.leasePath(ip), "host-local gave the address back")
 	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "the chain's DEL ran once")

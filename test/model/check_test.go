@@ -17,7 +17,8 @@ package model
 //	    holder changes nothing;
 //	I5  answers: DEL refuses (code 11) exactly while the netns is in use,
 //	    GC and the operator's commands do not fail, inuse reports what the
-//	    model knows, CHECK passes exactly for pinned holders.
+//	    model knows, gc reports each held holder kept or released as the
+//	    model says, CHECK passes exactly for pinned holders.
 
 import (
 	"encoding/json"

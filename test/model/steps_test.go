@@ -470,25 +470,50 @@ func (d *driver) check(h *holder) {
 }
 
 func (d *driver) cliGC(fp string) {
-	d.collectAll(fp, "gc", func(*holder) bool { return true })
+	// What gc must report as the last word on each held holder the model
+	// is sure of, whether repair or the collection settled it.
+	want := map[string]string{}
+	for _, h := range d.holders {
+		if (h.pin == pinDraining || h.pin == pinUnpinned) && !h.uncertain {
+			want[h.att] = map[bool]string{true: "keep", false: "release"}[d.inUse(h)]
+		}
+	}
+	r := d.collectAll(fp, []string{"--json", "gc"}, func(*holder) bool { return true })
+	if r.killed || r.rc != 0 || d.noStore(r) {
+		return
+	}
+	var findings []struct{ Attachment, Action string }
+	if err := json.Unmarshal([]byte(r.stdout), &findings); err != nil {
+		d.violation("I5", "netns-pin gc --json printed no findings: %v: %s", err, r)
+		return
+	}
+	got := map[string]string{}
+	for _, f := range findings {
+		got[f.Attachment] = f.Action
+	}
+	for att, action := range want {
+		if got[att] != action {
+			d.violation("I5", "netns-pin gc reports %q for %s, want %q: %s", got[att], att, action, r)
+		}
+	}
 }
 
 // collectAll runs an operator command that settles every held record that
 // selects (gc: all; sweep: those the runtime forgot) and updates the model.
-func (d *driver) collectAll(fp, cmd string, selects func(*holder) bool, args ...string) {
-	r := d.e.cli(d.e.pinDir, fp, append([]string{cmd}, args...)...)
-	d.logf("netns-pin %s%s -> %s", strings.Join(append([]string{cmd}, args...), " "), fpNote(fp), r)
+func (d *driver) collectAll(fp string, argv []string, selects func(*holder) bool) result {
+	r := d.e.cli(d.e.pinDir, fp, argv...)
+	d.logf("netns-pin %s%s -> %s", strings.Join(argv, " "), fpNote(fp), r)
 	if d.noStore(r) {
-		return
+		return r
 	}
 	if r.killed {
 		d.crashedAll()
-		return
+		return r
 	}
 	d.count("I5")
 	if r.rc != 0 {
-		d.violation("I5", "netns-pin %s failed: %s", cmd, r)
-		return
+		d.violation("I5", "netns-pin %s failed: %s", strings.Join(argv, " "), r)
+		return r
 	}
 	d.repaired = true
 	for _, h := range d.holders {
@@ -496,6 +521,7 @@ func (d *driver) collectAll(fp, cmd string, selects func(*holder) bool, args ...
 			d.collected(h)
 		}
 	}
+	return r
 }
 
 // sweep runs one round of the node sweeper (`netns-pin sweep --once`): a
@@ -513,7 +539,7 @@ func (d *driver) sweep(fp string) {
 		}
 		return
 	}
-	d.collectAll(fp, "sweep", func(h *holder) bool { return h.rt == rtGone }, "--once")
+	d.collectAll(fp, []string{"sweep", "--once"}, func(h *holder) bool { return h.rt == rtGone })
 }
 
 // cliRelease runs `netns-pin release <attachment>` without --force: it
