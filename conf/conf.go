@@ -234,16 +234,10 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("logLevel %q: want debug, info, warn or error", c.LogLevel)
 	}
-	policy, err := inuse.ParsePolicy(c.InUse.Unattributed)
-	if err != nil {
-		return fmt.Errorf("inUse.unattributed: %w", err)
+	var err error
+	if c.policy, c.cephPorts, err = c.InUse.parse(); err != nil {
+		return err
 	}
-	c.policy = policy
-	ports, err := inuse.ParsePorts(c.InUse.CephPorts)
-	if err != nil {
-		return fmt.Errorf("inUse.cephPorts %q: %w", c.InUse.CephPorts, err)
-	}
-	c.cephPorts = ports
 	c.links = make([]linkTemplate, 0, len(c.Links))
 	for i, l := range c.Links {
 		lt, err := compileLink(c.PinDir, l)
@@ -293,4 +287,59 @@ func (c *Config) InUseOptions() inuse.Options {
 		CephPorts:    c.cephPorts,
 		Unattributed: c.policy,
 	}
+}
+
+func (u InUse) parse() (policy inuse.Policy, ports inuse.Ports, err error) {
+	if policy, err = inuse.ParsePolicy(u.Unattributed); err != nil {
+		return policy, ports, fmt.Errorf("inUse.unattributed: %w", err)
+	}
+	if ports, err = inuse.ParsePorts(u.CephPorts); err != nil {
+		return policy, ports, fmt.Errorf("inUse.cephPorts %q: %w", u.CephPorts, err)
+	}
+	return policy, ports, nil
+}
+
+// InUseSettings is what c's in-use check looks at and how it decides,
+// as recorded with each pin (docs/design.md §15): a release also checks
+// with the settings a pin was made with, so that a command run with other
+// roots or another policy cannot find a used netns unused.
+func (c *Config) InUseSettings() map[string]string {
+	return map[string]string{"sysfs": c.InUse.Sysfs, "debugfs": c.InUse.Debugfs, "proc": c.InUse.Proc,
+		"cephPorts": c.InUse.CephPorts, "unattributed": c.InUse.Unattributed}
+}
+
+// InUseOptionsOf is the in-use check's configuration from recorded
+// InUseSettings, validated as the configuration was.
+func InUseOptionsOf(settings map[string]string) (inuse.Options, error) {
+	var u InUse
+	for k, v := range settings {
+		var field *string
+		switch k {
+		case "sysfs":
+			field = &u.Sysfs
+		case "debugfs":
+			field = &u.Debugfs
+		case "proc":
+			field = &u.Proc
+		case "cephPorts":
+			field = &u.CephPorts
+		case "unattributed":
+			field = &u.Unattributed
+		default:
+			return inuse.Options{}, fmt.Errorf("unknown in-use setting %q", k)
+		}
+		*field = v
+	}
+	for key, p := range map[string]*string{"sysfs": &u.Sysfs, "debugfs": &u.Debugfs, "proc": &u.Proc} {
+		clean, err := absPath(*p)
+		if err != nil {
+			return inuse.Options{}, fmt.Errorf("inUse.%s %q: %w", key, *p, err)
+		}
+		*p = clean
+	}
+	policy, ports, err := u.parse()
+	if err != nil {
+		return inuse.Options{}, err
+	}
+	return inuse.Options{Sysfs: u.Sysfs, Debugfs: u.Debugfs, Proc: u.Proc, CephPorts: ports, Unattributed: policy}, nil
 }

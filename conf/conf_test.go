@@ -232,3 +232,27 @@ func TestPrevResultAsGiven(t *testing.T) {
 	require.NoError(t, err)
 	assert.ErrorContains(t, c.ParsePrevResult(), "parse prevResult")
 }
+
+// The in-use settings a pin keeps give back the same check, and recorded
+// settings are validated like the configuration they came from.
+func TestInUseSettingsRoundTrip(t *testing.T) {
+	c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"netns-pin",
+		"inUse":{"sysfs":"/host/sys/","debugfs":"/host/debug","proc":"/host/proc","cephPorts":"6789","unattributed":"ignore"}}`))
+	require.NoError(t, err)
+	settings := c.InUseSettings()
+	assert.Equal(t, "/host/sys", settings["sysfs"], "recorded as validated")
+	opts, err := InUseOptionsOf(settings)
+	require.NoError(t, err)
+	assert.Equal(t, c.InUseOptions(), opts)
+
+	for _, bad := range []map[string]string{
+		{"sysfs": "sys", "debugfs": "/d", "proc": "/p", "cephPorts": "6789", "unattributed": "block"},
+		{"sysfs": "/s", "debugfs": "/d", "proc": "/p", "cephPorts": "6789", "unattributed": "maybe"},
+		{"sysfs": "/s", "debugfs": "/d", "proc": "/p", "cephPorts": "x", "unattributed": "block"},
+		{"sysfs": "/s", "debugfs": "/d", "proc": "/p", "cephPorts": "6789", "unattributed": "block", "mystery": "1"},
+		{},
+	} {
+		_, err := InUseOptionsOf(bad)
+		assert.Error(t, err, "%v", bad)
+	}
+}

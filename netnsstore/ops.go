@@ -171,7 +171,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 				Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
 				Cluster: req.Cluster, PodNS: req.PodNS, PodName: req.PodName, PodUID: req.PodUID,
 				NetnsPath: req.NetnsPath, PinPath: s.pinPath(name), NetnsDev: srcID.Dev, NetnsIno: srcID.Ino,
-				IPs: unionAddrs(nil, ips), Links: slices.Clone(req.Links), BootID: s.bootID, State: stateActive,
+				IPs: unionAddrs(nil, ips), InUse: s.inUseConfig, Links: slices.Clone(req.Links), BootID: s.bootID, State: stateActive,
 				Created: time.Now().UTC(),
 			}
 			if err := s.ensureShared(); err != nil {
@@ -323,7 +323,7 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	}
 	var uses []Use
 	if err == nil {
-		uses, err = s.inUse(r, path)
+		uses, err = s.uses(r, path)
 		s.steps.mark("in-use check")
 	}
 	if v.checked == nil {

@@ -71,12 +71,12 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 	return nil, nil
 }
 
-// CheckTarget is what the in-use check of r looks at, as a release would:
+// checkTarget is what the in-use check of r looks at, as a release would:
 // a copy of r whose addresses are those recorded together with those its
 // netns has now, and a file that is r's netns now ("" when nothing
 // reaches it). For commands that report without changing anything; an
 // error when r's netns cannot be looked at.
-func (s *Store) CheckTarget(r *Record) (t Record, netnsPath string, err error) {
+func (s *Store) checkTarget(r *Record) (t Record, netnsPath string, err error) {
 	t = *r
 	h, err := s.reach(r, "")
 	if err != nil || h == nil {
@@ -87,14 +87,14 @@ func (s *Store) CheckTarget(r *Record) (t Record, netnsPath string, err error) {
 	return t, h.path, err
 }
 
-// usesNow runs the in-use check on what a release of r would check
-// (CheckTarget), changing nothing.
-func (s *Store) usesNow(r *Record) ([]Use, error) {
-	t, path, err := s.CheckTarget(r)
+// UsesNow runs the in-use check on what a release of r would check
+// (checkTarget), with the same settings, changing nothing.
+func (s *Store) UsesNow(r *Record) ([]Use, error) {
+	t, path, err := s.checkTarget(r)
 	if err != nil {
 		return nil, err
 	}
-	return s.inUse(&t, path)
+	return s.uses(&t, path)
 }
 
 // addrsNow is the union of r's recorded addresses and those its netns,

@@ -68,12 +68,15 @@ type Record struct {
 	// IPs is every global address the netns had at ADD and at each later
 	// check: a client keeps the address it connected from, so an address
 	// once seen is never forgotten.
-	IPs     []string  `json:"ips"`
-	Links   []string  `json:"links"`
-	BootID  string    `json:"bootID"`
-	State   State     `json:"state"`
-	Created time.Time `json:"created"`
-	Updated time.Time `json:"updated"`
+	IPs []string `json:"ips"`
+	// InUse is the in-use settings of the configuration that pinned it
+	// (Options.InUseSettings); every release checks with them as well.
+	InUse   map[string]string `json:"inUse,omitempty"`
+	Links   []string          `json:"links"`
+	BootID  string            `json:"bootID"`
+	State   State             `json:"state"`
+	Created time.Time         `json:"created"`
+	Updated time.Time         `json:"updated"`
 	// References found by the last check that kept the pin.
 	References []string `json:"references,omitempty"`
 	// DrainingSince is when a check first kept the pin.

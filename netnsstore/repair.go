@@ -209,9 +209,9 @@ func (s *Store) orphanUses(name string) ([]Use, error) {
 		return nil, err
 	}
 	r := &Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino}
-	t, path, err := s.CheckTarget(r)
+	t, path, err := s.checkTarget(r)
 	if err != nil {
 		return nil, err
 	}
-	return s.inUse(&t, path)
+	return s.uses(&t, path)
 }

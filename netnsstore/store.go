@@ -9,7 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,8 @@ type Store struct {
 	log         *slog.Logger
 	lockTimeout time.Duration
 	inUse       InUseFunc
+	inUseConfig map[string]string
+	inUseFor    func(settings map[string]string) (InUseFunc, error)
 	teardown    TeardownFunc
 	writer      string
 
@@ -83,6 +86,14 @@ type Options struct {
 	// InUse is the in-use check run before any pin is released, by DEL,
 	// GC and the repair of interrupted operations alike.
 	InUse InUseFunc
+	// InUseSettings describes what InUse looks at and how it decides
+	// (opaque to the store). Each new record keeps them, and a record made
+	// with other settings is checked with those too (InUseFor): a command
+	// run with another sysfs, or a configuration with another policy, can
+	// only add references, never hide one.
+	InUseSettings map[string]string
+	// InUseFor returns the in-use check of recorded settings.
+	InUseFor func(settings map[string]string) (InUseFunc, error)
 	// Teardown finishes the teardown of an abandoned attachment before its
 	// pin is unmounted: the DEL of the chain's plugins before netns-pin,
 	// with CNI_NETNS set to the pin. nil leaves that to the runtime.
@@ -105,7 +116,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 	if o.InUse == nil {
 		o.InUse = func(*Record, string) ([]Use, error) { return nil, errNoCheck }
 	}
-	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, teardown: o.Teardown, writer: o.Writer,
+	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, inUseConfig: o.InUseSettings, inUseFor: o.InUseFor, teardown: o.Teardown, writer: o.Writer,
 		pinDirFd: -1, pinsFd: -1, stateFd: -1, recordsFd: -1}
 	if err := s.open(); err != nil {
 		s.Close()
@@ -235,6 +246,8 @@ type Use struct {
 	// PID is set for a process that runs inside the netns: its
 	// /proc/<pid>/ns/net reaches the netns when the pin was lost.
 	PID int
+	// Detail is the check's own account of it, for reports.
+	Detail any
 }
 
 // TeardownFunc runs the DEL that a runtime abandoned, for record r whose
@@ -247,3 +260,31 @@ type TeardownFunc func(r *Record) error
 // or the runtime's handle when the pin was lost); an error means the check
 // could not tell, and the netns is kept as if in use.
 type InUseFunc func(r *Record, netnsPath string) ([]Use, error)
+
+// uses is the in-use check of r: with this store's settings, and with
+// those r was pinned with when they differ (an operator's --sysfs, another
+// configuration's policy). A use found by either counts; an error of either
+// is an error. Records of earlier versions kept no settings.
+func (s *Store) uses(r *Record, netnsPath string) ([]Use, error) {
+	found, err := s.inUse(r, netnsPath)
+	if err != nil || len(r.InUse) == 0 || maps.Equal(r.InUse, s.inUseConfig) {
+		return found, err
+	}
+	if s.inUseFor == nil {
+		return nil, fmt.Errorf("%s was pinned with in-use settings %v, and this store has no check for them", r.Attachment, r.InUse)
+	}
+	check, err := s.inUseFor(r.InUse)
+	if err != nil {
+		return nil, fmt.Errorf("in-use settings of %s: %w", r.Attachment, err)
+	}
+	more, err := check(r, netnsPath)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range more {
+		if !slices.ContainsFunc(found, func(f Use) bool { return f.What == u.What }) {
+			found = append(found, u)
+		}
+	}
+	return found, nil
+}

@@ -645,3 +645,66 @@ func TestStepsAddUpARepeatedStep(t *testing.T) {
 	s.start()
 	assert.Empty(t, s.took, "a new operation starts afresh")
 }
+
+// A pin keeps the in-use settings it was made with. A release by a store
+// opened with other settings (an operator's --sysfs, another configuration)
+// checks with both: a use seen by either keeps the pin, and a failure of
+// either, including settings it cannot use, is no proof of "unused".
+func TestReleaseAlsoChecksWithThePinsSettings(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.2.6/24")
+	var asked []map[string]string
+	s.inUseConfig = map[string]string{"sysfs": "/sys"}
+	s.inUseFor = func(settings map[string]string) (InUseFunc, error) {
+		asked = append(asked, settings)
+		switch settings["sysfs"] {
+		case "/sys":
+			return func(*Record, string) ([]Use, error) { return uses("rbd0 pool/img client4161 10.98.2.6"), nil }, nil
+		case "/broken":
+			return func(*Record, string) ([]Use, error) { return nil, errors.New("boom") }, nil
+		}
+		return nil, errors.New("unknown settings")
+	}
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"sysfs": "/sys"}, r.InUse)
+	found, err := s.UsesNow(r)
+	require.NoError(t, err)
+	assert.Empty(t, found)
+	assert.Empty(t, asked, "the same settings: one check, the store's own")
+
+	s.inUseConfig = map[string]string{"sysfs": "/tmp/empty"}
+	_, err = s.Release("c1.net1", nil)
+	var iu *InUseError
+	require.ErrorAs(t, err, &iu, "the pin's settings see the device")
+	assert.Equal(t, []string{"rbd0 pool/img client4161 10.98.2.6"}, iu.References)
+	assert.Equal(t, []map[string]string{{"sysfs": "/sys"}}, asked)
+	assert.True(t, mountedAt(t, r.PinPath))
+
+	for _, bad := range []map[string]string{{"sysfs": "/broken"}, {"sysfs": "/unknown"}} {
+		rewriteInUse(t, s, r, bad)
+		_, err = s.Release("c1.net1", nil)
+		assert.ErrorIs(t, err, errCheckFailed, "%v", bad)
+		assert.True(t, mountedAt(t, r.PinPath))
+	}
+	s.inUseFor = nil
+	_, err = s.Release("c1.net1", nil)
+	assert.ErrorIs(t, err, errCheckFailed, "no way to check with the pin's settings")
+	assert.True(t, mountedAt(t, r.PinPath))
+
+	// A record of an earlier version kept no settings: the store's own.
+	rewriteInUse(t, s, r, nil)
+	_, err = s.Release("c1.net1", nil)
+	require.NoError(t, err)
+	assert.NoFileExists(t, r.PinPath)
+}
+
+// rewriteInUse sets the in-use settings kept in r's record.
+func rewriteInUse(t *testing.T, s *Store, r *Record, settings map[string]string) {
+	t.Helper()
+	require.NoError(t, s.locked(func(v *view) error {
+		rec := v.get(r.Attachment)
+		rec.InUse = settings
+		return s.writeRecord(rec)
+	}))
+}

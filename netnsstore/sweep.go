@@ -34,7 +34,7 @@ func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
 
 // sweepDryRun says what Sweep would do: what repair would do with each
 // record, and the in-use check of every draining record, on what a release
-// would check (CheckTarget).
+// would check (checkTarget).
 func (s *Store) sweepDryRun() ([]Finding, error) {
 	var out []Finding
 	err := s.locked(func(v *view) error {
@@ -46,7 +46,7 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 			}
 			f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: d.action, Reason: d.reason}
 			if d.action != ActionDrop && d.action != ActionRepin {
-				uses, err := s.usesNow(r)
+				uses, err := s.UsesNow(r)
 				if err != nil {
 					errs = append(errs, err)
 					continue

@@ -204,14 +204,22 @@ type inUseReport struct {
 }
 
 // referencesNow is the in-use check of r on what a DEL would check (the
-// pin or the runtime's netns, the addresses recorded and present),
-// changing nothing.
-func referencesNow(s *netnsstore.Store, c *conf.Config, r *netnsstore.Record) ([]inuse.Reference, error) {
-	t, path, err := s.CheckTarget(r)
+// pin or the runtime's netns, the addresses recorded and present, the
+// in-use settings of r's pin as well as c's), changing nothing.
+func referencesNow(s *netnsstore.Store, r *netnsstore.Record) ([]inuse.Reference, error) {
+	uses, err := s.UsesNow(r)
 	if err != nil {
 		return nil, err
 	}
-	return inuse.Check(inUseTarget(&t, path), c.InUseOptions())
+	refs := make([]inuse.Reference, 0, len(uses))
+	for _, u := range uses {
+		ref, ok := u.Detail.(inuse.Reference)
+		if !ok {
+			return nil, fmt.Errorf("in-use check of %s: %q comes without its details", r.Attachment, u.What)
+		}
+		refs = append(refs, ref)
+	}
+	return refs, nil
 }
 
 func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJSON bool) (err error) {
@@ -226,7 +234,7 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		if r.Attachment != what && r.Cluster != what {
 			continue
 		}
-		refs, err := referencesNow(s, c, r)
+		refs, err := referencesNow(s, r)
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.Attachment, err)
 		}
@@ -299,7 +307,7 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 		r, err := s.Get(attachment)
 		var refs []inuse.Reference
 		if err == nil && r != nil {
-			refs, err = referencesNow(s, c, r)
+			refs, err = referencesNow(s, r)
 		}
 		if err != nil {
 			fmt.Fprintf(w, "forcing release of %s without knowing what uses it: %v\n", attachment, err)

@@ -176,7 +176,8 @@ func limitMemory() { debug.SetMemoryLimit(memoryLimit) }
 // of attachments whose runtime gave up.
 func openStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
 	return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{
-		Log: log, InUse: inUseChecker(c), Teardown: chainTeardown(log), Writer: Version,
+		Log: log, InUse: inUseChecker(c.InUseOptions()), InUseSettings: c.InUseSettings(), InUseFor: recordedInUse,
+		Teardown: chainTeardown(log), Writer: Version,
 	})
 }
 

@@ -20,9 +20,8 @@ func inUseTarget(r *netnsstore.Record, netnsPath string) inuse.Target {
 	return t
 }
 
-// inUseChecker adapts the in-use check to the store.
-func inUseChecker(c *conf.Config) netnsstore.InUseFunc {
-	opts := c.InUseOptions()
+// inUseChecker adapts the in-use check with opts to the store.
+func inUseChecker(opts inuse.Options) netnsstore.InUseFunc {
 	return func(r *netnsstore.Record, netnsPath string) ([]netnsstore.Use, error) {
 		refs, err := inuse.Check(inUseTarget(r, netnsPath), opts)
 		if err != nil {
@@ -30,11 +29,20 @@ func inUseChecker(c *conf.Config) netnsstore.InUseFunc {
 		}
 		out := make([]netnsstore.Use, len(refs))
 		for i, ref := range refs {
-			out[i] = netnsstore.Use{What: ref.String()}
+			out[i] = netnsstore.Use{What: ref.String(), Detail: ref}
 			if ref.InNetns { // a process inside the netns: it can reach it
 				out[i].PID = ref.PID
 			}
 		}
 		return out, nil
 	}
+}
+
+// recordedInUse is the in-use check of settings a record was pinned with.
+func recordedInUse(settings map[string]string) (netnsstore.InUseFunc, error) {
+	opts, err := conf.InUseOptionsOf(settings)
+	if err != nil {
+		return nil, err
+	}
+	return inUseChecker(opts), nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/netns-pin/netns-pin/internal/cephfixture"
 	"github.com/netns-pin/netns-pin/internal/host"
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
@@ -360,4 +361,73 @@ func TestRecordFormatUpgradeAndNewer(t *testing.T) {
 	assertReleased(t, a, ns.Path)
 	var st unix.Stat_t
 	assert.ErrorIs(t, unix.Lstat(c.defaultLink(), &st), unix.ENOENT)
+}
+
+// Hole: the roots of the in-use check could be pointed anywhere. An
+// operator's `release` or `gc` with --sysfs, --debugfs or --proc at a folder
+// that is not the kernel's (a typo, a container's /host/sys that is not
+// there) saw no rbd device, no CephFS client or no process, and released a
+// netns they used. Each pin now keeps the in-use settings it was made with,
+// and every check also looks with those.
+func TestHoleInUseRootsThatAreNotTheKernels(t *testing.T) {
+	for _, tc := range []struct {
+		root, want string
+		client     func(t *testing.T, fx rbdFixture, a *attachment, ip net.IP) (stop func())
+	}{
+		{"--sysfs", "rbd0 replicapool/csi-vol-1", func(t *testing.T, fx rbdFixture, _ *attachment, ip net.IP) func() {
+			fx.mapDevice(t, "0", ip, "csi-vol-1")
+			return func() { fx.unmapDevice(t, "0") }
+		}},
+		{"--debugfs", "client4161", func(t *testing.T, fx rbdFixture, _ *attachment, ip net.IP) func() {
+			dir := filepath.Join(fx.debugfs, "ceph", "fsid-1.client4161")
+			require.NoError(t, cephfixture.DebugfsClient(fx.debugfs, "fsid-1", 4161, cephfixture.CephFSStatus(4161, ip.String())))
+			return func() { require.NoError(t, os.RemoveAll(dir)) }
+		}},
+		{"--proc", "(sleep)", func(t *testing.T, _ rbdFixture, a *attachment, _ net.IP) func() {
+			cl := startClient(t, a.c.defaultLink(), a.netns.ID, "")
+			return func() { cl.stop(t) }
+		}},
+	} {
+		t.Run(tc.root, func(t *testing.T) {
+			fx := newRBDFixture(t)
+			c := newChain(t, chainSpec{inUse: fx.inUse()})
+			ns := hosttest.NewNetns(t, "npe2e")
+			a := c.newAttachment(t, ns, holderArgs(), false)
+			ip := sandboxIP(t, a.mustAdd(t))
+			stop := tc.client(t, fx, a, ip)
+			assertKeptInUse(t, a, a.del(), ip)
+
+			empty := t.TempDir()
+			conflist := filepath.Join(c.netconfDir, c.name+".conflist")
+			for _, dir := range []string{empty, filepath.Join(empty, "missing"), "/", "/tmp"} {
+				flags := []string{"--conf", conflist, tc.root, dir}
+				r := pinCLI(c, append(flags, "release", a.attachmentName())...)
+				assert.Error(t, r.Err, "release must refuse: %s", r)
+				if tc.root == "--proc" {
+					// Without a /proc nothing can be checked: every
+					// command fails and says where it looked.
+					for _, cmd := range [][]string{{"gc"}, {"inuse", a.attachmentName()}} {
+						r = pinCLI(c, append(flags, cmd...)...)
+						assert.Error(t, r.Err, "%s", r)
+						assert.Contains(t, r.Stderr, filepath.Join(dir, "thread-self"), "%s", r)
+					}
+				} else {
+					assert.Contains(t, r.Stdout+r.Stderr, tc.want, "%s", r)
+					r = pinCLI(c, append(flags, "gc")...)
+					assert.NoError(t, r.Err, "%s", r)
+					assert.Regexp(t, `kept +`+a.attachmentName()+`.*`+regexp.QuoteMeta(tc.want), r.Stdout, "%s", r)
+					r = pinCLI(c, append(flags, "inuse", a.attachmentName())...)
+					assert.NoError(t, r.Err, "%s", r)
+					assert.Contains(t, r.Stdout, tc.want, "inuse reports the pin's reference: %s", r)
+				}
+				assertNetnsKept(t, a, ip)
+				require.FileExists(t, a.recordPath())
+			}
+			assertKeptInUse(t, a, a.del(), ip)
+
+			stop()
+			require.NoError(t, a.del())
+			assertReleased(t, a, ns.Path)
+		})
+	}
 }

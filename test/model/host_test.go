@@ -105,11 +105,14 @@ type env struct {
 	stateDir    string
 	sysfs       string
 	debugfs     string
-	rookDir     string // Rook-style absolute links: <rookDir>/<namespace>.net.ns
-	bootIDFile  string
-	logFile     string
-	runID       string
-	entry       map[string]any
+	// blindRoots, while set, is what the operator's commands get as
+	// --sysfs and --debugfs instead: a folder where no client is seen.
+	blindRoots string
+	rookDir    string // Rook-style absolute links: <rookDir>/<namespace>.net.ns
+	bootIDFile string
+	logFile    string
+	runID      string
+	entry      map[string]any
 }
 
 func newEnv(t *testing.T, bin string) *env {
@@ -285,7 +288,11 @@ func prevResult(netnsPath string, ips []string) map[string]any {
 // cli runs the operator's command line against the store at pinDir.
 func (e *env) cli(pinDir, failpoint string, args ...string) result {
 	e.t.Helper()
-	argv := append([]string{"--pin-dir", pinDir, "--state-dir", e.stateDir, "--sysfs", e.sysfs, "--debugfs", e.debugfs}, args...)
+	sysfs, debugfs := e.sysfs, e.debugfs
+	if e.blindRoots != "" {
+		sysfs, debugfs = e.blindRoots, e.blindRoots
+	}
+	argv := append([]string{"--pin-dir", pinDir, "--state-dir", e.stateDir, "--sysfs", sysfs, "--debugfs", debugfs}, args...)
 	return e.run(nil, nil, failpoint, argv...)
 }
 

@@ -135,6 +135,19 @@ var stepTable = []stepDef{
 	}},
 	{"cli-gc-dry-run", 1, func(d *driver) bool { d.cliGCDryRun(); return true }},
 	{"cli-wrong-pindir", 1, func(d *driver) bool { d.cliWrongPinDir(); return true }},
+	{"cli-blind-roots", 1, func(d *driver) bool {
+		// The operator's --sysfs and --debugfs lead to an empty folder:
+		// release and gc must still decide as the pins' own settings do.
+		d.e.blindRoots = d.t.TempDir()
+		defer func() { d.e.blindRoots = "" }()
+		d.logf("the next command runs with --sysfs and --debugfs at an empty folder")
+		if hs := d.filter(func(h *holder) bool { return h.pin != pinNone || h.uncertain }); len(hs) > 0 && d.rng.IntN(2) == 0 {
+			d.cliRelease(pick(d, hs), "")
+		} else {
+			d.cliGC("")
+		}
+		return true
+	}},
 	{"proc-enter", 5, func(d *driver) bool {
 		if len(d.clients) >= maxClients {
 			return false
