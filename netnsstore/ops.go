@@ -38,6 +38,9 @@ type view struct {
 	// repaired: what repair did in this hold of the lock, for the
 	// operator's gc to report with the rest.
 	repaired []Finding
+	// owned: pinDir names this store's stateDir as its owner, so a pin
+	// without a record here is an orphan of this store (see ownerFile).
+	owned bool
 }
 
 func (v *view) get(attachment string) *Record {
@@ -108,6 +111,9 @@ func (s *Store) locked(fn func(v *view) error) error {
 	if err != nil {
 		return err
 	}
+	if v.owned, err = s.checkOwner(); err != nil {
+		return err
+	}
 	s.steps.mark("read records")
 	ferr := fn(v)
 	s.steps.mark("work")
@@ -144,6 +150,13 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 	err = s.op(name, func(v *view) error {
 		if err := v.bad[name]; err != nil {
 			return err
+		}
+		// Only a pin claims pinDir: an operator's command with a wrong
+		// --state-dir on a node with no pin yet must not.
+		if !v.owned {
+			if err := s.claimPinDir(v); err != nil {
+				return err
+			}
 		}
 		r := v.get(name)
 		switch {

@@ -177,6 +177,18 @@ func (s *Store) settleOrphanPins(v *view) {
 		return
 	}
 	for _, n := range names {
+		if !v.owned {
+			// No owner yet (claimPinDir leaves pinDir unclaimed while
+			// they exist): a mount may be another stateDir's pin, with
+			// clients seen only on addresses its record remembers. A
+			// file that holds no netns is nobody's pin.
+			if _, mounted, err := s.pinState(n); err != nil || mounted {
+				s.log.Warn("repair: kept a pin without a record: pinDir names no stateDir as its owner", "pin", n, "error", err)
+				v.repaired = append(v.repaired, Finding{Attachment: n, Action: ActionKeep,
+					Reason: "pin without a record, and " + s.PinDir + " names no stateDir as its owner: it may be another's"})
+				continue
+			}
+		}
 		f := Finding{Attachment: n, Action: ActionKeep, Reason: "pin without a record, still in use"}
 		uses, err := s.orphanUses(n)
 		switch {

@@ -708,3 +708,75 @@ func rewriteInUse(t *testing.T, s *Store, r *Record, settings map[string]string)
 		return s.writeRecord(rec)
 	}))
 }
+
+// pinDir names the stateDir whose records own its pins. A store with
+// another stateDir refuses every operation, and a pinDir that names none
+// yet (made by an earlier version) is claimed only once every pin in it has
+// a record of the claimer: until then, pins without a record are kept.
+func TestPinDirBelongsToOneStateDir(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.19.5/24")
+	owner := filepath.Join(s.PinDir, ownerFile)
+	_, err := s.Sweep(false)
+	require.NoError(t, err)
+	assert.NoFileExists(t, owner, "a command claims nothing")
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	data, err := os.ReadFile(owner)
+	require.NoError(t, err)
+	assert.Equal(t, s.StateDir+"\n", string(data), "the first pin claims pinDir")
+
+	other := func() *Store {
+		o, err := Open(s.PinDir, filepath.Join(t.TempDir(), "state"), Options{InUse: notInUse})
+		require.NoError(t, err)
+		t.Cleanup(o.Close)
+		return o
+	}
+	o := other()
+	n2 := testNetns(t, "10.98.19.6/24")
+	_, err = o.Pin(pinReq(o, "c2", "ns/cl", n2.Path))
+	assert.ErrorIs(t, err, ErrOtherStateDir)
+	assert.ErrorContains(t, err, "belongs to stateDir "+s.StateDir)
+	_, err = o.List()
+	assert.ErrorIs(t, err, ErrOtherStateDir)
+	_, err = o.Sweep(false)
+	assert.ErrorIs(t, err, ErrOtherStateDir)
+	_, err = o.Sweep(true)
+	assert.ErrorIs(t, err, ErrOtherStateDir)
+	_, err = o.Release("c1.net1", nil)
+	assert.ErrorIs(t, err, ErrOtherStateDir)
+	_, err = o.GC("ceph-public", nil)
+	assert.ErrorIs(t, err, ErrOtherStateDir)
+	assert.True(t, mountedAt(t, r.PinPath))
+
+	// A pinDir of an earlier version, without an owner: the other store
+	// sees c1's pin without a record, keeps it and claims nothing.
+	for _, unowned := range []func(){
+		func() { require.NoError(t, os.Remove(owner)) },
+		func() { require.NoError(t, os.WriteFile(owner, nil, 0o644)) }, // never synced before a power loss
+	} {
+		unowned()
+		o = other()
+		findings, err := o.Sweep(false)
+		require.NoError(t, err)
+		require.Len(t, findings, 1)
+		assert.Equal(t, ActionKeep, findings[0].Action)
+		assert.Contains(t, findings[0].Reason, "names no stateDir as its owner")
+		assert.True(t, mountedAt(t, r.PinPath), "kept")
+		data, _ = os.ReadFile(owner)
+		assert.Empty(t, data, "not claimed while a pin has no record here")
+
+		_, err = s.List()
+		require.NoError(t, err)
+		data, _ = os.ReadFile(owner)
+		assert.Empty(t, data, "only an ADD claims")
+		_, err = s.Pin(pinReq(s, "c1", "ns/cl", n.Path)) // the runtime repeats the ADD
+		require.NoError(t, err)
+		data, err = os.ReadFile(owner)
+		require.NoError(t, err)
+		assert.Equal(t, s.StateDir+"\n", string(data), "claimed by the store that has every pin's record")
+	}
+	_, err = s.Release("c1.net1", nil)
+	require.NoError(t, err)
+	assert.NoFileExists(t, r.PinPath)
+}

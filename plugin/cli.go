@@ -109,8 +109,11 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 // helps.
 func reportCLIError(stderr io.Writer, err error) {
 	fmt.Fprintln(stderr, "netns-pin:", err)
-	if errors.Is(err, netnsstore.ErrOtherPinDir) {
+	switch {
+	case errors.Is(err, netnsstore.ErrOtherPinDir):
 		fmt.Fprintln(stderr, "netns-pin: give the --pin-dir of those records, or --conf with the network's configuration")
+	case errors.Is(err, netnsstore.ErrOtherStateDir):
+		fmt.Fprintln(stderr, "netns-pin: give the --state-dir of those pins, or --conf with the network's configuration")
 	}
 }
 

@@ -125,6 +125,49 @@ func TestHoleTwoNetworksShareAStateDir(t *testing.T) {
 	assertReleased(t, a1, ns1.Path)
 }
 
+// Hole: two networks sharing one pinDir with different stateDirs (or an
+// operator's command with another --state-dir) saw each other's pins as pins
+// without a record, checked them with the addresses their netns had now,
+// and released one that a krbd client used from the address it had at ADD.
+func TestHoleTwoNetworksShareAPinDir(t *testing.T) {
+	fx := newRBDFixture(t)
+	c1 := newChain(t, chainSpec{inUse: fx.inUse()})
+	c2 := newChain(t, chainSpec{inUse: fx.inUse(), pinDir: c1.pinDir})
+	ns1, ns2 := hosttest.NewNetns(t, "npe2e"), hosttest.NewNetns(t, "npe2e")
+	a1 := c1.newAttachment(t, ns1, holderArgs(), false)
+	ip := sandboxIP(t, a1.mustAdd(t))
+	fx.mapDevice(t, "0", ip, "csi-vol-1")
+	// The address the client connected from goes, another comes; the
+	// holder is deleted and its runtime's netns with it: only the pin is
+	// left to hold the netns.
+	hosttest.MustRun(t, "ip", "-n", ns1.Name, "addr", "flush", "dev", "eth0")
+	hosttest.MustRun(t, "ip", "-n", ns1.Name, "addr", "add", "10.251.0.9/24", "dev", "eth0")
+	err := a1.del()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "rbd0 replicapool/csi-vol-1")
+	ns1.Delete(t)
+
+	a2 := c2.newAttachment(t, ns2, holderArgs(), false)
+	_, err = a2.add(t)
+	require.Error(t, err, "ADD on a network whose pinDir holds another stateDir's pins")
+	assert.Contains(t, err.Error(), "belongs to stateDir "+c1.stateDir)
+	assert.Empty(t, mountsAt(t, a2.pinPath()))
+	other := t.TempDir()
+	for _, cmd := range [][]string{{"list"}, {"gc"}, {"gc", "--dry-run"}, {"release", a1.attachmentName()}, {"inuse", a1.attachmentName()}} {
+		r := pinCLI(c2, append([]string{"--pin-dir", c1.pinDir, "--state-dir", other}, cmd...)...)
+		assert.Error(t, r.Err, "%s", r)
+		assert.Contains(t, r.Stderr, "belongs to stateDir "+c1.stateDir, "%s", r)
+		assert.Contains(t, r.Stderr, "give the --state-dir of those pins", "%s", r)
+	}
+	assert.Equal(t, a1.netns.ID, hosttest.StatNS(t, a1.pinPath()), "the pin holds the netns")
+
+	fx.unmapDevice(t, "0")
+	r := pinCLI(c1, "--conf", filepath.Join(c1.netconfDir, c1.name+".conflist"), "gc")
+	require.NoError(t, r.Err, "%s", r)
+	assert.Contains(t, r.Stdout, "released")
+	assertReleased(t, a1)
+}
+
 // Hole: a pin unmounted behind the plugin's back (a cleanup script, a node
 // shell, a lazy umount) made its record look stale; it was dropped without a
 // check and DEL succeeded. Now DEL reaches the netns through CNI_NETNS,

@@ -343,7 +343,7 @@ func (d *driver) checkEmpty() {
 // snapshot is what the store has on the host, to tell whether a refused
 // operation changed anything.
 type snapshot struct {
-	records, pins, mounts, links string
+	records, pins, mounts, links, owner string
 }
 
 // diff says what changed between two snapshots, one line per part.
@@ -351,7 +351,7 @@ func (s snapshot) diff(after snapshot) string {
 	var b strings.Builder
 	for _, p := range []struct{ name, before, after string }{
 		{"records", s.records, after.records}, {"pins", s.pins, after.pins},
-		{"mounts", s.mounts, after.mounts}, {"links", s.links, after.links},
+		{"mounts", s.mounts, after.mounts}, {"links", s.links, after.links}, {"pinDir owner", s.owner, after.owner},
 	} {
 		if p.before != p.after {
 			fmt.Fprintf(&b, "\n  %s before: %s\n  %s after:  %s", p.name, summary(p.before), p.name, summary(p.after))
@@ -413,5 +413,9 @@ func (d *driver) snapshot() snapshot {
 		}
 	}
 	s.links = strings.Join(lines, " ")
+	// The stateDir that pinDir names as its owner (written by the first pin).
+	if data, err := os.ReadFile(filepath.Join(d.e.pinDir, ".netns-pin-state-dir")); err == nil {
+		s.owner = strings.TrimSpace(string(data))
+	}
 	return s
 }

@@ -102,9 +102,11 @@ type env struct {
 	work        string
 	pinDir      string
 	wrongPinDir string
-	stateDir    string
-	sysfs       string
-	debugfs     string
+	// wrongStateDir exists and is empty: an operator's --state-dir typo.
+	wrongStateDir string
+	stateDir      string
+	sysfs         string
+	debugfs       string
 	// blindRoots, while set, is what the operator's commands get as
 	// --sysfs and --debugfs instead: a folder where no client is seen.
 	blindRoots string
@@ -120,17 +122,19 @@ func newEnv(t *testing.T, bin string) *env {
 	work := hosttest.NewWorkDir(t, "netns-pin-model-")
 	e := &env{
 		t: t, bin: bin, binDir: filepath.Dir(bin), work: work,
-		pinDir:      filepath.Join(work, "pin"),
-		wrongPinDir: filepath.Join(work, "other-pin"),
-		stateDir:    filepath.Join(work, "state"),
-		sysfs:       filepath.Join(work, "sys"),
-		debugfs:     filepath.Join(work, "debug"),
-		rookDir:     filepath.Join(work, "csi"),
-		bootIDFile:  filepath.Join(work, "boot_id"),
-		logFile:     filepath.Join(work, "netns-pin.log"),
-		runID:       host.RandHex(6),
+		pinDir:        filepath.Join(work, "pin"),
+		wrongPinDir:   filepath.Join(work, "other-pin"),
+		wrongStateDir: filepath.Join(work, "other-state"),
+		stateDir:      filepath.Join(work, "state"),
+		sysfs:         filepath.Join(work, "sys"),
+		debugfs:       filepath.Join(work, "debug"),
+		rookDir:       filepath.Join(work, "csi"),
+		bootIDFile:    filepath.Join(work, "boot_id"),
+		logFile:       filepath.Join(work, "netns-pin.log"),
+		runID:         host.RandHex(6),
 	}
 	require.NoError(t, os.MkdirAll(filepath.Join(e.sysfs, "bus", "rbd", "devices"), 0o755))
+	require.NoError(t, os.Mkdir(e.wrongStateDir, 0o700))
 	require.NoError(t, os.MkdirAll(filepath.Join(e.debugfs, "ceph"), 0o755))
 	e.writeBootID(0)
 	var holders []map[string]any
@@ -288,11 +292,17 @@ func prevResult(netnsPath string, ips []string) map[string]any {
 // cli runs the operator's command line against the store at pinDir.
 func (e *env) cli(pinDir, failpoint string, args ...string) result {
 	e.t.Helper()
+	return e.cliAt(pinDir, e.stateDir, failpoint, args...)
+}
+
+// cliAt is cli with another stateDir.
+func (e *env) cliAt(pinDir, stateDir, failpoint string, args ...string) result {
+	e.t.Helper()
 	sysfs, debugfs := e.sysfs, e.debugfs
 	if e.blindRoots != "" {
 		sysfs, debugfs = e.blindRoots, e.blindRoots
 	}
-	argv := append([]string{"--pin-dir", pinDir, "--state-dir", e.stateDir, "--sysfs", sysfs, "--debugfs", debugfs}, args...)
+	argv := append([]string{"--pin-dir", pinDir, "--state-dir", stateDir, "--sysfs", sysfs, "--debugfs", debugfs}, args...)
 	return e.run(nil, nil, failpoint, argv...)
 }
 

@@ -134,7 +134,8 @@ var stepTable = []stepDef{
 		return true
 	}},
 	{"cli-gc-dry-run", 1, func(d *driver) bool { d.cliGCDryRun(); return true }},
-	{"cli-wrong-pindir", 1, func(d *driver) bool { d.cliWrongPinDir(); return true }},
+	{"cli-wrong-pindir", 1, func(d *driver) bool { d.cliWrongDir("--pin-dir"); return true }},
+	{"cli-wrong-statedir", 1, func(d *driver) bool { d.cliWrongDir("--state-dir"); return true }},
 	{"cli-blind-roots", 1, func(d *driver) bool {
 		// The operator's --sysfs and --debugfs lead to an empty folder:
 		// release and gc must still decide as the pins' own settings do.
@@ -653,25 +654,32 @@ func (d *driver) cliInUse(h *holder) {
 	}
 }
 
-// cliWrongPinDir runs a command with a --pin-dir other than the one the
-// records were made under: it must fail and change nothing.
-func (d *driver) cliWrongPinDir() {
+// cliWrongDir runs an operator command with a wrong --pin-dir (the records
+// name theirs) or a wrong --state-dir (pinDir names its own): once anything
+// is pinned it must fail, and whatever it does it changes nothing.
+func (d *driver) cliWrongDir(flag string) {
 	cmds := [][]string{{"list"}, {"gc"}, {"gc", "--dry-run"}, {"inuse", clusterOf(0)}}
 	if hs := d.filter(func(h *holder) bool { return h.pin != pinNone }); len(hs) > 0 {
 		h := pick(d, hs)
 		cmds = append(cmds, []string{"inuse", h.att}, []string{"release", h.att}, []string{"release", h.att, "--force"})
 	}
 	cmd := pick(d, cmds)
+	pinDir, stateDir, wrong := d.e.pinDir, d.e.stateDir, d.e.wrongPinDir
+	if flag == "--state-dir" {
+		stateDir, wrong = d.e.wrongStateDir, d.e.wrongStateDir
+	} else {
+		pinDir = wrong
+	}
 	before := d.snapshot()
-	r := d.e.cli(d.e.wrongPinDir, "", cmd...)
-	d.logf("netns-pin --pin-dir %s %s -> %s", d.e.wrongPinDir, strings.Join(cmd, " "), r)
+	r := d.e.cliAt(pinDir, stateDir, "", cmd...)
+	d.logf("netns-pin %s %s %s -> %s", flag, wrong, strings.Join(cmd, " "), r)
 	d.count("I4")
 	after := d.snapshot()
 	if before.records != "" && r.rc == 0 {
-		d.violation("I4", "netns-pin %s with a wrong --pin-dir succeeded: %s", strings.Join(cmd, " "), strings.TrimSpace(r.stdout))
+		d.violation("I4", "netns-pin %s with a wrong %s succeeded: %s", strings.Join(cmd, " "), flag, strings.TrimSpace(r.stdout))
 	}
 	if after != before {
-		d.violation("I4", "netns-pin %s with a wrong --pin-dir changed the store:%s", strings.Join(cmd, " "), before.diff(after))
+		d.violation("I4", "netns-pin %s with a wrong %s changed the store:%s", strings.Join(cmd, " "), flag, before.diff(after))
 		d.crashedAll() // only when the violation is ignored: let repair decide
 	}
 }
