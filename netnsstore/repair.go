@@ -34,7 +34,7 @@ type diagnosis struct {
 // of this boot goes: that is settle's, after the in-use check.
 func (s *Store) diagnose(r *Record) diagnosis {
 	switch {
-	case r.BootID != s.bootID:
+	case r.BootID != s.bootID && !s.pinnedAs(r):
 		return diagnosis{ActionDrop, "pinned in an earlier boot " + r.BootID}
 	case r.State == stateIntent:
 		return diagnosis{ActionSettle, "ADD was interrupted"}
@@ -79,6 +79,17 @@ func (s *Store) diagnose(r *Record) diagnosis {
 func (s *Store) repair(v *view, skip string) {
 	blocked := v.blocked()
 	for _, r := range slices.Clone(v.recs) {
+		if r.BootID != s.bootID && s.pinnedAs(r) {
+			// A mount does not outlive a boot: a pin that still holds
+			// the recorded netns is of this boot, whatever the record
+			// says (edited by hand, restored from a backup). Only a
+			// record whose pin is gone is dropped unchecked.
+			s.log.Warn("repair: the record names another boot but its pin is mounted: it is of this boot", "attachment", r.Attachment, "bootID", r.BootID)
+			r.BootID = s.bootID
+			if err := s.writeRecord(r); err != nil {
+				s.log.Error("repair: correct the boot id", "attachment", r.Attachment, "error", err)
+			}
+		}
 		d := s.diagnose(r)
 		if d.action == "" || (r.Attachment == skip && d.action != ActionDrop) {
 			continue

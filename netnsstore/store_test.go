@@ -358,6 +358,40 @@ func TestRepairAfterReboot(t *testing.T) {
 	assert.Nil(t, got)
 }
 
+// Hole: a record whose boot id is not this boot's (edited by hand, restored
+// from a backup, written with a broken boot id) was dropped without the
+// in-use check although its pin was still mounted. A mount does not outlive
+// a boot: a pin that still holds the recorded netns is of this boot, and
+// the record is corrected instead.
+func TestRecordOfAnotherBootWithALivePinIsKept(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.20.5/24")
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	r.BootID = "00000000-0000-0000-0000-000000000000"
+	writeRaw(t, s, r)
+
+	findings, err := s.Sweep(true)
+	require.NoError(t, err)
+	for _, f := range findings {
+		assert.NotEqual(t, ActionDrop, f.Action, "the dry run drops nothing: %+v", f)
+	}
+	s.inUse = func(*Record, string) ([]Use, error) { return uses("rbd0 pool/img client4161 10.98.20.5"), nil }
+	_, err = s.Release("unrelated.net1", nil)
+	require.NoError(t, err)
+	assert.True(t, mountedAt(t, r.PinPath), "the pin stays")
+	got, err := s.Get("c1.net1")
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	assert.Equal(t, s.bootID, got.BootID, "the record says this boot again")
+	require.NoError(t, s.Check("c1.net1", n.Path))
+
+	_, err = s.Release("c1.net1", nil)
+	var iu *InUseError
+	require.ErrorAs(t, err, &iu, "released only through the in-use check")
+	assert.True(t, mountedAt(t, r.PinPath))
+}
+
 // An abandoned record of an earlier boot whose chain teardown keeps
 // failing is dropped all the same: a record of an earlier boot never
 // outlives the repair of the next boot.
