@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,6 +188,34 @@ func TestSweeperFinishesWhatCRIOAbandoned(t *testing.T) {
 	sw.stop(t)
 }
 
+// deviceHeldHolder is a holder pinned through cnitool (its libcni cache in
+// /var/lib/cni), host-local's DELs counted, an rbd device mapped from its
+// address (a kernel client: no process reaches the netns), and the one DEL
+// CRI-O sends refused.
+type deviceHeldHolder struct {
+	c     *chain
+	a     *attachment
+	ns    *hosttest.NetnsHandle
+	fx    rbdFixture
+	ip    net.IP
+	calls string
+}
+
+func newDeviceHeldHolder(t *testing.T) deviceHeldHolder {
+	t.Helper()
+	h := deviceHeldHolder{fx: newRBDFixture(t)}
+	var cniPath string
+	cniPath, h.calls = countingCNIPath(t)
+	h.c = newChain(t, chainSpec{cniPath: cniPath, inUse: h.fx.inUse()})
+	h.ns = hosttest.NewNetns(t, "npe2e")
+	h.a = h.c.newAttachment(t, h.ns, holderArgs(), true)
+	h.ip = sandboxIP(t, h.a.mustAdd(t))
+	h.fx.mapDevice(t, "0", h.ip, "csi-vol-1")
+	require.Error(t, h.a.cnitoolRun("del").Err, "the one DEL CRI-O sends is refused")
+	require.Equal(t, "draining", readRecord(t, h.a.recordPath()).str("state"))
+	return h
+}
+
 // Hole: a holder whose runtime gave up and whose pin was then unmounted
 // from outside, while only a kernel client (an rbd device, no process)
 // kept the netns, was released by the repair at the start of the next
@@ -195,19 +224,12 @@ func TestSweeperFinishesWhatCRIOAbandoned(t *testing.T) {
 // ever. Repair now marks such a record abandoned itself, so whichever
 // operation releases it runs the chain's DEL first.
 func TestRepairFinishesAbandonedTeardownOfLostPin(t *testing.T) {
-	fx := newRBDFixture(t)
-	cniPath, calls := countingCNIPath(t)
-	c := newChain(t, chainSpec{cniPath: cniPath, inUse: fx.inUse()})
-	ns := hosttest.NewNetns(t, "npe2e")
-	a := c.newAttachment(t, ns, holderArgs(), true)
-	ip := sandboxIP(t, a.mustAdd(t))
-	fx.mapDevice(t, "0", ip, "csi-vol-1")
-	require.Error(t, a.cnitoolRun("del").Err, "the one DEL CRI-O sends is refused")
-	require.Equal(t, "draining", readRecord(t, a.recordPath()).str("state"))
+	h := newDeviceHeldHolder(t)
+	c, a, fx, ip, calls := h.c, h.a, h.fx, h.ip, h.calls
 
 	// CRI-O gives up; then a cleanup script unmounts the pin. Nothing can
 	// reach the netns any more, but the device still uses it.
-	ns.Delete(t)
+	h.ns.Delete(t)
 	require.NoError(t, os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", c.name, a.containerID, ifName))))
 	a.noCleanDel = true
 	hosttest.MustRun(t, "umount", "-l", a.pinPath())
@@ -239,15 +261,9 @@ func TestRepairFinishesAbandonedTeardownOfLostPin(t *testing.T) {
 // plugins before netns-pin, and netns-pin leaves that to it, so the lease
 // is given back once.
 func TestRuntimeRetryAfterAbandonFreesOnce(t *testing.T) {
-	fx := newRBDFixture(t)
-	cniPath, calls := countingCNIPath(t)
-	c := newChain(t, chainSpec{cniPath: cniPath, inUse: fx.inUse()})
-	ns := hosttest.NewNetns(t, "npe2e")
-	a := c.newAttachment(t, ns, holderArgs(), true)
-	ip := sandboxIP(t, a.mustAdd(t))
-	fx.mapDevice(t, "0", ip, "csi-vol-1")
-	require.Error(t, a.cnitoolRun("del").Err)
-	ns.Delete(t)
+	h := newDeviceHeldHolder(t)
+	c, a, fx, ip, calls := h.c, h.a, h.fx, h.ip, h.calls
+	h.ns.Delete(t)
 	r := pinCLI(c, "--conf", filepath.Join(c.netconfDir, c.name+".conflist"), "sweep", "--once")
 	require.NoError(t, r.Err, "%s", r)
 	require.Equal(t, "true", readRecord(t, a.recordPath()).str("abandoned"))
