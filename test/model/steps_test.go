@@ -136,6 +136,7 @@ var stepTable = []stepDef{
 	{"cli-gc-dry-run", 1, func(d *driver) bool { d.cliGCDryRun(); return true }},
 	{"cli-wrong-pindir", 1, func(d *driver) bool { d.cliWrongDir("--pin-dir"); return true }},
 	{"cli-wrong-statedir", 1, func(d *driver) bool { d.cliWrongDir("--state-dir"); return true }},
+	{"record-unreadable", 1, func(d *driver) bool { return d.recordUnreadable() }},
 	{"cli-blind-roots", 1, func(d *driver) bool {
 		// The operator's --sysfs and --debugfs lead to an empty folder:
 		// release and gc must still decide as the pins' own settings do.
@@ -682,6 +683,58 @@ func (d *driver) cliWrongDir(flag string) {
 		d.violation("I4", "netns-pin %s with a wrong %s changed the store:%s", strings.Join(cmd, " "), flag, before.diff(after))
 		d.crashedAll() // only when the violation is ignored: let repair decide
 	}
+}
+
+// recordUnreadable: one holder's record cannot be used for a while (torn
+// by a power loss, or written by a newer netns-pin before a downgrade).
+// Meanwhile GC with no valid attachment, the operator's gc and release of
+// another holder, and a sweep round may fail but must not unmount, unpin,
+// unlink or re-link anything: the unreadable record may be any cluster's
+// newest pin, and its clients are unknown. The file is then put back and
+// everything goes on as the model says.
+func (d *driver) recordUnreadable() bool {
+	if d.dirty {
+		return false // a pending repair may rightly pin again meanwhile
+	}
+	hs := d.filter(func(h *holder) bool { return h.pin != pinNone && !h.uncertain && !h.unmounted })
+	if len(hs) == 0 {
+		return false
+	}
+	h := pick(d, hs)
+	path := d.e.recordPath(h.att)
+	saved, err := os.ReadFile(path)
+	require.NoError(d.t, err)
+	bad := pick(d, []string{string(saved[:len(saved)/2]), `{"format": 99, "writer": "netns-pin 9.0.0", "attachment": "` + h.att + `"}`})
+	require.NoError(d.t, os.WriteFile(path, []byte(bad), 0o600))
+	d.logf("the record of %s is made unreadable: %.40q...", h, bad)
+	defer func() {
+		require.NoError(d.t, os.WriteFile(path, saved, 0o600))
+		d.logf("the record of %s is put back", h)
+	}()
+	ops := []func() (string, result){
+		func() (string, result) { return "GC, nothing valid", d.e.cni(cniCall{verb: "GC"}, "") },
+		func() (string, result) { return "netns-pin gc", d.e.cli(d.e.pinDir, "", "gc") },
+		func() (string, result) { return "netns-pin sweep --once", d.e.cli(d.e.pinDir, "", "sweep", "--once") },
+	}
+	if others := d.filter(func(o *holder) bool { return o != h && o.pin != pinNone }); len(others) > 0 {
+		o := pick(d, others)
+		ops = append(ops, func() (string, result) {
+			return "netns-pin release " + o.att, d.e.cli(d.e.pinDir, "", "release", o.att)
+		})
+	}
+	for _, op := range ops {
+		before := d.snapshot()
+		what, r := op()
+		d.logf("%s, with the record of %s unreadable -> %s", what, h, r)
+		d.count("I4")
+		after := d.snapshot()
+		before.records, after.records = "", "" // a sweep may mark records abandoned
+		if after != before {
+			d.violation("I4", "%s changed pins or links while the record of %s was unreadable:%s", what, h, before.diff(after))
+			d.crashedAll() // only when the violation is ignored: let repair decide
+		}
+	}
+	return true
 }
 
 // claimForeign: a pod claims, with args.cni.pinCluster, a cluster of
