@@ -275,6 +275,10 @@ func (s *Store) Release(attachment string, del *Teardown) (*Record, error) {
 			// this DEL succeeds its own chain runs the DEL of the plugins
 			// before netns-pin, so the teardown is not run here too.
 			out.Abandoned = false
+		} else if err := s.markAbandoned(out); err != nil {
+			// The operator's release: no runtime will run the chain's
+			// DEL of a holder it gave up on.
+			return err
 		}
 		return s.settle(v, out, del)
 	})
@@ -292,6 +296,9 @@ func (s *Store) ForceRelease(attachment string) (*Record, error) {
 		}
 		// A record that cannot be read may own a pin the links lead to.
 		if err := v.blocked(); err != nil {
+			return err
+		}
+		if err := s.markAbandoned(out); err != nil {
 			return err
 		}
 		if err := s.moveLinksAway(v, out); err != nil {

@@ -91,6 +91,12 @@ func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding
 		if v.checked[r.Attachment] {
 			continue
 		}
+		// Whoever releases a holder its runtime gave up on runs the
+		// chain's DEL first, the operator's gc as much as the sweeper.
+		if err := s.markAbandoned(r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionRelease, Reason: why + ", no longer in use"}
 		err := s.settle(v, r, nil)
 		var iu *InUseError

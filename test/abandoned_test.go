@@ -255,6 +255,35 @@ func TestRepairFinishesAbandonedTeardownOfLostPin(t *testing.T) {
 	assert.Equal(t, 1, logLines(t, c, `"msg":"finished abandoned teardown"`, a.attachmentName(), `"ipamReleased":true`))
 }
 
+// Hole: with no sweep round yet (or no sweeper deployed), an operator's
+// gc or release (forced or not) of a holder whose runtime gave up released
+// the pin without the chain's DEL: host-local kept the address. They now
+// mark the record abandoned first, as the sweeper would, and free the lease
+// once.
+func TestOperatorFinishesAnAbandonedTeardown(t *testing.T) {
+	for _, cmd := range []string{"gc", "release", "release --force"} {
+		t.Run(cmd, func(t *testing.T) {
+			h := newDeviceHeldHolder(t)
+			h.ns.Delete(t)
+			require.NoError(t, os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", h.c.name, h.a.containerID, ifName))))
+			h.a.noCleanDel = true
+			h.fx.unmapDevice(t, "0")
+
+			args := []string{"--conf", filepath.Join(h.c.netconfDir, h.c.name+".conflist"), strings.Fields(cmd)[0]}
+			if strings.HasPrefix(cmd, "release") {
+				args = append(args, h.a.attachmentName())
+				args = append(args, strings.Fields(cmd)[1:]...)
+			}
+			r := pinCLI(h.c, args...)
+			require.NoError(t, r.Err, "%s", r)
+			assert.NoFileExists(t, h.a.recordPath())
+			assert.NoFileExists(t, h.c.leasePath(h.ip), "host-local gave the address back")
+			assert.Equal(t, 1, hostLocalDels(t, h.calls, h.a.containerID), "the chain's DEL ran once")
+			assert.Equal(t, 1, logLines(t, h.c, `"msg":"finished abandoned teardown"`, h.a.attachmentName(), `"ipamReleased":true`))
+		})
+	}
+}
+
 // A runtime that removed its netns file after a refused DEL but does call
 // DEL again (the sweeper or repair marked the record abandoned meanwhile):
 // its DEL releases, the runtime's own chain goes on with the DEL of the
