@@ -20,7 +20,7 @@ import (
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
-const cliUsage = `usage: netns-pin [flags] <command> [args]
+const cliUsage = `usage: netns-pin [flags] <command> [args] [flags]
 
 commands:
   list                          pinned netns, their state, age and why they are held
@@ -38,16 +38,14 @@ flags:
 `
 
 // runCLI is the operator's command line (the binary run without
-// CNI_COMMAND). Output is for people unless --json.
+// CNI_COMMAND). Output is for people unless --json. Flags go before or
+// after the command, as people type them: `netns-pin list --json` lists
+// as JSON, and no flag is ever ignored.
 func runCLI(argv []string, stdout, stderr io.Writer) int {
+	var g globalFlags
 	fs := flag.NewFlagSet("netns-pin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	confPath := fs.String("conf", "", "read pinDir, stateDir and inUse from this conflist, NetworkAttachmentDefinition config or plugin entry")
-	paths := map[string]*string{}
-	for _, ps := range conf.PathSettings {
-		paths[ps.Key] = fs.String(ps.Flag, "", ps.Key+" (default "+ps.Default+")")
-	}
-	asJSON := fs.Bool("json", false, "print JSON for machines")
+	g.define(fs)
 	fs.Usage = func() { fmt.Fprint(stderr, cliUsage); fs.PrintDefaults() }
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -61,23 +59,17 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "netns-pin %s\nCNI versions: %s\n", Version, strings.Join(supportedVersions.SupportedVersions(), ", "))
 		return 0
 	}
-	switch cmd {
-	case "list", "inuse", "gc", "release", "sweep":
-	default:
-		fs.Usage()
+	cf, ok := parseCommand(cmd, rest, &g, stderr)
+	if !ok {
 		return 2
 	}
-	overrides := map[string]string{}
-	for k, p := range paths {
-		overrides[k] = *p
-	}
-	c, err := cliConfig(*confPath, overrides)
+	c, err := cliConfig(g.conf, g.paths)
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1
 	}
 	if cmd == "sweep" {
-		return runSweep(c, rest, stderr)
+		return runSweep(c, cf.interval, cf.once, stderr)
 	}
 	// Never create the folders from the command line: no stateDir means
 	// nothing was ever pinned with this configuration.
@@ -97,12 +89,94 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer s.Close()
-	code, err := storeCommand(s, c, cmd, rest, *asJSON, stdout, stderr)
-	if code != 0 || err == nil {
-		return code
+	if err := storeCommand(s, c, cmd, cf, g.json, stdout); err != nil {
+		reportCLIError(stderr, err)
+		return 1
 	}
-	reportCLIError(stderr, err)
-	return 1
+	return 0
+}
+
+// globalFlags are the flags every command takes.
+type globalFlags struct {
+	conf  string
+	paths map[string]string // conf.PathSetting.Key -> value ("" when not given)
+	json  bool
+}
+
+// define adds the global flags to fs, bound to g's fields with their
+// current values as defaults, so that a second flag set (the command's)
+// keeps what the first one parsed.
+func (g *globalFlags) define(fs *flag.FlagSet) {
+	if g.paths == nil {
+		g.paths = map[string]string{}
+	}
+	fs.StringVar(&g.conf, "conf", g.conf, "read pinDir, stateDir and inUse from this conflist, NetworkAttachmentDefinition config or plugin entry")
+	for _, ps := range conf.PathSettings {
+		fs.Func(ps.Flag, ps.Key+" (default "+ps.Default+")", func(v string) error { g.paths[ps.Key] = v; return nil })
+	}
+	fs.BoolVar(&g.json, "json", g.json, "print JSON for machines")
+}
+
+// commandFlags are a command's own flags and arguments.
+type commandFlags struct {
+	args     []string
+	dryRun   bool // gc
+	force    bool // release
+	interval time.Duration
+	once     bool // sweep
+}
+
+// commandUsage is each command's synopsis, printed when it is misused.
+var commandUsage = map[string]string{
+	"list":    "netns-pin list",
+	"inuse":   "netns-pin inuse <cluster (namespace/name) | attachment>",
+	"gc":      "netns-pin gc [--dry-run]",
+	"release": "netns-pin release <attachment> [--force]",
+	"sweep":   "netns-pin sweep [--interval 10s | --once]",
+}
+
+// parseCommand reads the command's flags and arguments in any order, with
+// the global flags allowed among them. false, after printing the usage,
+// when the command is unknown or misused.
+func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (commandFlags, bool) {
+	cf := commandFlags{interval: 10 * time.Second}
+	usage, known := commandUsage[cmd]
+	if !known {
+		fmt.Fprint(stderr, cliUsage)
+		return cf, false
+	}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, "usage:", usage, "[global flags]") }
+	g.define(fs)
+	wantArgs := 0
+	switch cmd {
+	case "inuse", "release":
+		wantArgs = 1
+	}
+	switch cmd {
+	case "gc":
+		fs.BoolVar(&cf.dryRun, "dry-run", false, "report what would change, change nothing")
+	case "release":
+		fs.BoolVar(&cf.force, "force", false, "release even while Ceph clients use the netns (their I/O will hang)")
+	case "sweep":
+		fs.DurationVar(&cf.interval, "interval", cf.interval, "time between rounds")
+		fs.BoolVar(&cf.once, "once", false, "run one round and exit (1 if it failed)")
+	}
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return cf, false
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		cf.args, rest = append(cf.args, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(cf.args) != wantArgs || cf.interval <= 0 {
+		fs.Usage()
+		return cf, false
+	}
+	return cf, true
 }
 
 // reportCLIError prints a failed command's error, with a hint where one
@@ -117,38 +191,19 @@ func reportCLIError(stderr io.Writer, err error) {
 	}
 }
 
-// storeCommand runs list, inuse, gc or release on the store. A usage error
-// is code 2.
-func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, rest []string, asJSON bool, stdout, stderr io.Writer) (int, error) {
-	var err error
+// storeCommand runs list, inuse, gc or release on the store.
+func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, cf commandFlags, asJSON bool, stdout io.Writer) error {
 	switch cmd {
 	case "list":
-		err = cliList(s, stdout, asJSON)
+		return cliList(s, stdout, asJSON)
 	case "inuse":
-		if len(rest) != 1 {
-			err = errors.New("inuse takes one argument: a cluster (namespace/name) or an attachment")
-			break
-		}
-		err = cliInUse(s, c, rest[0], stdout, asJSON)
+		return cliInUse(s, c, cf.args[0], stdout, asJSON)
 	case "gc":
-		gfs := flag.NewFlagSet("gc", flag.ContinueOnError)
-		gfs.SetOutput(stderr)
-		dry := gfs.Bool("dry-run", false, "report what would change, change nothing")
-		if gfs.Parse(rest) != nil || gfs.NArg() != 0 {
-			return 2, nil
-		}
-		err = cliGC(s, *dry, stdout, asJSON)
+		return cliGC(s, cf.dryRun, stdout, asJSON)
 	case "release":
-		rfs := flag.NewFlagSet("release", flag.ContinueOnError)
-		rfs.SetOutput(stderr)
-		force := rfs.Bool("force", false, "release even while Ceph clients use the netns (their I/O will hang)")
-		if len(rest) == 0 || rfs.Parse(rest[1:]) != nil || rfs.NArg() != 0 {
-			fmt.Fprintln(stderr, "usage: netns-pin release <attachment> [--force]")
-			return 2, nil
-		}
-		err = cliRelease(s, c, rest[0], *force, stdout)
+		return cliRelease(s, c, cf.args[0], cf.force, stdout)
 	}
-	return 0, err
+	return fmt.Errorf("unknown command %q", cmd)
 }
 
 // cliConfig reads the plugin entry from a conflist, a Multus
@@ -337,22 +392,14 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 // runtimes abandoned (netnsstore.Store.FinishAbandoned); what it does is
 // logged as JSON lines (stderr or logFile). On a node where nothing was
 // pinned yet it waits for the stateDir rather than create it.
-func runSweep(c *conf.Config, args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	interval := fs.Duration("interval", 10*time.Second, "time between rounds")
-	once := fs.Bool("once", false, "run one round and exit (1 if it failed)")
-	if fs.Parse(args) != nil || fs.NArg() != 0 || *interval <= 0 {
-		fmt.Fprintln(stderr, "usage: netns-pin sweep [--interval 10s | --once]")
-		return 2
-	}
+func runSweep(c *conf.Config, interval time.Duration, once bool, stderr io.Writer) int {
 	log, closeLog := newLogger(c, "component", "sweep")
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log.Info("sweeper started", "interval", interval.String(), "pinDir", c.PinDir, "stateDir", c.StateDir)
 	defer log.Info("sweeper stopped")
-	t := time.NewTicker(*interval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	var s *netnsstore.Store
 	defer func() {
@@ -375,7 +422,7 @@ func runSweep(c *conf.Config, args []string, stderr io.Writer) int {
 			}
 			log.Debug("sweep round", "abandoned", len(findings))
 		}
-		if *once {
+		if once {
 			if err != nil {
 				return 1
 			}

@@ -124,6 +124,45 @@ func TestCLIUsageErrors(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// Flags go before or after the command, and none is ever ignored: a flag
+// after `list` used to be dropped, so `list --state-dir <other>` listed the
+// default store. Extra arguments are usage errors.
+func TestCLIFlagsAnywhereAndNoneIgnored(t *testing.T) {
+	s, flags := cliStore(t)
+	for _, args := range [][]string{
+		append([]string{"list", "--json"}, flags...),
+		append(append([]string{"list"}, flags[:2]...), append([]string{"--json"}, flags[2:]...)...),
+		append(flags, "--json", "list"),
+	} {
+		out, errOut, code := runCLIT(t, args...)
+		require.Equal(t, 0, code, "%v: %s", args, errOut)
+		var recs []netnsstore.Record
+		require.NoError(t, json.Unmarshal([]byte(out), &recs), "%v prints JSON", args)
+		require.Len(t, recs, 1)
+	}
+	out, errOut, code := runCLIT(t, append(flags, "inuse", "c1.net1", "--json")...)
+	require.Equal(t, 0, code, errOut)
+	var reports []inUseReport
+	require.NoError(t, json.Unmarshal([]byte(out), &reports))
+	out, errOut, code = runCLIT(t, append(flags, "gc", "--json", "--dry-run")...)
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, json.Valid([]byte(out)), "%s", out)
+
+	_, errOut, code = runCLIT(t, "list", "--state-dir", filepath.Join(t.TempDir(), "nothing-here"))
+	assert.Equal(t, 1, code, "the flag after the command is used")
+	assert.Contains(t, errOut, "nothing pinned here")
+
+	for _, args := range [][]string{
+		{"list", "extra"}, {"inuse"}, {"inuse", "a", "b"}, {"gc", "now"}, {"release"},
+		{"release", "c1.net1", "c2.net1"}, {"list", "--force"}, {"sweep", "--interval", "0s"}, {"gc", "--bogus"},
+	} {
+		_, errOut, code := runCLIT(t, append(flags, args...)...)
+		assert.Equal(t, 2, code, "%v", args)
+		assert.Contains(t, errOut, "usage: netns-pin "+args[0], "%v", args)
+	}
+	assert.FileExists(t, filepath.Join(s.PinDir, "pins/c1.net1"), "nothing was released")
+}
+
 func TestCLIConfReadsTheConflist(t *testing.T) {
 	s, _ := cliStore(t)
 	conflist := filepath.Join(t.TempDir(), "ceph-public.conflist")
