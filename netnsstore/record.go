@@ -247,7 +247,7 @@ func (s *Store) readRecord(attachment string) (*Record, error) {
 	if r.PinDir != s.PinDir {
 		return nil, fmt.Errorf("%w: record %s was made under pinDir %s, this store's pinDir is %s", ErrOtherPinDir, attachment, r.PinDir, s.PinDir)
 	}
-	if old {
+	if old && !s.readOnly {
 		if err := s.writeRecord(r); err != nil {
 			return nil, fmt.Errorf("upgrade record %s: %w", attachment, err)
 		}
@@ -289,7 +289,9 @@ func (s *Store) records() (rs []*Record, bad map[string]error, err error) {
 			// is still whole, so the leftover is just removed. It is no
 			// record: one that cannot be removed is left for the next
 			// listing, and the error does not count.
-			_ = unix.Unlinkat(s.recordsFd, n, 0)
+			if !s.readOnly {
+				_ = unix.Unlinkat(s.recordsFd, n, 0)
+			}
 			continue
 		}
 		att, ok := strings.CutSuffix(n, recordSuffix)

@@ -40,6 +40,7 @@ type Store struct {
 	writer      string
 
 	unsynced  bool       // records renamed or removed since the folder's last fsync
+	readOnly  bool       // a dry run: read records as they are, write nothing
 	syncing   chan error // an fsync of the records folder under way (startSync)
 	bootID    string
 	pinDirFd  int

@@ -814,3 +814,57 @@ func TestPinDirBelongsToOneStateDir(t *testing.T) {
 	require.NoError(t, err)
 	assert.NoFileExists(t, r.PinPath)
 }
+
+// gc --dry-run changes nothing: a record of the previous format is read,
+// not upgraded, and a leftover temporary file stays; and it says what gc
+// would do, so while a record cannot be read it releases nothing either.
+func TestDryRunChangesNothing(t *testing.T) {
+	s := testStore(t)
+	n1, n2 := testNetns(t, "10.98.21.5/24"), testNetns(t, "10.98.21.6/24")
+	r1, err := s.Pin(pinReq(s, "c1", "ns/cl", n1.Path))
+	require.NoError(t, err)
+	r1.Format, r1.PinDir, r1.Writer = 0, "", "" // format 1
+	writeRaw(t, s, r1)
+	records := filepath.Join(s.StateDir, "records")
+	leftover := filepath.Join(records, tmpPrefix+"c9.net1.json")
+	require.NoError(t, os.WriteFile(leftover, []byte("{"), 0o600))
+	before := map[string][]byte{}
+	entries, err := os.ReadDir(records)
+	require.NoError(t, err)
+	for _, e := range entries {
+		before[e.Name()], err = os.ReadFile(filepath.Join(records, e.Name()))
+		require.NoError(t, err)
+	}
+	_, err = s.Sweep(true)
+	require.NoError(t, err)
+	for name, data := range before {
+		got, err := os.ReadFile(filepath.Join(records, name))
+		require.NoError(t, err, name)
+		assert.Equal(t, string(data), string(got), "%s is as it was", name)
+	}
+	require.NoError(t, os.Remove(leftover))
+
+	// c2 drains and nothing uses it; a record that cannot be read stops
+	// every release, and the dry run says so rather than "would release".
+	r2, err := s.Pin(pinReq(s, "c2", "ns/cl", n2.Path))
+	require.NoError(t, err)
+	s.inUse = func(*Record, string) ([]Use, error) { return uses("process 1 (x)"), nil }
+	_, err = s.Release("c2.net1", nil)
+	require.Error(t, err)
+	s.inUse = notInUse
+	require.NoError(t, os.WriteFile(filepath.Join(records, "c3.net1.json"), []byte("{torn"), 0o600))
+	findings, err := s.Sweep(true)
+	require.Error(t, err, "the unreadable record is reported")
+	var c2 *Finding
+	for i := range findings {
+		if findings[i].Attachment == "c2.net1" {
+			c2 = &findings[i]
+		}
+	}
+	require.NotNil(t, c2, "%+v", findings)
+	assert.Equal(t, ActionKeep, c2.Action, "%+v", *c2)
+	assert.Contains(t, c2.Reason, "cannot be read")
+	findings, err = s.Sweep(false)
+	require.Error(t, err)
+	assert.True(t, mountedAt(t, r2.PinPath), "gc released nothing, as the dry run said")
+}

@@ -37,8 +37,11 @@ func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
 // would check (checkTarget).
 func (s *Store) sweepDryRun() ([]Finding, error) {
 	var out []Finding
+	s.readOnly = true
+	defer func() { s.readOnly = false }()
 	err := s.locked(func(v *view) error {
 		var errs []error
+		blocked := v.blocked()
 		for _, r := range v.recs {
 			d := s.diagnose(r)
 			if d.action == "" && r.State != stateDraining {
@@ -62,12 +65,24 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 					f.Reason = d.reason + ", " + f.Reason
 				}
 			}
+			if blocked != nil && f.Action != ActionKeep && f.Action != ActionRepin {
+				// As repair and settle: nothing is released or dropped
+				// while a record cannot be read.
+				f.Action, f.Reason = ActionKeep, f.Reason+"; postponed while a record cannot be read"
+			}
 			out = append(out, f)
 		}
 		orphans, err := s.orphanPins(v)
 		errs = append(errs, err)
 		for _, n := range orphans {
-			out = append(out, Finding{Attachment: n, Action: ActionSettle, Reason: "pin without a record"})
+			f := Finding{Attachment: n, Action: ActionSettle, Reason: "pin without a record"}
+			if _, mounted, err := s.pinState(n); !v.owned && (err != nil || mounted) {
+				f.Action, f.Reason = ActionKeep, f.Reason+", and "+s.PinDir+" names no stateDir as its owner: it may be another's"
+			}
+			if blocked != nil && f.Action != ActionKeep {
+				f.Action, f.Reason = ActionKeep, f.Reason+"; postponed while a record cannot be read"
+			}
+			out = append(out, f)
 		}
 		return errors.Join(append(errs, v.badErrs()...)...)
 	})
