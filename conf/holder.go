@@ -138,7 +138,8 @@ func isDNSLabel(s string) bool {
 }
 
 // HolderRule makes pods of PodNamespace whose name matches the PodName
-// glob holders of Cluster. Cluster may use {{.PodNamespace}}.
+// glob holders of Cluster. Cluster may use {{.PodNamespace}} and
+// {{.PodName}}.
 type HolderRule struct {
 	PodNamespace string `json:"podNamespace"`
 	PodName      string `json:"podName"`
