@@ -149,3 +149,21 @@ func containingMount(path string) (*mountinfo.Info, error) {
 }
 
 func isShared(m *mountinfo.Info) bool { return nsinfo.PeerGroup(m) != 0 }
+
+// FindPin looks for a pin of attachment under any pinDir: a netns mount
+// whose mount point is <dir>/pins/<attachment>. It is for a DEL that finds
+// no record: the network's pinDir and stateDir may have changed since the
+// ADD that pinned it, and such a pin is no less in use. "" when none.
+func FindPin(attachment string) (string, error) {
+	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return m.FSType != "nsfs" || filepath.Base(m.Mountpoint) != attachment ||
+			filepath.Base(filepath.Dir(m.Mountpoint)) != PinsSubdir, false
+	})
+	if err != nil {
+		return "", fmt.Errorf("look for a pin of %s: %w", attachment, err)
+	}
+	if len(ms) == 0 {
+		return "", nil
+	}
+	return ms[0].Mountpoint, nil
+}

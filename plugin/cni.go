@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"strings"
@@ -203,7 +205,7 @@ func del(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrTryAgainLater, "netns-pin: "+err.Error(), "")
 	}
 	if !pinned {
-		return nil
+		return r.delWithoutRecord(name)
 	}
 	s, _, done, err := r.openStore()
 	if err != nil {
@@ -220,6 +222,51 @@ func del(args *skel.CmdArgs) error {
 		// cannot be read, another pinDir's records): the pin and the
 		// chain's interfaces stay, and the runtime tries again later.
 		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: release %s: %v", name, err), "")
+	}
+	return nil
+}
+
+// delWithoutRecord answers a DEL for which this network's stateDir has no
+// record: success, unless the attachment is pinned all the same. A pin
+// file in this pinDir belongs to another stateDir (the network's stateDir
+// changed since ADD) or is an orphan of this one (a record removed by
+// hand): the store decides, refusing another stateDir's pinDir and
+// releasing an orphan that nothing uses. For a holder by today's rules, a
+// pin of the attachment under any other pinDir (both changed) refuses too.
+// One lstat for every other pod.
+func (r *request) delWithoutRecord(name string) error {
+	own := filepath.Join(r.conf.PinDir, netnsstore.PinsSubdir, name)
+	_, err := os.Lstat(own)
+	if err == nil {
+		s, _, done, err := r.openStore()
+		if err == nil {
+			_, err = s.List() // repair: an orphan nothing uses goes
+			done()
+		}
+		if err == nil {
+			if _, err = os.Lstat(own); errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			err = errors.New("it is kept while in use")
+		}
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: %s is pinned at %s, and stateDir %s has no record of it: %v",
+			name, own, r.conf.StateDir, err), "")
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: look for a pin of %s: %v", name, err), "")
+	}
+	if _, holder, err := r.holder(); err != nil || !holder {
+		return nil
+	}
+	at, err := netnsstore.FindPin(name)
+	switch {
+	case err != nil:
+		return types.NewError(types.ErrTryAgainLater, "netns-pin: "+err.Error(), "")
+	case at != "":
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: %s is pinned at %s, outside this network's pinDir %s: "+
+			"were pinDir and stateDir changed since it was pinned? A DEL with the configuration that pinned it releases it, "+
+			"or run netns-pin --pin-dir %s --state-dir <its stateDir> release %s", name, at, r.conf.PinDir,
+			filepath.Dir(filepath.Dir(at)), name), "")
 	}
 	return nil
 }

@@ -168,6 +168,43 @@ func TestHoleTwoNetworksShareAPinDir(t *testing.T) {
 	assertReleased(t, a1)
 }
 
+// Hole: when the network's stateDir (or its pinDir and stateDir) changed
+// after a holder was pinned, the holder's DEL found no record in the new
+// stateDir and succeeded at once: the runtime then removed the interface
+// of a netns that a client still used. A DEL without a record now also
+// looks for a pin of the attachment, and refuses while one exists.
+func TestHoleStateDirChangedSinceAdd(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spec2 func(c1 *chain) chainSpec
+	}{
+		{"stateDir", func(c1 *chain) chainSpec { return chainSpec{pinDir: c1.pinDir, bridge: c1.spec.bridge} }},
+		{"pinDir and stateDir", func(c1 *chain) chainSpec { return chainSpec{bridge: c1.spec.bridge} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c1 := newChain(t, chainSpec{})
+			ns := hosttest.NewNetns(t, "npe2e")
+			a := c1.newAttachment(t, ns, holderArgs(), false)
+			ip := sandboxIP(t, a.mustAdd(t))
+			cl := startClient(t, c1.defaultLink(), ns.ID, "")
+
+			// The network's configuration is edited: the runtime's DEL of
+			// the holder comes with the new one.
+			c2 := newChain(t, tc.spec2(c1))
+			b := c2.newAttachment(t, ns, a.args, false)
+			b.containerID, b.noCleanDel = a.containerID, true
+			err := b.del()
+			assertKeptInUse(t, a, err, ip)
+			assert.Contains(t, err.Error(), a.pinPath())
+
+			cl.stop(t)
+			require.NoError(t, a.del(), "the DEL with the configuration that pinned it releases")
+			assertReleased(t, a, ns.Path)
+			require.NoError(t, b.del(), "and then the new configuration's DEL finds nothing")
+		})
+	}
+}
+
 // Hole: a pin unmounted behind the plugin's back (a cleanup script, a node
 // shell, a lazy umount) made its record look stale; it was dropped without a
 // check and DEL succeeded. Now DEL reaches the netns through CNI_NETNS,

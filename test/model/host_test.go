@@ -250,12 +250,16 @@ type cniCall struct {
 	claim       string           // args.cni.pinCluster
 	prevIPs     []string         // prevResult's addresses (ADD, CHECK)
 	valid       []map[string]any // GC's cni.dev/valid-attachments
+	entry       map[string]any   // plugin entry fields that differ from the network's
 }
 
 func (e *env) cni(c cniCall, failpoint string) result {
 	e.t.Helper()
 	conf := map[string]any{"cniVersion": "1.1.0", "name": network}
 	for k, v := range e.entry {
+		conf[k] = v
+	}
+	for k, v := range c.entry {
 		conf[k] = v
 	}
 	if c.claim != "" {

@@ -137,6 +137,7 @@ var stepTable = []stepDef{
 	{"cli-wrong-pindir", 1, func(d *driver) bool { d.cliWrongDir("--pin-dir"); return true }},
 	{"cli-wrong-statedir", 1, func(d *driver) bool { d.cliWrongDir("--state-dir"); return true }},
 	{"record-unreadable", 1, func(d *driver) bool { return d.recordUnreadable() }},
+	{"del-moved-config", 1, func(d *driver) bool { return d.delMovedConfig() }},
 	{"cli-blind-roots", 1, func(d *driver) bool {
 		// The operator's --sysfs and --debugfs lead to an empty folder:
 		// release and gc must still decide as the pins' own settings do.
@@ -755,6 +756,41 @@ func (d *driver) recordUnreadable() bool {
 			d.violation("I4", "%s changed pins or links while the record of %s was unreadable:%s", what, h, before.diff(after))
 			d.crashedAll() // only when the violation is ignored: let repair decide
 		}
+	}
+	return true
+}
+
+// delMovedConfig: the network's stateDir, or its pinDir and stateDir, were
+// changed since a holder was pinned, and the runtime's DEL of that holder
+// comes with the new configuration. It finds no record, but the pin is
+// there: it must refuse (code 11) and change nothing, in use or not. (The
+// operator then puts the configuration back; the runtime's next DEL is the
+// model's del step.)
+func (d *driver) delMovedConfig() bool {
+	mounts := d.mounts()
+	hs := d.filter(func(h *holder) bool {
+		return h.pin != pinNone && !h.uncertain && !h.unmounted && mounts.pinned(d.e.pinPath(h.att), h.nsid)
+	})
+	if len(hs) == 0 {
+		return false
+	}
+	h := pick(d, hs)
+	c := h.call("DEL")
+	c.entry = map[string]any{"stateDir": d.e.wrongStateDir}
+	what := "stateDir"
+	if d.rng.IntN(2) == 0 {
+		c.entry["pinDir"], what = d.e.wrongPinDir, "pinDir and stateDir"
+	}
+	before := d.snapshot()
+	r := d.e.cni(c, "")
+	d.logf("DEL %s with the network's %s moved (in use by %v) -> %s", h, what, d.users(h), r)
+	d.count("I4")
+	if r.rc == 0 || r.code != 11 {
+		d.violation("I4", "DEL of pinned %s with the %s moved was not refused with code 11: %s", h, what, r)
+	}
+	if after := d.snapshot(); after != before {
+		d.violation("I4", "DEL of %s with the %s moved changed the store:%s", h, what, before.diff(after))
+		d.crashedAll() // only when the violation is ignored: let repair decide
 	}
 	return true
 }
