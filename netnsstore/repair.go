@@ -33,9 +33,19 @@ type diagnosis struct {
 // diagnose tells what repair must do with r. It never decides that a pin
 // of this boot goes: that is settle's, after the in-use check.
 func (s *Store) diagnose(r *Record) diagnosis {
+	if r.BootID != s.bootID {
+		// Dropped unchecked only when its pin is certainly no mount of its
+		// netns: one that cannot be inspected may be of this boot.
+		id, mounted, err := s.pinState(r.Attachment)
+		switch {
+		case err != nil:
+			s.log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
+			return diagnosis{}
+		case !mounted || id != r.NetnsID():
+			return diagnosis{ActionDrop, "pinned in an earlier boot " + r.BootID}
+		}
+	}
 	switch {
-	case r.BootID != s.bootID && !s.pinnedAs(r):
-		return diagnosis{ActionDrop, "pinned in an earlier boot " + r.BootID}
 	case r.State == stateIntent:
 		return diagnosis{ActionSettle, "ADD was interrupted"}
 	case r.State == stateReleasing:
