@@ -23,37 +23,61 @@ import (
 // One RTM_GETADDR dump on a netlink socket made inside the netns, with the
 // standard library's netlink helpers: a netlink library would add a
 // quarter to the binary that every pod's ADD and DEL execs, for one dump.
+// A dump that addresses changed under is marked NLM_F_DUMP_INTR and may
+// have skipped some that stayed (a client's among them): it is read again,
+// and an error after dumpAttempts such dumps.
 func GlobalAddrs(fd int) ([]netip.Addr, error) {
 	sock, err := routeSocketIn(fd)
 	if err != nil {
 		return nil, fmt.Errorf("netlink in netns: %w", err)
 	}
 	defer unix.Close(sock)
+	buf := make([]byte, 32<<10) // a dump's messages are at most a page or two
+	for seq := uint32(1); seq <= dumpAttempts; seq++ {
+		out, whole, err := dumpAddrs(sock, seq, buf)
+		if err != nil || whole {
+			return out, err
+		}
+	}
+	return nil, fmt.Errorf("list addresses: they changed during each of %d dumps", dumpAttempts)
+}
+
+// dumpAttempts bounds the dumps of a netns whose addresses keep changing.
+const dumpAttempts = 100
+
+// dumpAddrs runs one dump; whole is false when the kernel marked it
+// interrupted.
+func dumpAddrs(sock int, seq uint32, buf []byte) (out []netip.Addr, whole bool, err error) {
 	req := make([]byte, syscall.NLMSG_HDRLEN+syscall.SizeofRtGenmsg)
 	*(*syscall.NlMsghdr)(unsafe.Pointer(&req[0])) = syscall.NlMsghdr{
-		Len: uint32(len(req)), Type: syscall.RTM_GETADDR, Flags: syscall.NLM_F_DUMP | syscall.NLM_F_REQUEST, Seq: 1,
+		Len: uint32(len(req)), Type: syscall.RTM_GETADDR, Flags: syscall.NLM_F_DUMP | syscall.NLM_F_REQUEST, Seq: seq,
 	}
 	req[syscall.NLMSG_HDRLEN] = syscall.AF_UNSPEC
 	if err := unix.Sendto(sock, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("list addresses: %w", err)
+		return nil, false, fmt.Errorf("list addresses: %w", err)
 	}
-	var out []netip.Addr
-	buf := make([]byte, 32<<10) // a dump's messages are at most a page or two
+	whole = true
 	for {
 		n, _, err := unix.Recvfrom(sock, buf, 0)
 		if err != nil {
-			return nil, fmt.Errorf("list addresses: %w", err)
+			return nil, false, fmt.Errorf("list addresses: %w", err)
 		}
 		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {
-			return nil, fmt.Errorf("list addresses: %w", err)
+			return nil, false, fmt.Errorf("list addresses: %w", err)
 		}
 		for _, m := range msgs {
+			if m.Header.Seq != seq {
+				continue // the rest of an earlier dump
+			}
+			if m.Header.Flags&unix.NLM_F_DUMP_INTR != 0 {
+				whole = false
+			}
 			switch m.Header.Type {
 			case syscall.NLMSG_DONE:
-				return out, nil
+				return out, whole, nil
 			case syscall.NLMSG_ERROR:
-				return nil, fmt.Errorf("list addresses: %w", netlinkError(m))
+				return nil, false, fmt.Errorf("list addresses: %w", netlinkError(m))
 			}
 			if ip, ok := globalAddr(m); ok {
 				out = append(out, ip)

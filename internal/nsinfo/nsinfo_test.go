@@ -3,6 +3,7 @@ package nsinfo
 import (
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // GlobalAddrs lists the global addresses of every interface of the netns,
@@ -99,4 +101,63 @@ func TestGlobalAddrsOfABusyNetns(t *testing.T) {
 		assert.Equal(t, self, got, "thread %s", task.Name())
 	}
 	assert.Equal(t, self, before)
+}
+
+// A dump that addresses change under (the kernel then marks it
+// NLM_F_DUMP_INTR, and may have skipped entries) is not taken as the
+// netns's addresses: it is read again. An address that stays the whole
+// time is in every answer.
+func TestGlobalAddrsWhileAddressesChange(t *testing.T) {
+	require.Equal(t, 0, os.Geteuid(), "this test makes a network namespace: run it as root")
+	n, err := testutils.NewNS()
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
+	h, err := netlink.NewHandleAt(netns.NsHandle(n.Fd()))
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0p"}
+	require.NoError(t, h.LinkAdd(link))
+	addr := func(a netip.Addr) *netlink.Addr {
+		p, err := netlink.ParseAddr(a.String() + "/32")
+		require.NoError(t, err)
+		return p
+	}
+	// Addresses that come and go sit before the ones that stay.
+	var flapping, stable []netip.Addr
+	for i := range 200 {
+		flapping = append(flapping, netip.AddrFrom4([4]byte{10, 78, byte(i >> 8), byte(i)}))
+	}
+	for i := range 800 {
+		stable = append(stable, netip.AddrFrom4([4]byte{10, 79, byte(i >> 8), byte(i)}))
+	}
+	for _, a := range append(slices.Clone(flapping), stable...) {
+		require.NoError(t, h.AddrAdd(link, addr(a)))
+	}
+	// Each round flaps the front addresses while a dump runs; the burst
+	// ends, so the dump is read again until the kernel says it is whole.
+	flap := func(done chan<- error) {
+		for _, a := range flapping[:20] {
+			if err := h.AddrDel(link, addr(a)); err != nil {
+				done <- err
+				return
+			}
+			if err := h.AddrAdd(link, addr(a)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}
+	for range 60 {
+		done := make(chan error, 1)
+		go flap(done)
+		got, err := GlobalAddrs(int(n.Fd()))
+		require.NoError(t, <-done)
+		require.NoError(t, err)
+		for _, a := range stable {
+			if !slices.Contains(got, a) {
+				require.Failf(t, "an address that stayed is in every answer", "%s is missing from a dump of %d", a, len(got))
+			}
+		}
+	}
 }
