@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"runtime"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -25,7 +26,7 @@ import (
 // quarter to the binary that every pod's ADD and DEL execs, for one dump.
 // A dump that addresses changed under is marked NLM_F_DUMP_INTR and may
 // have skipped some that stayed (a client's among them): it is read again,
-// and an error after dumpAttempts such dumps.
+// for up to dumpPatience, and then it is an error.
 func GlobalAddrs(fd int) ([]netip.Addr, error) {
 	sock, err := routeSocketIn(fd)
 	if err != nil {
@@ -33,17 +34,20 @@ func GlobalAddrs(fd int) ([]netip.Addr, error) {
 	}
 	defer unix.Close(sock)
 	buf := make([]byte, 32<<10) // a dump's messages are at most a page or two
-	for seq := uint32(1); seq <= dumpAttempts; seq++ {
+	deadline := time.Now().Add(dumpPatience)
+	for seq := uint32(1); ; seq++ {
 		out, whole, err := dumpAddrs(sock, seq, buf)
 		if err != nil || whole {
 			return out, err
 		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("list addresses: they kept changing during %d dumps in %s", seq, dumpPatience)
+		}
 	}
-	return nil, fmt.Errorf("list addresses: they changed during each of %d dumps", dumpAttempts)
 }
 
-// dumpAttempts bounds the dumps of a netns whose addresses keep changing.
-const dumpAttempts = 100
+// dumpPatience bounds the dumps of a netns whose addresses keep changing.
+const dumpPatience = 2 * time.Second
 
 // dumpAddrs runs one dump; whole is false when the kernel marked it
 // interrupted.

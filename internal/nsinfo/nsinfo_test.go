@@ -133,10 +133,11 @@ func TestGlobalAddrsWhileAddressesChange(t *testing.T) {
 	for _, a := range append(slices.Clone(flapping), stable...) {
 		require.NoError(t, h.AddrAdd(link, addr(a)))
 	}
-	// Each round flaps the front addresses while a dump runs; the burst
-	// ends, so the dump is read again until the kernel says it is whole.
-	flap := func(done chan<- error) {
-		for _, a := range flapping[:20] {
+	// Each round flaps the front addresses while a dump runs (it starts
+	// after the first flap); the burst ends, so the dump is read again
+	// until the kernel says it is whole.
+	flap := func(started chan<- struct{}, done chan<- error) {
+		for i, a := range flapping {
 			if err := h.AddrDel(link, addr(a)); err != nil {
 				done <- err
 				return
@@ -145,18 +146,29 @@ func TestGlobalAddrsWhileAddressesChange(t *testing.T) {
 				done <- err
 				return
 			}
+			if i == 0 {
+				close(started)
+			}
 		}
 		done <- nil
 	}
-	for range 60 {
-		done := make(chan error, 1)
-		go flap(done)
-		got, err := GlobalAddrs(int(n.Fd()))
-		require.NoError(t, <-done)
-		require.NoError(t, err)
-		for _, a := range stable {
-			if !slices.Contains(got, a) {
-				require.Failf(t, "an address that stayed is in every answer", "%s is missing from a dump of %d", a, len(got))
+	for range 20 {
+		started, done := make(chan struct{}), make(chan error, 1)
+		go flap(started, done)
+		<-started
+		for flapped := false; !flapped; {
+			got, err := GlobalAddrs(int(n.Fd()))
+			require.NoError(t, err)
+			for _, a := range stable {
+				if !slices.Contains(got, a) {
+					require.Failf(t, "an address that stayed is in every answer", "%s is missing from a dump of %d", a, len(got))
+				}
+			}
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+				flapped = true
+			default:
 			}
 		}
 	}
