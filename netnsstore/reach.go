@@ -1,11 +1,15 @@
 package netnsstore
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"slices"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
@@ -31,8 +35,10 @@ func (s *Store) pinnedAs(r *Record) bool {
 }
 
 // reach opens r's netns by the first of these that still is that netns:
-// its pin, the DEL's CNI_NETNS (hint), the runtime's path recorded at ADD.
-// nil when none is: the pin was lost and the runtime's handle is gone.
+// its pin, the DEL's CNI_NETNS (hint), the runtime's path recorded at ADD,
+// the CNI_NETNS of its first refused DEL. nil when none is: the pin was
+// lost and the runtime's handles are gone (no such file, or no longer a
+// netns); a path that cannot be looked at for another reason is an error.
 // A runtime's netns path is a mount that holds its netns alive, so a path
 // with r's identity is r's netns, not a later one that reuses its inode.
 // An error when the pin cannot be inspected, or is a mount of r's netns
@@ -55,12 +61,21 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 		}
 		return &handleFile{f, p}, nil
 	}
-	for _, p := range []string{hint, r.NetnsPath} {
+	var errs []error
+	paths := []string{hint, r.NetnsPath}
+	if r.Teardown != nil {
+		paths = append(paths, r.Teardown.Netns) // the CNI_NETNS of a refused DEL
+	}
+	for _, p := range paths {
 		if p == "" {
 			continue
 		}
-		f, id, err := OpenNetns(p) // a runtime's path may be gone: not an error
-		if err != nil {
+		f, id, err := OpenNetns(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, ErrNotNetns):
+			continue // a runtime's path may be gone, or be something else now
+		case err != nil:
+			errs = append(errs, err) // it may lead to the netns: no proof that nothing does
 			continue
 		}
 		if id == r.NetnsID() {
@@ -68,7 +83,7 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 		}
 		f.Close()
 	}
-	return nil, nil
+	return nil, errors.Join(errs...)
 }
 
 // checkTarget is what the in-use check of r looks at, as a release would:

@@ -868,3 +868,27 @@ func TestDryRunChangesNothing(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, mountedAt(t, r2.PinPath), "gc released nothing, as the dry run said")
 }
+
+// A path that might reach the netns but cannot be looked at (here a
+// symlink loop as the DEL's CNI_NETNS) is no proof that nothing reaches
+// it: with the pin lost, the release is refused, not decided without the
+// netns.
+func TestReachErrorIsNotGone(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.22.5/24")
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
+	loop := filepath.Join(t.TempDir(), "loop")
+	require.NoError(t, os.Symlink(loop, loop))
+	n.Delete(t)
+	_, err = s.Release("c1.net1", &Teardown{Netns: loop})
+	assert.ErrorIs(t, err, errCheckFailed, "the DEL's netns path could not be looked at")
+	got, gerr := s.Get("c1.net1")
+	require.NoError(t, gerr)
+	assert.NotNil(t, got, "the record stays")
+
+	require.NoError(t, os.Remove(loop))
+	_, err = s.Release("c1.net1", &Teardown{Netns: loop})
+	require.NoError(t, err, "a path that is gone is gone: nothing reaches the netns and nothing uses it")
+}
