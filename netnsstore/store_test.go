@@ -864,7 +864,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	require.NotNil(t, c2, "%+v", findings)
 	assert.Equal(t, ActionKeep, c2.Action, "%+v", *c2)
 	assert.Contains(t, c2.Reason, "cannot be read")
-	findings, err = s.Sweep(false)
+	_, err = s.Sweep(false)
 	require.Error(t, err)
 	assert.True(t, mountedAt(t, r2.PinPath), "gc released nothing, as the dry run said")
 }
