@@ -232,10 +232,15 @@ func (c *checker) ceph() error {
 		if noStatus, err = c.debugfsClients(dfd, cephDir); err != nil {
 			return err
 		}
-	case errors.Is(err, unix.ENOENT) || isDenied(err):
+	case errors.Is(err, unix.ENOENT) || (isDenied(err) && c.o.Unattributed == PolicyBlock):
 		// debugfs not mounted, libceph not loaded, or debugfs locked
-		// down: CephFS kernel clients are only visible in mountinfo.
+		// down: CephFS kernel clients are only visible in mountinfo,
+		// where each is a reference of every pin.
 		dfd = -1
+	case isDenied(err):
+		// Under "ignore" debugfs is the only way to tell whose a CephFS
+		// client is: without it, one of this pin's would go unseen.
+		return fmt.Errorf("open %s: %w (with unattributed: ignore, CephFS clients are told apart only through debugfs: make it readable, or use unattributed: block)", cephDir, err)
 	default:
 		return fmt.Errorf("open %s: %w", cephDir, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -459,4 +460,34 @@ func TestCheckTimeout(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "did not finish within 100ms")
 	assert.Contains(t, err.Error(), "blocked in read attributes of "+filepath.Join(f.sysfs, "bus", "rbd", "devices", "0"))
+}
+
+// A debugfs that is there but cannot be read (permissions, an LSM) is no
+// proof of "no CephFS client" under unattributed: ignore, where debugfs is
+// the only way to tell whose a CephFS client is: the check fails (in use),
+// naming the folder. Under block the mounts in mountinfo stand in for it,
+// each a reference of every pin. The check runs as a process without
+// CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH, so that mode 000 denies it.
+func TestCheckDebugfsDenied(t *testing.T) {
+	requireRoot(t)
+	f := newFixture(t)
+	f.debugfsClient(fsidA, 4172, "instance: client.4172 (3)"+ourIP4.String()+":0/3527561932\nblocklisted: false\n")
+	ceph := filepath.Join(f.debugfs, "ceph")
+	run := func() (string, error) {
+		cmd := exec.Command("setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search",
+			os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), helperEnv+"=check", "INUSE_TEST_ROOT="+f.root, "INUSE_TEST_IP="+ourIP4.String())
+		out, err := cmd.Output()
+		return string(out), err
+	}
+	out, err := run()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, out, "client4172", "readable: the client is seen")
+
+	require.NoError(t, os.Chmod(ceph, 0))
+	t.Cleanup(func() { _ = os.Chmod(ceph, 0o755) })
+	out, err = run()
+	require.Error(t, err, "denied under ignore is no answer: %s", out)
+	assert.Contains(t, out, ceph)
+	assert.Contains(t, out, "permission denied")
 }

@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 	if mode == "" {
 		os.Exit(m.Run())
 	}
+	if mode == "check" {
+		os.Exit(checkHelper())
+	}
 	var keep []io.Closer
 	switch mode {
 	case "wait":
@@ -361,4 +364,22 @@ func TestNetnsUnheldSocketIsKernelSocket(t *testing.T) {
 	assert.Equal(t, local, refs[i].Local)
 	assert.False(t, refs[i].InNetns)
 	require.NoError(t, unix.Close(fds[0]))
+}
+
+// checkHelper runs one in-use check of the fixture at INUSE_TEST_ROOT under
+// unattributed: ignore, for a pin with the address INUSE_TEST_IP, and
+// prints the references, or the error and exits 3: a check as a process
+// with other capabilities than the test's sees it.
+func checkHelper() int {
+	root := os.Getenv("INUSE_TEST_ROOT")
+	o := Options{Sysfs: filepath.Join(root, "sys"), Debugfs: filepath.Join(root, "debug"), Proc: filepath.Join(root, "proc"), Unattributed: policyIgnore}
+	refs, err := Check(Target{IPs: []netip.Addr{netip.MustParseAddr(os.Getenv("INUSE_TEST_IP"))}}, o)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 3
+	}
+	for _, r := range refs {
+		fmt.Println(r.String())
+	}
+	return 0
 }
