@@ -308,6 +308,24 @@ func (c *Config) InUseSettings() map[string]string {
 		"cephPorts": c.InUse.CephPorts, "unattributed": c.InUse.Unattributed}
 }
 
+// InUseCovers reports whether a check with the settings own finds every
+// reference that one with recorded finds, so that the second need not run:
+// they are the same but for unattributed, "block" in own and "ignore" in
+// recorded ("block" adds references, never removes one). This is what an
+// operator does who follows the advice of an unreadable debugfs under
+// "ignore": the pins made before must not stay blocked by the old check.
+func InUseCovers(own, recorded map[string]string) bool {
+	if own["unattributed"] != string(inuse.PolicyBlock) || recorded["unattributed"] != "ignore" || len(own) != len(recorded) {
+		return false
+	}
+	for k, v := range recorded {
+		if k != "unattributed" && own[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
 // InUseOptionsOf is the in-use check's configuration from recorded
 // InUseSettings, validated as the configuration was.
 func InUseOptionsOf(settings map[string]string) (inuse.Options, error) {

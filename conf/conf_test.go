@@ -256,3 +256,25 @@ func TestInUseSettingsRoundTrip(t *testing.T) {
 		assert.Error(t, err, "%v", bad)
 	}
 }
+
+// A check under "block" finds all that one under "ignore" finds with the
+// same roots and ports; nothing else covers another.
+func TestInUseCovers(t *testing.T) {
+	base := map[string]string{"sysfs": "/sys", "debugfs": "/sys/kernel/debug", "proc": "/proc", "cephPorts": DefaultCephPorts}
+	with := func(policy string, kv ...string) map[string]string {
+		m := map[string]string{"unattributed": policy}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	assert.True(t, InUseCovers(with("block"), with("ignore")))
+	assert.False(t, InUseCovers(with("ignore"), with("block")), "ignore sees less than block")
+	assert.False(t, InUseCovers(with("block"), with("block")), "equal settings need no cover: one check runs")
+	assert.False(t, InUseCovers(with("block", "sysfs", "/host/sys"), with("ignore")), "other roots")
+	assert.False(t, InUseCovers(with("block"), with("ignore", "cephPorts", "6789")), "other ports")
+	assert.False(t, InUseCovers(with("block"), map[string]string{"unattributed": "ignore"}), "fewer settings")
+}

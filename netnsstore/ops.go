@@ -268,7 +268,12 @@ func (s *Store) Release(attachment string, del *Teardown) (*Record, error) {
 			return fmt.Errorf("%w: %w", errCheckFailed, err)
 		}
 		if out = v.get(attachment); out == nil {
-			return nil
+			if del != nil {
+				return nil
+			}
+			var err error
+			out, err = s.releaseOrphan(v, attachment, false)
+			return err
 		}
 		if del != nil {
 			// A runtime's DEL: the runtime did not give up after all. Once
@@ -292,7 +297,12 @@ func (s *Store) ForceRelease(attachment string) (*Record, error) {
 	var out *Record
 	err := s.op(attachment, func(v *view) error {
 		if out = v.get(attachment); out == nil {
-			return v.bad[attachment]
+			if err := v.bad[attachment]; err != nil {
+				return err
+			}
+			var err error
+			out, err = s.releaseOrphan(v, attachment, true)
+			return err
 		}
 		// A record that cannot be read may own a pin the links lead to.
 		if err := v.blocked(); err != nil {
@@ -305,9 +315,42 @@ func (s *Store) ForceRelease(attachment string) (*Record, error) {
 			return err
 		}
 		s.log.Warn("forced release", "attachment", attachment, "cluster", out.Cluster, "references", out.References)
-		return s.remove(v, out)
+		return s.remove(v, out, true)
 	})
 	return out, err
+}
+
+// releaseOrphan is the operator's release of a pin without a record,
+// which repair keeps while pinDir names no owner (it may be another
+// stateDir's): checked with the addresses its netns has now and released
+// when unused, or released in any case when forced. A record that stands
+// for it is returned; nil when there is no such pin.
+func (s *Store) releaseOrphan(v *view, name string, force bool) (*Record, error) {
+	orphans, err := s.orphanPins(v)
+	if err != nil || !slices.Contains(orphans, name) {
+		return nil, err
+	}
+	if err := v.blocked(); err != nil {
+		return nil, err
+	}
+	r := &Record{Attachment: name, PinPath: s.pinPath(name)}
+	if !force {
+		uses, err := s.orphanUses(name)
+		if err != nil {
+			return r, fmt.Errorf("%w for %s: %w", errCheckFailed, name, err)
+		}
+		for _, u := range uses {
+			r.References = append(r.References, u.What)
+		}
+		if len(uses) > 0 {
+			return r, &InUseError{Record: r, References: r.References}
+		}
+	}
+	if err := s.unpin(name); err != nil {
+		return r, err
+	}
+	s.log.Warn("released a pin without a record", "pin", name, "forced", force, "references", r.References)
+	return r, nil
 }
 
 // settle decides the fate of r and is the only way a pin of this boot is
@@ -353,7 +396,7 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	if err == nil && len(uses) == 0 {
 		// Unused. Without any handle the netns is proven gone: no pin, no
 		// runtime handle, no process in it, no client on its addresses.
-		return s.remove(v, r)
+		return s.remove(v, r, false)
 	}
 	return s.keep(v, r, h, del, uses, err)
 }
@@ -408,12 +451,14 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 }
 
 // remove unmounts r's pin and removes the record. The caller moved the
-// links off the pin and found the netns unused in this hold of the lock.
+// links off the pin and found the netns unused in this hold of the lock,
+// or is the operator's forced release, which a failing chain DEL of an
+// abandoned attachment does not stop either.
 // Every step is idempotent, and the record is written nothing in between:
 // a crash leaves it as it was, with or without its pin, and the next
 // operation pins it again from the runtime's netns or settles it again
 // (checked again).
-func (s *Store) remove(v *view, r *Record) error {
+func (s *Store) remove(v *view, r *Record, force bool) error {
 	if r.Abandoned && s.teardown != nil {
 		// No runtime will run the chain's DEL: run it while the pin still
 		// holds the netns. A failure leaves everything as it was, and the
@@ -422,10 +467,11 @@ func (s *Store) remove(v *view, r *Record) error {
 		// chain that stays broken would keep it for ever.
 		err := s.teardown(r)
 		switch {
-		case err != nil && r.BootID == s.bootID:
+		case err != nil && r.BootID == s.bootID && !force:
 			return fmt.Errorf("finish the abandoned teardown of %s: %w", r.Attachment, err)
 		case err != nil:
-			s.log.Error("abandoned teardown of a record of an earlier boot failed: dropped anyway", "attachment", r.Attachment, "error", err)
+			s.log.Error("abandoned teardown failed: released anyway, IPAM may keep the address", "attachment", r.Attachment,
+				"network", r.Network, "containerID", r.ContainerID, "ips", r.IPs, "forced", force, "error", err)
 		}
 		failpoint.Hit("sweep-teardown-done")
 	}

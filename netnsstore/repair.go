@@ -117,7 +117,7 @@ func (s *Store) repair(v *view, skip string) {
 		switch {
 		case err != nil:
 		case d.action == ActionDrop:
-			err = errors.Join(s.moveLinksAway(v, r), s.remove(v, r))
+			err = errors.Join(s.moveLinksAway(v, r), s.remove(v, r, false))
 		case d.action == ActionRepin:
 			err = s.repin(v, r)
 		case d.action == ActionSettle:

@@ -93,7 +93,8 @@ type Options struct {
 	// run with another sysfs, or a configuration with another policy, can
 	// only add references, never hide one.
 	InUseSettings map[string]string
-	// InUseFor returns the in-use check of recorded settings.
+	// InUseFor returns the in-use check of recorded settings, or nil when
+	// InUse finds every reference it would.
 	InUseFor func(settings map[string]string) (InUseFunc, error)
 	// Teardown finishes the teardown of an abandoned attachment before its
 	// pin is unmounted: the DEL of the chain's plugins before netns-pin,
@@ -277,6 +278,9 @@ func (s *Store) uses(r *Record, netnsPath string) ([]Use, error) {
 	check, err := s.inUseFor(r.InUse)
 	if err != nil {
 		return nil, fmt.Errorf("in-use settings of %s: %w", r.Attachment, err)
+	}
+	if check == nil {
+		return found, nil // the store's own check finds all the recorded one would
 	}
 	more, err := check(r, netnsPath)
 	if err != nil {

@@ -726,6 +726,15 @@ func TestReleaseAlsoChecksWithThePinsSettings(t *testing.T) {
 	assert.ErrorIs(t, err, errCheckFailed, "no way to check with the pin's settings")
 	assert.True(t, mountedAt(t, r.PinPath))
 
+	// Settings the store's own check covers (InUseFor says so with nil):
+	// its check alone decides.
+	s.inUseFor = func(map[string]string) (InUseFunc, error) { return nil, nil }
+	rewriteInUse(t, s, r, map[string]string{"sysfs": "/broken"})
+	found, err = s.UsesNow(r)
+	require.NoError(t, err)
+	assert.Empty(t, found)
+	s.inUseFor = nil
+
 	// A record of an earlier version kept no settings: the store's own.
 	rewriteInUse(t, s, r, nil)
 	_, err = s.Release("c1.net1", nil)
@@ -891,4 +900,71 @@ func TestReachErrorIsNotGone(t *testing.T) {
 	require.NoError(t, os.Remove(loop))
 	_, err = s.Release("c1.net1", &Teardown{Netns: loop})
 	require.NoError(t, err, "a path that is gone is gone: nothing reaches the netns and nothing uses it")
+}
+
+// release --force is the one deliberate override: a holder its runtime
+// gave up on is torn down through the chain first (the address goes back),
+// but a chain DEL that fails does not stop the release the operator asked
+// for; the log says what IPAM kept.
+func TestForceReleaseIsNotStoppedByAFailingTeardown(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.23.5/24")
+	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	s.inUse = func(*Record, string) ([]Use, error) { return uses("process 1 (x)"), nil }
+	_, err = s.Release("c1.net1", &Teardown{Netns: n.Path})
+	require.Error(t, err)
+	n.Delete(t) // the runtime gave up
+	teardowns := 0
+	s.teardown = func(*Record) error { teardowns++; return errors.New("whereabouts: the API server is down") }
+
+	_, err = s.ForceRelease("c1.net1")
+	require.NoError(t, err)
+	assert.Equal(t, 1, teardowns, "the chain's DEL was tried")
+	assert.NoFileExists(t, r.PinPath)
+	got, err := s.Get("c1.net1")
+	require.NoError(t, err)
+	assert.Nil(t, got)
+}
+
+// A pin without a record in a pinDir that names no owner is kept by every
+// repair (it may be another stateDir's), and the pinDir cannot be claimed
+// while it is there. The operator can still let it go: `release` checks
+// it with the addresses its netns has now and releases it when unused;
+// `release --force` releases it in any case.
+func TestOperatorReleasesAPinWithoutARecord(t *testing.T) {
+	for _, force := range []bool{false, true} {
+		t.Run(fmt.Sprintf("force=%v", force), func(t *testing.T) {
+			s := testStore(t)
+			n := testNetns(t, "10.98.24.5/24")
+			r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+			require.NoError(t, err)
+			require.NoError(t, os.Remove(filepath.Join(s.PinDir, ownerFile)))                   // made by an earlier version
+			require.NoError(t, os.Remove(filepath.Join(s.StateDir, "records", "c1.net1.json"))) // removed by hand
+			_, err = s.Sweep(false)
+			require.NoError(t, err)
+			require.True(t, mountedAt(t, r.PinPath), "kept: it may be another stateDir's")
+
+			release := func() error {
+				if force {
+					_, err := s.ForceRelease("c1.net1")
+					return err
+				}
+				_, err := s.Release("c1.net1", nil)
+				return err
+			}
+			if !force {
+				s.inUse = func(*Record, string) ([]Use, error) { return uses("process 9 (ceph-fuse)"), nil }
+				var iu *InUseError
+				require.ErrorAs(t, release(), &iu)
+				assert.Equal(t, []string{"process 9 (ceph-fuse)"}, iu.References)
+				assert.True(t, mountedAt(t, r.PinPath))
+				s.inUse = notInUse
+			}
+			require.NoError(t, release())
+			assert.NoFileExists(t, r.PinPath)
+			_, err = s.Release("c1.net1", nil)
+			assert.NoError(t, err, "nothing left: a second release finds nothing")
+		})
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io/fs"
 	"slices"
+
+	"golang.org/x/sys/unix"
 )
 
 // Finding is one thing a sweep changed, or would change with a dry run.
@@ -183,7 +185,7 @@ func (s *Store) runtimeGone(r *Record) bool {
 	case err == nil:
 		f.Close()
 		return id != r.NetnsID()
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, ErrNotNetns):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, ErrNotNetns):
 		return true
 	}
 	return false

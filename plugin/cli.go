@@ -56,6 +56,10 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	if cmd == "version" {
+		if len(rest) > 0 {
+			fmt.Fprintln(stderr, "usage: netns-pin version")
+			return 2
+		}
 		fmt.Fprintf(stdout, "netns-pin %s\nCNI versions: %s\n", Version, strings.Join(supportedVersions.SupportedVersions(), ", "))
 		return 0
 	}
@@ -356,6 +360,10 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 			return err
 		case r == nil:
 			return fmt.Errorf("no pinned attachment %q (see netns-pin list)", attachment)
+		}
+		if r.Cluster == "" {
+			fmt.Fprintf(w, "released %s (a pin without a record)\n", attachment)
+			return nil
 		}
 		fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
 		return nil

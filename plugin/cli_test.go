@@ -120,6 +120,9 @@ func TestCLIUsageErrors(t *testing.T) {
 	out, _, code := runCLIT(t, "version")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "1.1.0")
+	_, errOut, code = runCLIT(t, "version", "--json")
+	assert.Equal(t, 2, code, "no flag is ignored")
+	assert.Contains(t, errOut, "usage: netns-pin version")
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

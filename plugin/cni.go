@@ -178,7 +178,7 @@ func limitMemory() { debug.SetMemoryLimit(memoryLimit) }
 // of attachments whose runtime gave up.
 func openStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
 	return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{
-		Log: log, InUse: inUseChecker(c.InUseOptions()), InUseSettings: c.InUseSettings(), InUseFor: recordedInUse,
+		Log: log, InUse: inUseChecker(c.InUseOptions()), InUseSettings: c.InUseSettings(), InUseFor: recordedInUse(c),
 		Teardown: chainTeardown(log), Writer: Version,
 	})
 }
@@ -198,8 +198,9 @@ func del(args *skel.CmdArgs) error {
 	}
 	// A pod is released by its record, not by today's configuration: a
 	// holder rule removed since ADD must not strand the pin. For other pods
-	// this costs one lstat. Only "no such file" means no record: any other
-	// failure to look keeps everything, and the runtime retries.
+	// this costs two lstats (the record, then a pin: delWithoutRecord). Only
+	// "no such file" means no record: any other failure to look keeps
+	// everything, and the runtime retries.
 	pinned, err := netnsstore.HasRecord(r.conf.StateDir, name)
 	if err != nil {
 		return types.NewError(types.ErrTryAgainLater, "netns-pin: "+err.Error(), "")
@@ -247,7 +248,9 @@ func (r *request) delWithoutRecord(name string) error {
 			if _, err = os.Lstat(own); errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
-			err = errors.New("it is kept while in use")
+			err = fmt.Errorf("it is kept (while something uses it, or while %s names no stateDir as its owner); "+
+				"netns-pin --pin-dir %s --state-dir %s release %s checks it and releases it when unused",
+				r.conf.PinDir, r.conf.PinDir, r.conf.StateDir, name)
 		}
 		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: %s is pinned at %s, and stateDir %s has no record of it: %v",
 			name, own, r.conf.StateDir, err), "")

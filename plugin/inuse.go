@@ -38,11 +38,18 @@ func inUseChecker(opts inuse.Options) netnsstore.InUseFunc {
 	}
 }
 
-// recordedInUse is the in-use check of settings a record was pinned with.
-func recordedInUse(settings map[string]string) (netnsstore.InUseFunc, error) {
-	opts, err := conf.InUseOptionsOf(settings)
-	if err != nil {
-		return nil, err
+// recordedInUse returns the in-use check of settings a record was pinned
+// with, nil when c's own finds all it would.
+func recordedInUse(c *conf.Config) func(settings map[string]string) (netnsstore.InUseFunc, error) {
+	own := c.InUseSettings()
+	return func(settings map[string]string) (netnsstore.InUseFunc, error) {
+		if conf.InUseCovers(own, settings) {
+			return nil, nil
+		}
+		opts, err := conf.InUseOptionsOf(settings)
+		if err != nil {
+			return nil, err
+		}
+		return inUseChecker(opts), nil
 	}
-	return inUseChecker(opts), nil
 }
