@@ -280,10 +280,6 @@ func (s *Store) Release(attachment string, del *Teardown) (*Record, error) {
 			// this DEL succeeds its own chain runs the DEL of the plugins
 			// before netns-pin, so the teardown is not run here too.
 			out.Abandoned = false
-		} else if err := s.markAbandoned(out); err != nil {
-			// The operator's release: no runtime will run the chain's
-			// DEL of a holder it gave up on.
-			return err
 		}
 		return s.settle(v, out, del)
 	})
@@ -354,7 +350,8 @@ func (s *Store) releaseOrphan(v *view, name string, force bool) (*Record, error)
 }
 
 // settle decides the fate of r and is the only way a pin of this boot is
-// ever unmounted (docs/design.md §8). In one hold of the lock: the links
+// ever unmounted (docs/design.md §8). del is the runtime's DEL, nil for
+// every other caller. In one hold of the lock: the links
 // move off the pin (to the cluster's other pins by the link rule), the
 // addresses are refreshed, then the in-use check runs. Nothing uses the
 // netns: the pin is unmounted and the record removed. Something does, or
@@ -368,6 +365,10 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	hint := ""
 	if del != nil {
 		hint = del.Netns
+	} else if err := s.markAbandoned(r); err != nil {
+		// Not the runtime's DEL (repair, GC, gc, release, the sweeper):
+		// if its runtime gave up, remove runs the chain's DEL first.
+		return err
 	}
 	h, err := s.reach(r, hint)
 	if h != nil {

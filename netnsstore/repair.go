@@ -109,18 +109,12 @@ func (s *Store) repair(v *view, skip string) {
 			continue
 		}
 		var err error
-		if d.action != ActionDrop {
-			// Settling may release r: if its runtime gave up, the chain's
-			// DEL must run first, as the sweeper would have it.
-			err = s.markAbandoned(r)
-		}
-		switch {
-		case err != nil:
-		case d.action == ActionDrop:
+		switch d.action {
+		case ActionDrop:
 			err = errors.Join(s.moveLinksAway(v, r), s.remove(v, r, false))
-		case d.action == ActionRepin:
+		case ActionRepin:
 			err = s.repin(v, r)
-		case d.action == ActionSettle:
+		case ActionSettle:
 			err = s.settle(v, r, nil)
 		}
 		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionKeep, Reason: d.reason}

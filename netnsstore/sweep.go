@@ -108,12 +108,6 @@ func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding
 		if v.checked[r.Attachment] {
 			continue
 		}
-		// Whoever releases a holder its runtime gave up on runs the
-		// chain's DEL first, the operator's gc as much as the sweeper.
-		if err := s.markAbandoned(r); err != nil {
-			errs = append(errs, err)
-			continue
-		}
 		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionRelease, Reason: why + ", no longer in use"}
 		err := s.settle(v, r, nil)
 		var iu *InUseError
@@ -156,8 +150,10 @@ func (s *Store) FinishAbandoned() ([]Finding, error) {
 // markAbandoned marks r abandoned when a DEL of it was refused (it is
 // held) and the runtime's handle on its netns is gone since: the runtime
 // will not retry, so whichever operation releases r runs the chain's DEL
-// first (remove). Both the sweeper and repair ask, so that a record that
-// repair settles before any sweeper round still gives its address back.
+// first (remove). The sweeper marks every such record in each round, so
+// that list shows it; settle and the forced release mark the one they
+// release, so that a repair, gc or release that comes first still gives
+// its address back.
 func (s *Store) markAbandoned(r *Record) error {
 	if !held(r) || r.Abandoned || !s.runtimeGone(r) {
 		return nil
