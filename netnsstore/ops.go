@@ -330,23 +330,11 @@ func (s *Store) releaseOrphan(v *view, name string, force bool) (*Record, error)
 		return nil, err
 	}
 	r := &Record{Attachment: name, PinPath: s.pinPath(name)}
-	if !force {
-		uses, err := s.orphanUses(name)
-		if err != nil {
-			return r, fmt.Errorf("%w for %s: %w", errCheckFailed, name, err)
-		}
-		for _, u := range uses {
-			r.References = append(r.References, u.What)
-		}
-		if len(uses) > 0 {
-			return r, &InUseError{Record: r, References: r.References}
-		}
+	r.References, err = s.settleOrphan(name, force)
+	if err == nil && len(r.References) > 0 {
+		err = &InUseError{Record: r, References: r.References}
 	}
-	if err := s.unpin(name); err != nil {
-		return r, err
-	}
-	s.log.Warn("released a pin without a record", "pin", name, "forced", force, "references", r.References)
-	return r, nil
+	return r, err
 }
 
 // settle decides the fate of r and is the only way a pin of this boot is

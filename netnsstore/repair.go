@@ -2,6 +2,7 @@ package netnsstore
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -192,40 +193,65 @@ func (s *Store) settleOrphanPins(v *view) {
 		return
 	}
 	for _, n := range names {
-		if !v.owned {
-			// No owner yet (claimPinDir leaves pinDir unclaimed while
-			// they exist): a mount may be another stateDir's pin, with
-			// clients seen only on addresses its record remembers. A
-			// file that holds no netns is nobody's pin.
-			if _, mounted, err := s.pinState(n); err != nil || mounted {
-				s.log.Warn("repair: kept a pin without a record: pinDir names no stateDir as its owner", "pin", n, "error", err)
-				v.repaired = append(v.repaired, Finding{Attachment: n, Action: ActionKeep,
-					Reason: "pin without a record, and " + s.PinDir + " names no stateDir as its owner: it may be another's"})
-				continue
-			}
+		if s.maybeAnothers(v, n) {
+			s.log.Warn("repair: kept a pin without a record: "+unownedReason(s.PinDir), "pin", n)
+			v.repaired = append(v.repaired, Finding{Attachment: n, Action: ActionKeep, Reason: "pin without a record, and " + unownedReason(s.PinDir)})
+			continue
 		}
-		f := Finding{Attachment: n, Action: ActionKeep, Reason: "pin without a record, still in use"}
-		uses, err := s.orphanUses(n)
+		refs, err := s.settleOrphan(n, false)
+		f := Finding{Attachment: n, Action: ActionKeep, Reason: "pin without a record, still in use", References: refs}
 		switch {
-		case err != nil || len(uses) > 0:
-			s.log.Warn("repair: kept a pin without a record: in use", "pin", n, "references", uses, "error", err)
-			for _, u := range uses {
-				f.References = append(f.References, u.What)
-			}
-			if err != nil {
-				f.Reason = "pin without a record, not known to be unused: " + err.Error()
-			}
-		default:
-			if err := s.unpin(n); err != nil {
-				s.log.Error("repair: remove orphan pin", "pin", n, "error", err)
-				f.Reason = "pin without a record, left as it was: " + err.Error()
-				break
-			}
-			s.log.Warn("repair: removed orphan pin", "pin", n)
+		case errors.Is(err, errCheckFailed):
+			f.Reason = "pin without a record, not known to be unused: " + err.Error()
+		case err != nil:
+			f.Reason = "pin without a record, left as it was: " + err.Error()
+		case len(refs) == 0:
 			f.Action, f.Reason = ActionRelease, "pin without a record, not in use"
 		}
 		v.repaired = append(v.repaired, f)
 	}
+}
+
+// maybeAnothers reports whether pin name, which has no record here, may be
+// another stateDir's: pinDir names no owner yet (claimPinDir leaves it
+// unclaimed while such pins exist), and it is a mount, whose clients may
+// be seen only on addresses that stateDir's record remembers. A file that
+// holds no netns is nobody's pin.
+func (s *Store) maybeAnothers(v *view, name string) bool {
+	if v.owned {
+		return false
+	}
+	_, mounted, err := s.pinState(name)
+	return err != nil || mounted
+}
+
+func unownedReason(pinDir string) string {
+	return pinDir + " names no stateDir as its owner: it may be another's"
+}
+
+// settleOrphan checks pin name, which has no record, with the addresses
+// its netns has now, and unpins it when nothing uses it, or at once when
+// forced; the references that keep it otherwise. Failing to check is an
+// error wrapping errCheckFailed: not known to be unused.
+func (s *Store) settleOrphan(name string, force bool) (refs []string, err error) {
+	if !force {
+		uses, err := s.orphanUses(name)
+		if err != nil {
+			return nil, fmt.Errorf("%w for %s: %w", errCheckFailed, name, err)
+		}
+		for _, u := range uses {
+			refs = append(refs, u.What)
+		}
+		if len(refs) > 0 {
+			s.log.Warn("kept a pin without a record: in use", "pin", name, "references", refs)
+			return refs, nil
+		}
+	}
+	if err := s.unpin(name); err != nil {
+		return nil, err
+	}
+	s.log.Warn("released a pin without a record", "pin", name, "forced", force)
+	return nil, nil
 }
 
 // orphanUses runs the in-use check on an orphan pin, with the addresses

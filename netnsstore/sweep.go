@@ -78,8 +78,8 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 		errs = append(errs, err)
 		for _, n := range orphans {
 			f := Finding{Attachment: n, Action: ActionSettle, Reason: "pin without a record"}
-			if _, mounted, err := s.pinState(n); !v.owned && (err != nil || mounted) {
-				f.Action, f.Reason = ActionKeep, f.Reason+", and "+s.PinDir+" names no stateDir as its owner: it may be another's"
+			if s.maybeAnothers(v, n) {
+				f.Action, f.Reason = ActionKeep, f.Reason+", and "+unownedReason(s.PinDir)
 			}
 			if blocked != nil && f.Action != ActionKeep {
 				f.Action, f.Reason = ActionKeep, f.Reason+"; postponed while a record cannot be read"
