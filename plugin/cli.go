@@ -155,13 +155,12 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 	g.define(fs)
 	wantArgs := 0
 	switch cmd {
-	case "inuse", "release":
+	case "inuse":
 		wantArgs = 1
-	}
-	switch cmd {
 	case "gc":
 		fs.BoolVar(&cf.dryRun, "dry-run", false, "report what would change, change nothing")
 	case "release":
+		wantArgs = 1
 		fs.BoolVar(&cf.force, "force", false, "release even while Ceph clients use the netns (their I/O will hang)")
 	case "sweep":
 		fs.DurationVar(&cf.interval, "interval", cf.interval, "time between rounds")
