@@ -138,6 +138,7 @@ var stepTable = []stepDef{
 	{"cli-wrong-statedir", 1, func(d *driver) bool { d.cliWrongDir("--state-dir"); return true }},
 	{"record-unreadable", 1, func(d *driver) bool { return d.recordUnreadable() }},
 	{"del-moved-config", 1, func(d *driver) bool { return d.delMovedConfig() }},
+	{"orphan-release", 1, func(d *driver) bool { return d.orphanRelease() }},
 	{"cli-blind-roots", 1, func(d *driver) bool {
 		// The operator's --sysfs and --debugfs lead to an empty folder:
 		// release and gc must still decide as the pins' own settings do.
@@ -791,6 +792,68 @@ func (d *driver) delMovedConfig() bool {
 	if after := d.snapshot(); after != before {
 		d.violation("I4", "DEL of %s with the %s moved changed the store:%s", h, what, before.diff(after))
 		d.crashedAll() // only when the violation is ignored: let repair decide
+	}
+	return true
+}
+
+// orphanRelease: a pin without a record (its record removed by hand; in
+// half the runs in a pinDir that names no owner, as one made by an earlier
+// version leaves it), used by a process or not, and the operator's
+// `release <name>`, with --force or not. Without --force it must stay
+// while the process uses it and go otherwise (repair may release it first
+// when pinDir names this stateDir); with --force it goes. Then the process
+// leaves and a release lets it go in any case.
+func (d *driver) orphanRelease() bool {
+	if _, err := os.Stat(d.e.stateDir); err != nil {
+		return false // nothing pinned yet: the command line creates nothing
+	}
+	name := fmt.Sprintf("o%d.%s", d.step, ifName)
+	nsName := fmt.Sprintf("npm-%s-o%d", d.e.runID, d.step)
+	id := d.e.makeNetns(nsName, []string{d.newIP()})
+	defer d.e.tearDownNetns(nsName)
+	pin := d.e.pinPath(name)
+	require.NoError(d.t, os.WriteFile(pin, nil, 0o444))
+	hosttest.MustRun(d.t, "mount", "--bind", filepath.Join("/run/netns", nsName), pin)
+	owner := filepath.Join(d.e.pinDir, ".netns-pin-state-dir")
+	if saved, err := os.ReadFile(owner); err == nil && d.rng.IntN(2) == 0 {
+		require.NoError(d.t, os.Remove(owner))
+		defer func() { require.NoError(d.t, os.WriteFile(owner, saved, 0o644)) }()
+	}
+	var p *proc
+	if d.rng.IntN(2) == 0 {
+		p = startProc(d.t, pin)
+	}
+	args := []string{"release", name}
+	if d.rng.IntN(3) == 0 {
+		args = append(args, "--force")
+	}
+	r := d.e.cli(d.e.pinDir, "", args...)
+	_, ownerErr := os.Stat(owner)
+	d.logf("pin %s without a record (pinDir owned: %v, used by a process: %v), netns-pin %s -> %s", name, ownerErr == nil, p != nil, strings.Join(args, " "), r)
+	d.count("I5")
+	kept := d.mounts().pinned(pin, id)
+	switch {
+	case len(args) == 3 && kept:
+		d.violation("I5", "release --force left pin %s without a record mounted: %s", name, r)
+	case len(args) == 2 && p != nil && (!kept || r.rc == 0):
+		d.violation("I1", "pin %s without a record was released (or its release said so) while a process used it: %s", name, r)
+	case len(args) == 2 && p == nil && kept:
+		d.violation("I5", "pin %s without a record was kept although nothing uses it: %s", name, r)
+	}
+	if p != nil {
+		p.stop()
+	}
+	if kept {
+		r = d.e.cli(d.e.pinDir, "", "release", name)
+		d.logf("netns-pin release %s (nothing uses it now) -> %s", name, r)
+		if d.mounts().pinned(pin, id) {
+			d.violation("I5", "pin %s without a record was kept although nothing uses it any more: %s", name, r)
+			unmountAll(d.t, pin)
+		}
+	}
+	if _, err := os.Lstat(pin); err == nil {
+		d.violation("I5", "pin file %s is left after its release", name)
+		require.NoError(d.t, os.Remove(pin))
 	}
 	return true
 }
