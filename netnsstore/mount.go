@@ -151,13 +151,20 @@ func containingMount(path string) (*mountinfo.Info, error) {
 func isShared(m *mountinfo.Info) bool { return nsinfo.PeerGroup(m) != 0 }
 
 // FindPin looks for a pin of attachment under any pinDir: a netns mount
-// whose mount point is <dir>/pins/<attachment>. It is for a DEL that finds
-// no record: the network's pinDir and stateDir may have changed since the
-// ADD that pinned it, and such a pin is no less in use. "" when none.
-func FindPin(attachment string) (string, error) {
+// whose mount point is <dir>/pins/<attachment>, of the netns at netnsPath
+// when that can be opened (else of any netns: the DEL's CNI_NETNS may be
+// gone). It is for a DEL that finds no record: the network's pinDir and
+// stateDir may have changed since the ADD that pinned it, and such a pin is
+// no less in use. "" when none.
+func FindPin(attachment, netnsPath string) (string, error) {
+	root := ""
+	if f, id, err := OpenNetns(netnsPath); err == nil {
+		f.Close()
+		root = fmt.Sprintf("net:[%d]", id.Ino)
+	}
 	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
 		return m.FSType != "nsfs" || filepath.Base(m.Mountpoint) != attachment ||
-			filepath.Base(filepath.Dir(m.Mountpoint)) != PinsSubdir, false
+			filepath.Base(filepath.Dir(m.Mountpoint)) != PinsSubdir || (root != "" && m.Root != root), false
 	})
 	if err != nil {
 		return "", fmt.Errorf("look for a pin of %s: %w", attachment, err)

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // mountFlags answers from statx and statmount what mountinfo says, for
@@ -38,4 +40,32 @@ func TestMountFlagsAgreeWithMountinfo(t *testing.T) {
 	s, root, err = mountFlags(below)
 	require.NoError(t, err)
 	assert.False(t, s || root, "a folder below a private mount is neither")
+}
+
+// FindPin finds a pin of an attachment under any pinDir, of the DEL's
+// netns when that can be opened and of any netns otherwise; a pin of
+// another netns under the same name (a stale one of another test run, a
+// reused short container ID) is none of its business.
+func TestFindPin(t *testing.T) {
+	requireRoot(t)
+	a, b := testNetns(t, ""), testNetns(t, "")
+	dir := filepath.Join(hosttest.NewWorkDir(t, "findpin-"), "elsewhere", PinsSubdir)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	pin := filepath.Join(dir, "x.net1")
+	require.NoError(t, os.WriteFile(pin, nil, 0o444))
+	require.NoError(t, unix.Mount(a.Path, pin, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { _ = unix.Unmount(pin, unix.MNT_DETACH) })
+
+	for _, tc := range []struct {
+		name, netns, want string
+	}{
+		{"x.net1", a.Path, pin},
+		{"x.net1", filepath.Join(t.TempDir(), "gone"), pin},
+		{"x.net1", b.Path, ""},
+		{"y.net1", a.Path, ""},
+	} {
+		got, err := FindPin(tc.name, tc.netns)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got, "%s with CNI_NETNS %s", tc.name, tc.netns)
+	}
 }

@@ -261,7 +261,7 @@ func (r *request) delWithoutRecord(name string) error {
 	if _, holder, err := r.holder(); err != nil || !holder {
 		return nil
 	}
-	at, err := netnsstore.FindPin(name)
+	at, err := netnsstore.FindPin(name, r.args.Netns)
 	switch {
 	case err != nil:
 		return types.NewError(types.ErrTryAgainLater, "netns-pin: "+err.Error(), "")
