@@ -114,11 +114,12 @@ func (s *Store) locked(fn func(v *view) error) error {
 	if v.owned, err = s.checkOwner(); err != nil {
 		return err
 	}
+	if err := s.markBoot(v); err != nil {
+		return err
+	}
 	s.steps.mark("read records")
-	ferr := fn(v)
+	err = fn(v)
 	s.steps.mark("work")
-	err = errors.Join(ferr, s.syncRecords())
-	s.steps.mark("folder sync")
 	s.log.Debug("steps (µs)", s.steps.took...)
 	return err
 }
@@ -170,40 +171,9 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 			out = r
 			return s.repinFrom(v, r, src)
 		case r == nil:
-			// One record write: the record says active, with the netns's
-			// addresses, before the pin and the links exist. A crash
-			// after it leaves an active record without a pin, which the
-			// next operation pins again from the runtime's netns or
-			// settles when that is gone.
-			ips, err := nsinfo.GlobalAddrs(int(src.Fd()))
-			if err != nil {
-				return fmt.Errorf("pin %s: %w", name, err)
-			}
-			s.steps.mark("addresses")
-			r = &Record{
-				Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
-				Cluster: req.Cluster, PodNS: req.PodNS, PodName: req.PodName, PodUID: req.PodUID,
-				NetnsPath: req.NetnsPath, PinPath: s.pinPath(name), NetnsDev: srcID.Dev, NetnsIno: srcID.Ino,
-				IPs: unionAddrs(nil, ips), InUse: s.inUseConfig, Links: slices.Clone(req.Links), BootID: s.bootID, State: stateActive,
-				Created: time.Now().UTC(),
-			}
-			if err := s.ensureShared(); err != nil {
-				return err
-			}
-			if err := s.writeRecord(r); err != nil {
-				return err
-			}
-			s.steps.mark("record")
-			v.put(r)
-			failpoint.Hit("add-record-written")
-			s.startSync()
-			if err := s.publish(v, r, src); err != nil {
-				// An ADD that fails is undone like a DEL: its links may
-				// have been published, so the in-use check decides.
-				return errors.Join(err, s.settle(v, r, nil))
-			}
-			out = r
-			return nil
+			var err error
+			out, err = s.pinNew(v, name, req, src, srcID)
+			return err
 		}
 		// An ADD interrupted in a format that wrote an intent record first,
 		// or a release that this ADD interrupts: completed as an ADD.
@@ -220,6 +190,44 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 		return s.writeRecord(r)
 	})
 	return out, err
+}
+
+// pinNew pins an attachment that has no record. One record write: the
+// record says active, with the netns's addresses, before the pin and the
+// links exist. A crash after it leaves an active record without a pin,
+// which the next operation pins again from the runtime's netns or settles
+// when that is gone.
+func (s *Store) pinNew(v *view, name string, req PinRequest, src *os.File, srcID NetnsID) (*Record, error) {
+	ips, err := nsinfo.GlobalAddrs(int(src.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("pin %s: %w", name, err)
+	}
+	s.steps.mark("addresses")
+	r := &Record{
+		Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
+		Cluster: req.Cluster, PodNS: req.PodNS, PodName: req.PodName, PodUID: req.PodUID,
+		NetnsPath: req.NetnsPath, PinPath: s.pinPath(name), NetnsDev: srcID.Dev, NetnsIno: srcID.Ino,
+		IPs: unionAddrs(nil, ips), InUse: s.inUseConfig, Links: slices.Clone(req.Links), BootID: s.bootID, State: stateActive,
+		Created: time.Now().UTC(),
+	}
+	if err := s.ensureShared(); err != nil {
+		return nil, err
+	}
+	if err := s.noteLinkDirs(r.Links); err != nil {
+		return nil, err
+	}
+	if err := s.writeRecord(r); err != nil {
+		return nil, err
+	}
+	s.steps.mark("record")
+	v.put(r)
+	failpoint.Hit("add-record-written")
+	if err := s.publish(v, r, src); err != nil {
+		// An ADD that fails is undone like a DEL: its links may have been
+		// published, so the in-use check decides.
+		return nil, errors.Join(err, s.settle(v, r, nil))
+	}
+	return r, nil
 }
 
 // repinFrom mounts r's pin again from src when it was lost; a record that
@@ -339,13 +347,15 @@ func (s *Store) releaseOrphan(v *view, name string, force bool) (*Record, error)
 
 // settle decides the fate of r and is the only way a pin of this boot is
 // ever unmounted (docs/design.md §8). del is the runtime's DEL, nil for
-// every other caller. In one hold of the lock: the links
-// move off the pin (to the cluster's other pins by the link rule), the
-// addresses are refreshed, then the in-use check runs. Nothing uses the
-// netns: the pin is unmounted and the record removed. Something does, or
-// the check cannot tell: the record is kept draining, pinned again from a
-// reachable handle if its pin was lost, and the links follow the rule
-// again (its pin may be their target once more).
+// every other caller. In one hold of the lock: when the cluster's links
+// lead to the pin, the in-use check runs first with them in place, so a
+// pin in use keeps its links without a gap (links never flicker); only a
+// netns found unused has its links moved off (to the cluster's other pins
+// by the link rule), and then the check runs again: that second check is
+// the one the invariant counts. Nothing uses the netns: the pin is
+// unmounted and the record removed. Something does, or the check cannot
+// tell: the record is kept draining, pinned again from a reachable handle
+// if its pin was lost, and the links follow the rule again.
 func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	if err := v.blocked(); err != nil {
 		return err
@@ -362,32 +372,71 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	if h != nil {
 		defer h.Close()
 	}
+	if v.checked == nil {
+		v.checked = map[string]bool{}
+	}
+	v.checked[r.Attachment] = true
+	var uses []Use
+	if err == nil && s.linksMove(v, r) {
+		uses, err = s.checkNow(r, h)
+		s.steps.mark("in-use check, links in place")
+	}
+	if err != nil || len(uses) > 0 {
+		return s.keep(v, r, h, del, uses, err)
+	}
 	if err := s.moveLinksAway(v, r); err != nil {
 		return err
 	}
 	failpoint.Hit("del-links-moved")
 	s.steps.mark("links")
-	path := ""
-	if err == nil && h != nil {
-		path = h.path
-		r.IPs, err = s.addrsNow(h, r)
-		s.steps.mark("addresses")
-	}
-	var uses []Use
-	if err == nil {
-		uses, err = s.uses(r, path)
-		s.steps.mark("in-use check")
-	}
-	if v.checked == nil {
-		v.checked = map[string]bool{}
-	}
-	v.checked[r.Attachment] = true
+	uses, err = s.checkNow(r, h)
+	s.steps.mark("in-use check")
 	if err == nil && len(uses) == 0 {
 		// Unused. Without any handle the netns is proven gone: no pin, no
 		// runtime handle, no process in it, no client on its addresses.
 		return s.remove(v, r, false)
 	}
 	return s.keep(v, r, h, del, uses, err)
+}
+
+// checkNow is the in-use check of r as its netns is now: the addresses it
+// has now join the recorded ones (a client keeps the address it came
+// from), then every signal is read. h is the handle that reaches the
+// netns; nil when nothing does (its pin and the runtime's path are gone).
+func (s *Store) checkNow(r *Record, h *handleFile) ([]Use, error) {
+	path := ""
+	if h != nil {
+		path = h.path
+		ips, err := s.addrsNow(h, r)
+		if err != nil {
+			return nil, err
+		}
+		r.IPs = ips
+		s.steps.mark("addresses")
+	}
+	return s.uses(r, path)
+}
+
+// linksMove reports whether moving the links off r's pin could take a
+// link away from a pin: the pin is the cluster's link target, one of its
+// links leads to it on disk (a record in a state an earlier version left,
+// or a crash between a record's change and its links), or it asked for a
+// link that no other pin of the cluster asks for. Only then does a release
+// check with the links in place first.
+func (s *Store) linksMove(v *view, r *Record) bool {
+	if linkTargetOf(r.Cluster, v.recs) == r.Attachment {
+		return true
+	}
+	rest := withoutRecord(v.recs, r.Attachment)
+	for _, l := range r.Links {
+		if !s.clusterHasLink(rest, r, l) {
+			return true
+		}
+		if at, err := s.linkTarget(l); err != nil || at == r.Attachment {
+			return true
+		}
+	}
+	return false
 }
 
 // keep records that r stays: draining when its pin is (or is again) a
@@ -426,7 +475,14 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 			r.References[i] = u.What
 		}
 	}
-	errs := []error{s.writeRecord(r), s.relink(r.Cluster, v.recs)}
+	// A pin that stays has its links by the rule; an unpinned record's
+	// links lead to no mount, and move off it (a release found it in use
+	// with its links in place, so they are still on it).
+	relink := s.relink(r.Cluster, v.recs)
+	if !linkCandidate(r) {
+		relink = s.moveLinksAway(v, r)
+	}
+	errs := []error{s.writeRecord(r), relink}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

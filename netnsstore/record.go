@@ -48,6 +48,10 @@ const recordFormat = 2
 // errNewerFormat is wrapped when a record was written by a newer netns-pin.
 var errNewerFormat = errors.New("record of a newer format")
 
+// errTornRecord is wrapped when a record's content cannot be decoded: empty
+// or cut short, as a power loss leaves a record written without fsync.
+var errTornRecord = errors.New("record empty or torn")
+
 // Record is what the store remembers of one pinned attachment.
 type Record struct {
 	Format      int    `json:"format"`
@@ -110,9 +114,14 @@ const (
 	tmpPrefix     = ".tmp-"
 )
 
-// writeRecord replaces the record atomically: temp file, fsync, rename;
-// the folder is synced once at the end of the operation (syncRecords). A
-// crash leaves either the old or the new record.
+// writeRecord replaces the record atomically: temp file, rename (design
+// §10). A crash of the plugin leaves the old or the new record, whole: the
+// page cache holds both. Only a record that carries a captured teardown is
+// made durable (its file synced before the rename, its folder after):
+// that teardown frees IPAM leases, which outlive the kernel. Everything
+// else a record describes (the pin, the netns, the kernel clients) dies
+// with the kernel, and a record that a power loss leaves empty or torn is
+// recognised by the boot marker and dropped (see markBoot).
 func (s *Store) writeRecord(r *Record) error {
 	r.Updated = time.Now().UTC()
 	r.Format, r.Writer, r.PinDir = recordFormat, s.writer, s.PinDir
@@ -121,74 +130,39 @@ func (s *Store) writeRecord(r *Record) error {
 		return err
 	}
 	name := r.Attachment + recordSuffix
-	tmp := tmpPrefix + name
-	fd, err := openat2(s.recordsFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
+	durable := r.Teardown != nil
+	if err := s.replaceFile(s.recordsFd, name, data, durable); err != nil {
 		return fmt.Errorf("write record %s: %w", name, err)
 	}
+	if durable {
+		if err := unix.Fsync(s.recordsFd); err != nil {
+			return fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, err)
+		}
+	}
+	return nil
+}
+
+// replaceFile writes data to name in dirfd through a temporary file and a
+// rename, so that readers see the old content or the new, never a part;
+// durable syncs the file before the rename (the folder is the caller's).
+func (s *Store) replaceFile(dirfd int, name string, data []byte, durable bool) error {
+	tmp := tmpPrefix + name
+	fd, err := openat2(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
 	_, werr := unix.Write(fd, data)
-	if werr == nil {
+	if werr == nil && durable {
 		werr = unix.Fsync(fd)
 	}
 	unix.Close(fd)
 	if werr != nil {
-		return fmt.Errorf("write record %s: %w", name, errors.Join(werr, unlinkIfExists(s.recordsFd, tmp)))
+		return errors.Join(werr, unlinkIfExists(dirfd, tmp))
 	}
-	if err := unix.Renameat(s.recordsFd, tmp, s.recordsFd, name); err != nil {
-		return fmt.Errorf("rename record %s: %w", name, err)
+	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+		return fmt.Errorf("rename: %w", errors.Join(err, unlinkIfExists(dirfd, tmp)))
 	}
-	s.unsynced = true
 	return nil
-}
-
-// syncRecords makes the renames and removals of this operation durable:
-// one fsync of the records folder per operation, at its end (or two, when
-// the operation started one early with startSync and renamed more after).
-// A record's own content is synced before its rename, so a machine that
-// crashes finds each record old or new, never torn; which of the two
-// matters little, since records of an earlier boot are dropped.
-func (s *Store) syncRecords() error {
-	err := s.waitSync()
-	if !s.unsynced {
-		return err
-	}
-	s.unsynced = false
-	if serr := unix.Fsync(s.recordsFd); serr != nil {
-		return errors.Join(err, fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, serr))
-	}
-	return err
-}
-
-// startSync starts the fsync of the records folder that syncRecords waits
-// for, so that it runs while the operation mounts and links: the rename of
-// a record has to be visible before its pin exists (a process that dies
-// in between leaves a record to repair), but durable only before the
-// operation ends, since a machine crash takes the mounts with it. On ext4
-// the folder's fsync is a journal commit, as long as a bind mount and a
-// link.
-func (s *Store) startSync() {
-	if !s.unsynced || s.syncing != nil {
-		return
-	}
-	s.unsynced = false
-	done, fd := make(chan error, 1), s.recordsFd
-	go func() {
-		if err := unix.Fsync(fd); err != nil {
-			done <- fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, err)
-		}
-		close(done)
-	}()
-	s.syncing = done
-}
-
-// waitSync waits for the fsync that startSync started, if any.
-func (s *Store) waitSync() error {
-	if s.syncing == nil {
-		return nil
-	}
-	err := <-s.syncing
-	s.syncing = nil
-	return err
 }
 
 // HasRecord tells, with one lstat and without opening the store, whether
@@ -226,7 +200,9 @@ func (s *Store) readRecord(attachment string) (*Record, error) {
 	}
 	r := &Record{}
 	if err := json.Unmarshal(data, r); err != nil {
-		return nil, fmt.Errorf("decode record %s: %w", attachment, err)
+		// Empty or cut short: what a power loss leaves of a record written
+		// without fsync (see markBoot); any other decoding failure too.
+		return nil, fmt.Errorf("decode record %s (%d bytes): %w: %w", attachment, len(data), errTornRecord, err)
 	}
 	if r.Format > recordFormat {
 		writer := r.Writer
@@ -268,7 +244,6 @@ func (s *Store) removeRecord(attachment string) error {
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("remove record %s: %w", attachment, err)
 	}
-	s.unsynced = true
 	return nil
 }
 

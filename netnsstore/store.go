@@ -39,9 +39,7 @@ type Store struct {
 	teardown    TeardownFunc
 	writer      string
 
-	unsynced  bool       // records renamed or removed since the folder's last fsync
-	readOnly  bool       // a dry run: read records as they are, write nothing
-	syncing   chan error // an fsync of the records folder under way (startSync)
+	readOnly  bool // a dry run: read records as they are, write nothing
 	bootID    string
 	pinDirFd  int
 	pinsFd    int
@@ -191,7 +189,6 @@ func (s *Store) ensureShared() error {
 
 // Close releases the directory descriptors.
 func (s *Store) Close() {
-	_ = s.waitSync() // the records folder's fd must outlive its fsync
 	for _, fd := range []*int{&s.pinDirFd, &s.pinsFd, &s.stateFd, &s.recordsFd} {
 		if *fd >= 0 {
 			unix.Close(*fd)

@@ -528,8 +528,10 @@ func TestLockTimesOutBehindAStuckHolder(t *testing.T) {
 
 // Hole: the in-use check ran while the pin was still published, so a
 // client entering through the link during the check (nsenter --net=<link>
-// rbd map) landed in a netns about to be released. The links move first:
-// while the check runs they lead to the cluster's other pin, or nowhere.
+// rbd map) landed in a netns about to be released. The check that counts
+// runs after the links moved: then they lead to the cluster's other pin,
+// or nowhere. The check before it runs with the links in place (links
+// never flicker), and only a pin it finds unused has its links moved.
 func TestCheckRunsAfterTheLinksMovedOff(t *testing.T) {
 	s := testStore(t)
 	a, b := testNetns(t, "10.98.13.5/24"), testNetns(t, "10.98.13.6/24")
@@ -553,7 +555,54 @@ func TestCheckRunsAfterTheLinksMovedOff(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Release("a.net1", nil)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"b.net1 -> ../pins/a.net1", "a.net1 -> (none)"}, during)
+	assert.Equal(t, []string{
+		"b.net1 -> ../pins/b.net1", "b.net1 -> ../pins/a.net1",
+		"a.net1 -> ../pins/a.net1", "a.net1 -> (none)",
+	}, during)
+}
+
+// Links never flicker: a release of a pin that is in use when it starts
+// never moves the links, not even for the length of the check: neither
+// when it is the cluster's only pin, nor when it is the newest of two
+// draining pins.
+func TestReleaseOfAPinInUseNeverMovesItsLinks(t *testing.T) {
+	s := testStore(t)
+	a, b := testNetns(t, "10.98.14.5/24"), testNetns(t, "10.98.14.6/24")
+	ra, err := s.Pin(pinReq(s, "a", "ns/cl", a.Path))
+	require.NoError(t, err)
+	link := ra.Links[0]
+	var during []string
+	checks := 0
+	s.inUse = func(r *Record, _ string) ([]Use, error) {
+		checks++
+		target, err := os.Readlink(link)
+		if err != nil {
+			target = "(none)"
+		}
+		during = append(during, r.Attachment+" -> "+target)
+		return uses("rbd device 0"), nil
+	}
+	for range 3 {
+		_, err = s.Release("a.net1", nil)
+		require.ErrorIs(t, err, ErrInUse)
+	}
+	assert.Equal(t, []string{"a.net1 -> ../pins/a.net1", "a.net1 -> ../pins/a.net1", "a.net1 -> ../pins/a.net1"}, during,
+		"the only pin, draining and in use: one check each time, with its link in place")
+
+	// A second draining pin, newer: it is the link target now; its
+	// release, refused, keeps the link on it.
+	s.inUse = notInUse
+	_, err = s.Pin(pinReq(s, "b", "ns/cl", b.Path))
+	require.NoError(t, err)
+	s.inUse = func(r *Record, p string) ([]Use, error) {
+		during = append(during[:0], r.Attachment+" -> "+readLink(t, link))
+		return uses("process 7 (ceph-fuse)"), nil
+	}
+	_, err = s.Release("b.net1", nil)
+	require.ErrorIs(t, err, ErrInUse)
+	assert.Equal(t, []string{"b.net1 -> ../pins/b.net1"}, during)
+	assert.Equal(t, "../pins/b.net1", readLink(t, link), "the newest draining pin keeps the link")
+	assert.Equal(t, 3, checks)
 }
 
 // A pin whose record was removed by hand is an orphan: repair releases it
@@ -660,8 +709,8 @@ func TestDebugLogTimesTheSteps(t *testing.T) {
 		got = append(got, names)
 	}
 	assert.Equal(t, [][]string{
-		{"lock", "read records", "repair", "addresses", "record", "mount", "links", "work", "folder sync"},
-		{"lock", "read records", "repair", "links", "addresses", "in-use check", "work", "folder sync"},
+		{"lock", "read records", "repair", "addresses", "record", "mount", "links", "work"},
+		{"lock", "read records", "repair", "addresses", "in-use check, links in place", "links", "in-use check", "work"},
 	}, got, "ADD, then DEL")
 }
 
@@ -967,4 +1016,91 @@ func TestOperatorReleasesAPinWithoutARecord(t *testing.T) {
 			assert.NoError(t, err, "nothing left: a second release finds nothing")
 		})
 	}
+}
+
+// powerLoss plays a power loss: every pin's mount is gone, and the record
+// of each attachment in torn is cut to its first keep bytes (0: empty), as
+// a record renamed but never synced can be found after the machine comes
+// back. The next boot gets a new boot id.
+func powerLoss(t *testing.T, s *Store, keep int, torn ...*Record) {
+	t.Helper()
+	for _, r := range torn {
+		require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
+		p := filepath.Join(s.StateDir, "records", r.Attachment+".json")
+		data, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(p, data[:keep], 0o600))
+	}
+	s.bootID = "11111111-2222-3333-4444-555555555555"
+}
+
+// A record that a power loss left empty or torn never blocks a release in
+// the next boot: the boot marker, written durably before any record of a
+// boot, names the earlier boot, so the record is that boot's; it is
+// dropped with its link and its pin file, and the release that found it
+// goes on. Within a boot the same record blocks every release.
+func TestTornRecordOfAnEarlierBootIsDropped(t *testing.T) {
+	for _, keep := range []int{0, 40} {
+		t.Run(fmt.Sprintf("first %d bytes", keep), func(t *testing.T) {
+			s := testStore(t)
+			req := pinReq(s, "c1", "ns/cl", testNetns(t, "10.98.21.5/24").Path)
+			// A link outside pinDir too, as Rook's absolute path is.
+			rook := filepath.Join(filepath.Dir(s.StateDir), "plugins", "rook-ceph.rbd.csi.ceph.com", "ns.net.ns")
+			req.Links = append(req.Links, rook)
+			torn, err := s.Pin(req)
+			require.NoError(t, err)
+			p := filepath.Join(s.StateDir, "records", "c1.net1.json")
+			data, err := os.ReadFile(p)
+			require.NoError(t, err)
+
+			// Within the boot: unreadable blocks, as ever.
+			require.NoError(t, os.WriteFile(p, data[:keep], 0o600))
+			other, err := s.Pin(pinReq(s, "c2", "ns/other", testNetns(t, "10.98.21.6/24").Path))
+			require.NoError(t, err)
+			_, err = s.Release("c2.net1", nil)
+			require.ErrorIs(t, err, errCheckFailed, "a record unreadable in its own boot blocks")
+			assert.True(t, mountedAt(t, other.PinPath))
+			require.NoError(t, os.WriteFile(p, data, 0o600))
+
+			powerLoss(t, s, keep, torn)
+			findings, err := s.Sweep(true)
+			require.NoError(t, err)
+			assert.Contains(t, findings, tornFinding("c1.net1", readMarker(t, s)), "the dry run says so")
+			require.FileExists(t, p, "the dry run changes nothing")
+
+			_, err = s.Release("unrelated.net1", nil)
+			require.NoError(t, err)
+			assert.NoFileExists(t, p, "the torn record is dropped")
+			assert.NoFileExists(t, torn.PinPath, "and its pin file")
+			for _, l := range torn.Links {
+				_, err = os.Lstat(l)
+				assert.True(t, os.IsNotExist(err), "and its link %s", l)
+			}
+			assert.Equal(t, s.bootID, readMarker(t, s), "the marker names this boot")
+		})
+	}
+}
+
+// Without a marker (a stateDir of a netns-pin that synced every record)
+// nothing tells a torn record's boot: it blocks, as an unreadable record
+// does, until the operator removes it; then the marker is written.
+func TestTornRecordWithoutAMarkerBlocks(t *testing.T) {
+	s := testStore(t)
+	torn, err := s.Pin(pinReq(s, "c1", "ns/cl", testNetns(t, "10.98.22.5/24").Path))
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(filepath.Join(s.StateDir, bootMarker)))
+	powerLoss(t, s, 0, torn)
+	_, err = s.Release("unrelated.net1", nil)
+	require.NoError(t, err)
+	_, err = s.List()
+	require.ErrorIs(t, err, errTornRecord)
+	assert.FileExists(t, filepath.Join(s.StateDir, "records", "c1.net1.json"))
+	assert.Equal(t, s.bootID, readMarker(t, s))
+}
+
+func readMarker(t *testing.T, s *Store) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(s.StateDir, bootMarker))
+	require.NoError(t, err)
+	return strings.TrimSpace(string(data))
 }

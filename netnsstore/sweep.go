@@ -43,6 +43,15 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 	defer func() { s.readOnly = false }()
 	err := s.locked(func(v *view) error {
 		var errs []error
+		prev, err := s.markedBoot()
+		if err != nil {
+			return err
+		}
+		for _, n := range s.tornOf(v, prev) {
+			// What the first operation of this boot drops (markBoot).
+			out = append(out, tornFinding(n, prev))
+			delete(v.bad, n)
+		}
 		blocked := v.blocked()
 		for _, r := range v.recs {
 			d := s.diagnose(r)

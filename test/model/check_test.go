@@ -18,7 +18,13 @@ package model
 //	I5  answers: DEL refuses (code 11) exactly while the netns is in use,
 //	    GC and the operator's commands do not fail, inuse reports what the
 //	    model knows, gc reports each held holder kept or released as the
-//	    model says, CHECK passes exactly for pinned holders.
+//	    model says, CHECK passes exactly for pinned holders;
+//	I6  links never flicker: a link that led to the pin of a netns in use
+//	    before a step still leads to a pin after it, while that netns is
+//	    in use and still pinned, whatever the step was (a crash included):
+//	    to the cluster's newest active pin, else its newest draining pin,
+//	    once the state is known (I2), and to a live pin of its cluster
+//	    while a crash left the state open.
 
 import (
 	"encoding/json"
@@ -86,6 +92,11 @@ func (d *driver) records() map[string]recView {
 		}
 		var r recView
 		if err := json.Unmarshal(data, &r); err != nil {
+			if d.dirty && !d.repaired {
+				// A power loss tore it; the next repairing operation
+				// must drop it (and is checked for that).
+				continue
+			}
 			d.violation("I2", "record %s is no JSON: %v", en.Name(), err)
 			continue
 		}
@@ -418,4 +429,61 @@ func (d *driver) snapshot() snapshot {
 		s.owner = strings.TrimSpace(string(data))
 	}
 	return s
+}
+
+// linksToPinsInUse is, before a step, every link that leads to the pin of
+// a holder whose netns is in use, by link (I6).
+func (d *driver) linksToPinsInUse() map[string]*holder {
+	out := map[string]*holder{}
+	mounts := d.mounts()
+	for _, h := range d.holders {
+		if !d.inUse(h) || !mounts.pinned(d.e.pinPath(h.att), h.nsid) {
+			continue
+		}
+		for _, l := range d.e.links(h.cluster) {
+			if d.leadsTo(l) == h.att {
+				out[l] = h
+			}
+		}
+	}
+	return out
+}
+
+// leadsTo is the attachment whose pin link leads to, "" when none.
+func (d *driver) leadsTo(link string) string {
+	dest, err := os.Readlink(link)
+	if err != nil {
+		return ""
+	}
+	if !filepath.IsAbs(dest) {
+		dest = filepath.Join(filepath.Dir(link), dest)
+	}
+	att, ok := strings.CutPrefix(filepath.Clean(dest), filepath.Join(d.e.pinDir, "pins")+"/")
+	if !ok {
+		return ""
+	}
+	return att
+}
+
+// checkLinksStayed is I6, after a step, for the links that led to pins in
+// use before it (linksToPinsInUse).
+func (d *driver) checkLinksStayed(before map[string]*holder) {
+	mounts := d.mounts()
+	for l, h := range before {
+		if !d.inUse(h) || !mounts.pinned(d.e.pinPath(h.att), h.nsid) {
+			continue
+		}
+		d.count("I6")
+		att := d.leadsTo(l)
+		var to *holder
+		for _, o := range d.holders {
+			if o.att == att && o.cluster == h.cluster && att != "" {
+				to = o
+			}
+		}
+		if to == nil || !mounts.pinned(d.e.pinPath(to.att), to.nsid) {
+			dest, err := os.Readlink(l)
+			d.violation("I6", "link %s led to the pin of %s, in use by %v and still pinned, and now leads to no pin of its cluster (-> %q, %v)", l, h, d.users(h), dest, err)
+		}
+	}
 }

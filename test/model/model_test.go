@@ -383,7 +383,7 @@ func TestModel(t *testing.T) {
 	}
 	t.Logf("seed %d: %d steps in %s (%.1f steps/s)", cfg.seed, d.step-1, elapsed.Round(time.Millisecond), float64(d.step-1)/elapsed.Seconds())
 	t.Logf("steps run: %s", strings.Join(runs, " "))
-	t.Logf("invariant checks: I1=%d I2=%d I3=%d I4=%d I5=%d", d.counts["I1"], d.counts["I2"], d.counts["I3"], d.counts["I4"], d.counts["I5"])
+	t.Logf("invariant checks: I1=%d I2=%d I3=%d I4=%d I5=%d I6=%d", d.counts["I1"], d.counts["I2"], d.counts["I3"], d.counts["I4"], d.counts["I5"], d.counts["I6"])
 	if os.Getenv("MODEL_LOG") != "" {
 		t.Logf("steps:\n%s", strings.Join(d.log, "\n"))
 	}
@@ -413,13 +413,17 @@ func run(t *testing.T, cfg config) (d *driver, v *violated) {
 	if cfg.script != nil {
 		for i, s := range cfg.script {
 			d.step = i + 1
+			held := d.linksToPinsInUse()
 			d.scriptedStep(s)
+			d.checkLinksStayed(held)
 			d.checkAll()
 			d.prune()
 		}
 	} else {
 		for d.step = 1; d.step <= cfg.steps; d.step++ {
+			held := d.linksToPinsInUse()
 			d.randomStep()
+			d.checkLinksStayed(held)
 			d.checkAll()
 			d.prune()
 		}

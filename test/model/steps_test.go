@@ -986,10 +986,30 @@ func (d *driver) reboot() {
 		}
 		h.rt, h.pin, h.uncertain, h.allowed, h.unmounted = rtGone, pinNone, false, nil, false
 	}
+	powerLoss := d.rng.IntN(2) == 0
+	if powerLoss {
+		d.tearUnsyncedRecords()
+	}
 	d.boot++
 	d.e.writeBootID(d.boot)
 	d.dirty = true
-	d.logf("reboot (boot %d)", d.boot)
+	d.logf("reboot (boot %d, power loss %v)", d.boot, powerLoss)
+}
+
+// tearUnsyncedRecords plays what a power loss may leave of the records
+// written without fsync: empty, or cut short. A record that keeps a
+// captured teardown is synced before its DEL answers, and survives whole.
+func (d *driver) tearUnsyncedRecords() {
+	for _, en := range d.readDir(filepath.Join(d.e.stateDir, "records")) {
+		path := filepath.Join(d.e.stateDir, "records", en.Name())
+		data := d.readFile(path)
+		if strings.Contains(string(data), `"teardown"`) || d.rng.IntN(2) == 0 {
+			continue
+		}
+		keep := pick(d, []int{0, len(data) / 2})
+		require.NoError(d.t, os.WriteFile(path, data[:keep], 0o600))
+		d.logf("power loss: record %s left with %d of its %d bytes", en.Name(), keep, len(data))
+	}
 }
 
 // drainAll: every client leaves, the runtime deletes every pod, GC and the
