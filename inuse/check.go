@@ -204,6 +204,10 @@ type checker struct {
 	// the target netns (0 when it could not be entered): see netnsByProcNet.
 	targetNetDev uint64
 
+	// scanMounts: without debugfs, every mount namespace's mountinfo is
+	// read for CephFS kernel mounts (see mountinfoOf).
+	scanMounts bool
+
 	noStatus   map[string]int
 	claimed    []atomic.Bool
 	unresolved atomic.Int64
@@ -259,7 +263,10 @@ func (c *checker) ceph() error {
 		return nil
 	}
 	if dfd < 0 {
-		return c.mountinfo()
+		// Read in the pass over the processes (processes): one mountinfo
+		// per mount namespace, told by the same look at each process.
+		c.scanMounts = true
+		return nil
 	}
 	c.progress.set("stat debugfs client directories in " + cephDir)
 	for i, name := range noStatus {
@@ -495,7 +502,7 @@ func (c *checker) rbdClient(raw string, ok bool) Reference {
 	return Reference{}
 }
 
-// mountinfo reports the CephFS kernel mounts of every mount namespace
+// mountinfoOf reports the CephFS kernel mounts of every mount namespace
 // (<proc>/<pid>/mountinfo, read once per mount namespace) as unattributed:
 // without debugfs nothing tells their netns, and a mount made inside a
 // container's mount namespace (ceph-csi's node plugin) is not in the
@@ -503,29 +510,17 @@ func (c *checker) rbdClient(raw string, ok bool) Reference {
 // mounts of one superblock (kubelet's staging and publish paths, the same
 // mount seen from several namespaces) are one client and reported once, at
 // their first mount point.
-func (c *checker) mountinfo() error {
-	c.progress.set("read directory " + c.o.Proc)
-	procfd, err := openDir(c.o.Proc)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", c.o.Proc, err)
-	}
-	defer unix.Close(procfd)
-	pids, err := dirNames(procfd, c.dents, func(name []byte, _ uint8) bool { return isDigits(name) && len(name) <= 9 })
-	if err != nil {
-		return fmt.Errorf("read %s: %w", c.o.Proc, err)
-	}
-	seenNS := map[[2]uint64]bool{}
+func (c *checker) mountinfoOf(procfd int, pids []string, procs []procResult) error {
+	seenNS := map[uint64]bool{}
 	seen := map[[2]int]bool{}
-	for _, pid := range pids {
+	for i, pid := range pids {
 		// A mount namespace whose identity cannot be read (PID 1 of an
 		// outer container, an LSM) is read anyway: it may hold a mount.
-		var st unix.Stat_t
-		if err := statAt(procfd, pid+"/ns/mnt", &st); err == nil {
-			key := [2]uint64{uint64(st.Dev), st.Ino}
-			if seenNS[key] {
+		if ns := procs[i].mntNS; ns != 0 {
+			if seenNS[ns] {
 				continue
 			}
-			seenNS[key] = true
+			seenNS[ns] = true
 		}
 		path := filepath.Join(c.o.Proc, pid, "mountinfo")
 		c.progress.set("read " + path)
@@ -541,6 +536,20 @@ func (c *checker) mountinfo() error {
 		c.cephMounts(data, seen)
 	}
 	return nil
+}
+
+// mountNS is the inode of process pid's mount namespace, 0 when it cannot
+// be told.
+func (c *checker) mountNS(procfd int, pid string) uint64 {
+	var link [64]byte
+	if ino, ok, err := nsLinkIno(procfd, pid+"/ns/mnt", "mnt", link[:]); err == nil && ok {
+		return ino
+	}
+	var st unix.Stat_t
+	if err := statAt(procfd, pid+"/ns/mnt", &st); err == nil {
+		return st.Ino
+	}
+	return 0
 }
 
 // cephMounts adds the ceph mounts of one mountinfo text, skipping the

@@ -176,7 +176,7 @@ func (c *checker) processes(cands []tcpSocket) ([]bool, error) {
 			index[s.Inode] = i
 		}
 	}
-	if c.t.Ino == 0 && len(cands) == 0 {
+	if c.t.Ino == 0 && len(cands) == 0 && !c.scanMounts {
 		return held, nil
 	}
 	needles := podCgroupNeedles(c.t.PodUID)
@@ -219,6 +219,11 @@ func (c *checker) processes(cands []tcpSocket) ([]bool, error) {
 			c.refs = append(c.refs, r.ref)
 		}
 	}
+	if c.scanMounts {
+		if err := c.mountinfoOf(procfd, pids, res); err != nil {
+			return nil, err
+		}
+	}
 	return held, nil
 }
 
@@ -240,6 +245,9 @@ func podCgroupNeedles(uid string) [][]byte {
 type procResult struct {
 	ref  Reference // Kind "" when the process is not a reference
 	mine []int     // candidates it holds
+	// mntNS is the inode of its mount namespace when the check reads
+	// every mount namespace's mountinfo (0: not told, or not asked).
+	mntNS uint64
 }
 
 // process examines process pid: whether it runs in the target netns, which
@@ -247,11 +255,14 @@ type procResult struct {
 // it is one of the holder pod's own processes (its cgroup contains one of
 // needles), which hold sockets but are no reference.
 func (c *checker) process(procfd int, pid string, b *workerBufs, index map[uint64]int, needles [][]byte, cands []tcpSocket) (procResult, error) {
+	var res procResult
+	if c.scanMounts {
+		res.mntNS = c.mountNS(procfd, pid)
+	}
 	inNetns, unknown, gone := c.inTargetNetns(procfd, pid)
 	if gone {
-		return procResult{}, nil
+		return procResult{mntNS: res.mntNS}, nil
 	}
-	var res procResult
 	if index != nil {
 		var err error
 		if res.mine, err = heldSockets(procfd, pid, index, b.dents); err != nil {
@@ -303,8 +314,17 @@ func (c *checker) inTargetNetns(procfd int, pid string) (in bool, unknown error,
 	if c.t.Ino == 0 {
 		return false, nil, false
 	}
+	var link [64]byte
+	ino, ok, err := nsLinkIno(procfd, pid+"/ns/net", "net", link[:])
+	switch {
+	case isGone(err):
+		return false, nil, true
+	case ok && ino != c.t.Ino:
+		return false, nil, false // another netns: no stat needed
+	}
+	// The same inode, or the link did not tell: the stat decides.
 	var st unix.Stat_t
-	err := statAt(procfd, pid+"/ns/net", &st)
+	err = statAt(procfd, pid+"/ns/net", &st)
 	switch {
 	case err == nil:
 		return uint64(st.Dev) == c.t.Dev && st.Ino == c.t.Ino, nil, false

@@ -530,7 +530,7 @@ func (s *Store) remove(v *view, r *Record, force bool) error {
 	v.drop(r.Attachment)
 	if r.Abandoned {
 		s.log.Info("finished abandoned teardown", "attachment", r.Attachment, "cluster", r.Cluster,
-			"pod", r.PodNS+"/"+r.PodName, "network", r.Network, "containerID", r.ContainerID, "ips", r.IPs,
+			"pod", r.PodNS+"/"+r.PodName, "podUID", r.PodUID, "network", r.Network, "containerID", r.ContainerID, "ips", r.IPs,
 			"draining", time.Since(r.DrainingSince).Round(time.Millisecond).String(), "ipamReleased", r.Teardown != nil && len(r.Teardown.Cache) > 0)
 	} else {
 		s.log.Info("released", "attachment", r.Attachment, "cluster", r.Cluster)

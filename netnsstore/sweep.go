@@ -173,7 +173,7 @@ func (s *Store) markAbandoned(r *Record) error {
 		return err
 	}
 	s.log.Warn("the runtime abandoned the teardown; the sweeper finishes it once the netns is unused",
-		"attachment", r.Attachment, "cluster", r.Cluster, "pod", r.PodNS+"/"+r.PodName, "ips", r.IPs)
+		"attachment", r.Attachment, "cluster", r.Cluster, "pod", r.PodNS+"/"+r.PodName, "podUID", r.PodUID, "ips", r.IPs)
 	return nil
 }
 

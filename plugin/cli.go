@@ -237,9 +237,15 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 		return errors.Join(json.NewEncoder(w).Encode(rs), err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tATTACHMENT\tPOD\tSTATE\tAGE\tNETNS\tIPS\tHELD BY")
+	// What held the pin when a release was last refused: a list shows the
+	// records, not a check (inuse runs one). An active pin was never
+	// asked to go, which is not the same as "nothing holds it".
+	fmt.Fprintln(tw, "CLUSTER\tATTACHMENT\tPOD\tSTATE\tAGE\tNETNS\tIPS\tHELD AT LAST DEL")
 	for _, r := range rs {
-		held := "-"
+		held := "not asked yet (netns-pin inuse checks now)"
+		if r.State != "active" {
+			held = "-"
+		}
 		if len(r.References) > 0 {
 			held = r.References[0]
 			if len(r.References) > 1 {
@@ -404,7 +410,11 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, stderr io.Write
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	log.Info("sweeper started", "interval", interval.String(), "pinDir", c.PinDir, "stateDir", c.StateDir)
+	if once {
+		log.Info("sweeper started for one round", "pinDir", c.PinDir, "stateDir", c.StateDir)
+	} else {
+		log.Info("sweeper started", "interval", interval.String(), "pinDir", c.PinDir, "stateDir", c.StateDir)
+	}
 	defer log.Info("sweeper stopped")
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -47,6 +47,8 @@ func TestCLIListInUseReleaseGC(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Regexp(t, `(?m)^CLUSTER\s+ATTACHMENT\s+POD\s+STATE\s+AGE`, out)
 	assert.Regexp(t, `(?m)^rook-ceph/my-cluster\s+c1\.net1\s+rook-ceph/csi-holder-a\s+active\s+\d+s`, out)
+	assert.Contains(t, out, "HELD AT LAST DEL")
+	assert.Contains(t, out, "not asked yet (netns-pin inuse checks now)", "an active pin is not shown as held by nothing")
 
 	out, _, code = runCLIT(t, append(flags, "inuse", "rook-ceph/my-cluster")...)
 	require.Equal(t, 0, code)
@@ -73,6 +75,10 @@ func TestCLIListInUseReleaseGC(t *testing.T) {
 	out, _, code = runCLIT(t, append(flags, "gc", "--dry-run")...)
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "would keep", "the refused release left it draining, and it is still in use")
+
+	out, _, code = runCLIT(t, append(flags, "list")...)
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `draining\s+.*process `+itoa(proc.Process.Pid)+` \(sleep\)`, out, "a draining pin shows what held it at the refusal")
 
 	out, _, code = runCLIT(t, append(flags, "release", "c1.net1", "--force")...)
 	require.Equal(t, 0, code)

@@ -59,7 +59,7 @@ func (r *request) attachment() (string, error) {
 
 func (r *request) openStore() (*netnsstore.Store, *slog.Logger, func(), error) {
 	limitMemory()
-	log, closeLog := newLogger(r.conf, "network", r.conf.Name, "containerID", r.args.ContainerID, "ifname", r.args.IfName, "pod", r.pod.String())
+	log, closeLog := newLogger(r.conf, "network", r.conf.Name, "containerID", r.args.ContainerID, "ifname", r.args.IfName, "pod", r.pod.String(), "podUID", r.pod.UID)
 	s, err := openStore(r.conf, log)
 	if err != nil {
 		closeLog()

@@ -522,14 +522,25 @@ func assertPinned(t *testing.T, a *attachment, want pinExpect) {
 	}
 }
 
-// assertSharedMount checks that the topmost mount at dir is a shared mount.
+// assertSharedMount checks that the mount dir is on (its own bind mount,
+// or the mount that contains it when that is shared already, as after a
+// kubelet made / rshared) is a shared mount.
 func assertSharedMount(t *testing.T, dir string) {
 	t.Helper()
-	ms := mountsAt(t, dir)
-	require.NotEmpty(t, ms, "pinDir %s is not a mount point", dir)
-	top := ms[len(ms)-1]
+	var top *hosttest.MountEntry
+	for _, m := range hosttest.ReadMountinfo(t) {
+		if under(dir, m.Mountpoint) && (top == nil || len(m.Mountpoint) >= len(top.Mountpoint)) {
+			top = &m
+		}
+	}
+	require.NotNil(t, top, "no mount contains pinDir %s", dir)
 	shared := slices.ContainsFunc(top.Optional, func(o string) bool { return strings.HasPrefix(o, "shared:") })
-	assert.True(t, shared, "pinDir %s is not a shared mount (optional fields %v)", dir, top.Optional)
+	assert.True(t, shared, "pinDir %s is on %s, not a shared mount (optional fields %v)", dir, top.Mountpoint, top.Optional)
+}
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
 }
 
 // assertLinkTo checks that link is a relative symlink to a's pin and leads

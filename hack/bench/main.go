@@ -227,7 +227,7 @@ var sections = []struct {
 	{"passthrough", (*bench).passthrough, []string{
 		fmt.Sprintf(tPassBase, "ADD"), fmt.Sprintf(tPassTuning, "ADD"), fmt.Sprintf(tPassBase, "DEL"), fmt.Sprintf(tPassTuning, "DEL"),
 	}},
-	{"holder", (*bench).holder, []string{tHolderAdd}},
+	{"holder", (*bench).holder, []string{tHolderAdd, tHolderDel}},
 	{"chain", (*bench).chain, nil},
 	{"gobench", (*bench).goBenchmarks, []string{tInUse}},
 	{"procs", (*bench).procScaling, nil},
