@@ -15,7 +15,7 @@ import (
 // encoding/json builds its cache of a struct type's fields on first use,
 // in every process anew, and for this configuration's types that cache
 // cost each pod's ADD and DEL about 50 µs, most of what a pod that is no
-// holder paid over any other chained plugin (README, Performance).
+// holder paid over any other chained plugin (docs/performance.md).
 //
 // Keys are those of docs/design.md §3, matched exactly. A key that
 // differs from one of them only in case ("pindir") is an error naming the
@@ -116,7 +116,7 @@ func decodeObject(raw []byte, at string, ms []member) error {
 // key unquoted and its value as raw JSON. raw must be valid JSON; null is
 // an object without members. A scan of its own rather than
 // json.Decoder's tokens, whose code every pod's ADD and DEL would load
-// for these few keys (README, Performance).
+// for these few keys (docs/performance.md).
 func eachMember(raw []byte, at string, fn func(key string, val []byte) error) error {
 	i := skipSpace(raw, 0)
 	switch {

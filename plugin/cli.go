@@ -114,7 +114,7 @@ func (g *globalFlags) define(fs *flag.FlagSet) {
 	if g.paths == nil {
 		g.paths = map[string]string{}
 	}
-	fs.StringVar(&g.conf, "conf", g.conf, "read pinDir, stateDir and inUse from this conflist, NetworkAttachmentDefinition config or plugin entry")
+	fs.StringVar(&g.conf, "conf", g.conf, "read the plugin entry (pinDir, stateDir, inUse, cacheDirs, logFile, logLevel) from this conflist, NetworkAttachmentDefinition config or plugin entry")
 	for _, ps := range conf.PathSettings {
 		fs.Func(ps.Flag, ps.Key+" (default "+ps.Default+")", func(v string) error { g.paths[ps.Key] = v; return nil })
 	}

@@ -119,7 +119,7 @@ func parseFlags() (c config, err error) {
 // binary's file came from changes how fast it starts: a file the Go
 // linker wrote is in the page cache in small pieces, a copy in large ones
 // (a 5 MiB binary starts about 150 µs sooner as a copy on the machine of
-// the README's figures), so every binary compared is a copy made the same
+// the figures of docs/performance.md), so every binary compared is a copy made the same
 // way, and the figures are those of an installed plugin.
 func (c *config) install() error {
 	dir := filepath.Join(c.work, "cni-bin")
