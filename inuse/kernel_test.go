@@ -91,6 +91,24 @@ func TestKernelFilesParse(t *testing.T) {
 	}
 	assert.Contains(t, remotes, uint16(3300), "a socket to the monitor")
 	assert.True(t, slices.ContainsFunc(remotes, func(p uint16) bool { return p >= 6800 && p <= 7300 }), "a socket to an OSD: %v", remotes)
+
+	// an IPv6 storage network (a cluster with ms_bind_ipv6): client_addr
+	// "[addr]:0/nonce" and the sockets of /proc/net/tcp6
+	addr6, err := parseClientAddr(kernelFile(t, "ipv6/rbd_client_addr"))
+	require.NoError(t, err)
+	require.True(t, addr6.AddrPort.Addr().Is6(), "client_addr %v", addr6)
+	assert.Equal(t, strings.TrimSpace(kernelFile(t, "ipv6/rbd_client_addr")), addr6.String())
+	lines = strings.Split(strings.TrimRight(kernelFile(t, "ipv6/proc_net_tcp6"), "\n"), "\n")
+	require.Greater(t, len(lines), 1)
+	remotes = nil
+	for _, l := range lines[1:] {
+		s, err := parseTCPLine(l)
+		require.NoError(t, err, l)
+		assert.Equal(t, addr6.AddrPort.Addr(), s.Local.Addr(), "a socket of the client's netns: %q", l)
+		assert.EqualValues(t, tcpEstablished, s.State, l)
+		remotes = append(remotes, s.Remote.Port())
+	}
+	assert.Contains(t, remotes, uint16(3300), "a socket to the monitor")
 }
 
 // TestFixturesMatchKernel: what cephfixture writes has the shape of what the
@@ -163,4 +181,18 @@ func TestFixturesMatchKernel(t *testing.T) {
 	assert.Equal(t, kernelTCP[0], lines[0], "header")
 	assert.Equal(t, shape("tcp", kernelTCP[1]), shape("tcp", lines[1]), "socket line")
 	assert.Len(t, lines[1], len(kernelTCP[1]), "IPv4 lines are padded to the kernel's width")
+
+	kernelTCP6 := strings.Split(strings.TrimRight(kernelFile(t, "ipv6/proc_net_tcp6"), "\n"), "\n")
+	fixtureTCP6 := cephfixture.TCP6Header + cephfixture.TCPLine(0, netip.MustParseAddrPort("[fd00::17]:41234"),
+		netip.MustParseAddrPort("[fd00::1]:3300"), tcpEstablished, 0, 12345)
+	lines = strings.Split(strings.TrimRight(fixtureTCP6, "\n"), "\n")
+	assert.Equal(t, kernelTCP6[0], lines[0], "tcp6 header")
+	assert.Equal(t, shape("tcp6", kernelTCP6[1]), shape("tcp6", lines[1]), "tcp6 socket line")
+
+	// client_addr of an IPv6 client
+	require.NoError(t, cephfixture.RBD(sysfs, 1, cephfixture.RBDDev{ClientAddr: "[fd00::17]:0/3527561932", ClientID: "client4161",
+		FSID: fsidA, Pool: "replicapool", Name: "csi-vol-00000001"}))
+	b, err := os.ReadFile(filepath.Join(sysfs, "bus", "rbd", "devices", "1", "client_addr"))
+	require.NoError(t, err)
+	assert.Equal(t, shape("", kernelFile(t, "ipv6/rbd_client_addr")), shape("", string(b)))
 }

@@ -7,6 +7,7 @@ import (
 
 var (
 	uuidRE   = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	ip6RE    = regexp.MustCompile(`\[[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\]`)
 	numberRE = regexp.MustCompile(`[0-9A-Fa-f]*[0-9][0-9A-Fa-f]*`)
 	blanksRE = regexp.MustCompile(`[ \t]+`)
 	// names chosen by whoever made the client: the cephx user, the file
@@ -31,7 +32,7 @@ func FileShape(name, content string) string {
 }
 
 // Shape is what a kernel file looks like with its values taken out: every
-// UUID becomes "<uuid>", every number (decimal or hex, as in addresses,
+// UUID becomes "<uuid>", every IPv6 address in brackets "[<ip6>]", every number (decimal or hex, as in addresses,
 // ports, nonces, client ids, inodes) "#", every run of blanks one space;
 // cephx user names, file system names and mountinfo's root and mount point
 // become placeholders. Two files of the same shape differ only in values,
@@ -41,6 +42,7 @@ func Shape(content string) string {
 	lines := strings.Split(content, "\n")
 	for i, l := range lines {
 		l = uuidRE.ReplaceAllString(l, "<uuid>")
+		l = ip6RE.ReplaceAllString(l, "[<ip6>]")
 		l = fsRE.ReplaceAllString(l, "${1}.<fs>=")
 		l = userRE.ReplaceAllString(l, "${1}<user>@")
 		l = nameRE.ReplaceAllString(l, "name=<user>")

@@ -38,13 +38,14 @@ func repoRoot() string {
 	return root
 }
 
-// startCluster reads NETNS_PIN_CEPH_DIR's env file, or brings a cluster up
-// in a temporary folder.
-func startCluster() (*cluster, string, error) {
-	if dir := os.Getenv("NETNS_PIN_CEPH_DIR"); dir != "" {
+// startCluster reads the env file of the folder named by the variable
+// dirVar, or brings a cluster up in a temporary folder with the extra
+// environment env (CEPH_IPV6_PREFIX=... for an IPv6 cluster).
+func startCluster(dirVar string, env ...string) (*cluster, string, error) {
+	if dir := os.Getenv(dirVar); dir != "" {
 		c, err := loadCluster(dir)
 		if err != nil {
-			return nil, "", fmt.Errorf("NETNS_PIN_CEPH_DIR=%s: %w", dir, err)
+			return nil, "", fmt.Errorf("%s=%s: %w", dirVar, dir, err)
 		}
 		return c, "", nil
 	}
@@ -53,7 +54,7 @@ func startCluster() (*cluster, string, error) {
 		return nil, "", err
 	}
 	start := time.Now()
-	out, err := runScript(6*time.Minute, filepath.Join(repoRoot(), "hack", "ceph", "up.sh"), dir)
+	out, err := runScriptEnv(6*time.Minute, env, filepath.Join(repoRoot(), "hack", "ceph", "up.sh"), dir)
 	if err != nil {
 		return nil, out, fmt.Errorf("hack/ceph/up.sh %s: %w\n%s", dir, err, out)
 	}
@@ -140,9 +141,14 @@ func (c *cluster) removeImages(images []string) {
 }
 
 func runScript(timeout time.Duration, script string, args ...string) (string, error) {
+	return runScriptEnv(timeout, nil, script, args...)
+}
+
+func runScriptEnv(timeout time.Duration, env []string, script string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		err = fmt.Errorf("%w (timeout %s)", err, timeout)

@@ -3,10 +3,12 @@ package kernel
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ var scenarios = []struct{ key, subtest string }{
 	{"holder-replace", "2-holder-replaced-under-block-io"},
 	{"cephfs", "3-cephfs-kernel-mounts"},
 	{"secure", "5-msgr2-secure-mode"},
+	{"ipv6", "6-ipv6-storage-network"},
 	{"rook-style", "4-rook-style-side-by-side"},
 	{"parsers", "7-parsers-read-the-kernels-files"},
 }
@@ -50,7 +53,18 @@ type guestConfig struct {
 	Images     map[string]string `json:"images"`
 	Scenarios  []string          `json:"scenarios"`
 	OSDTimeout int               `json:"osdTimeout"`
+	IPv6       struct {
+		MonIP      string `json:"monIP"`
+		Subnet     string `json:"subnet"`
+		RangeStart string `json:"rangeStart"`
+		RBDKey     string `json:"rbdKey"`
+		Image      string `json:"image"`
+	} `json:"ipv6"`
 }
+
+// ipv6Prefix is the IPv6 cluster's /64 (a ULA used only inside the
+// namespaces of the suite and the guest).
+const ipv6Prefix = "fd96:0:0:1"
 
 // guestResult is one entry of the guest's results.json.
 type guestResult struct {
@@ -71,12 +85,15 @@ type guestResult struct {
 	} `json:"row"`
 }
 
-var clu *cluster
+var (
+	clustersMu sync.Mutex
+	clusters   []*cluster // torn down by TestMain
+)
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if clu != nil {
-		if err := clu.down(); err != nil {
+	for _, c := range clusters {
+		if err := c.down(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
@@ -108,13 +125,37 @@ func TestKernelClients(t *testing.T) {
 	kver, _ := os.ReadFile(filepath.Join(vmDir, "kernel.release"))
 	t.Logf("guest kernel %s (%s), hack/vm/build.sh %.1fs", strings.TrimSpace(string(kver)), vmDir, time.Since(t0).Seconds())
 
+	// both clusters at once: the IPv4 one (every scenario but 6) and an
+	// IPv6-only one (ms_bind_ipv6) for scenario 6
 	t0 = time.Now()
-	c, upLog, err := startCluster()
-	require.NoError(t, err)
-	clu = c
-	if c.ours {
-		t.Logf("hack/ceph/up.sh: cluster up in %.1fs\n%s", c.upTime.Seconds(), host.Tail(strings.TrimSpace(upLog), 3))
+	var c, c6 *cluster
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, spec := range []struct {
+		dirVar string
+		env    []string
+		dst    **cluster
+	}{{"NETNS_PIN_CEPH_DIR", nil, &c}, {"NETNS_PIN_CEPH6_DIR", []string{"CEPH_IPV6_PREFIX=" + ipv6Prefix}, &c6}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, upLog, err := startCluster(spec.dirVar, spec.env...)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			clustersMu.Lock()
+			clusters = append(clusters, cl)
+			clustersMu.Unlock()
+			*spec.dst = cl
+			if cl.ours {
+				t.Logf("hack/ceph/up.sh %s: up in %.1fs\n%s", strings.Join(spec.env, " "), cl.upTime.Seconds(), host.Tail(strings.TrimSpace(upLog), 2))
+			}
+		}()
 	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...), "Ceph clusters")
+	t.Logf("clusters up in %.1fs: mon %s:3300 (IPv4), [%s]:3300 (IPv6)", time.Since(t0).Seconds(), c.monIP, c6.monIP)
 	images := map[string]string{}
 	var imgList []string
 	suffix := host.RandHex(6)
@@ -125,15 +166,23 @@ func TestKernelClients(t *testing.T) {
 	rbdKey, fsKey, err := c.prepareRBD(imgList)
 	require.NoError(t, err, "rbd pool, user and images")
 	t.Cleanup(func() { c.removeImages(imgList) })
-	t.Logf("pool %s, user client.%s, %d images of 64 MiB: %.1fs", rbdPool, rbdUser, len(imgList), time.Since(t0).Seconds())
+	image6 := "k-ipv6-" + suffix
+	rbdKey6, _, err := c6.prepareRBD([]string{image6})
+	require.NoError(t, err, "rbd pool, user and image on the IPv6 cluster")
+	t.Cleanup(func() { c6.removeImages([]string{image6}) })
+	t.Logf("pool %s, user client.%s, %d images of 64 MiB: %.1fs", rbdPool, rbdUser, len(imgList)+1, time.Since(t0).Seconds())
 
-	tap, err := addTap(c.bridge)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if r := host.RunCmd(30*time.Second, nil, nil, "ip", "link", "del", tap); r.Err != nil {
-			t.Errorf("cleanup: %s", r)
-		}
-	})
+	var taps []string
+	for _, cl := range []*cluster{c, c6} {
+		tap, err := addTap(cl.bridge)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			if r := host.RunCmd(30*time.Second, nil, nil, "ip", "link", "del", tap); r.Err != nil {
+				t.Errorf("cleanup: %s", r)
+			}
+		})
+		taps = append(taps, tap)
+	}
 
 	share := filepath.Join(work, "share")
 	require.NoError(t, os.MkdirAll(share, 0o700))
@@ -142,6 +191,7 @@ func TestKernelClients(t *testing.T) {
 		RBDUser: rbdUser, RBDKey: rbdKey, FSUser: strings.TrimPrefix(c.client, "client."), FSKey: fsKey, FSName: c.fs,
 		Images: images, OSDTimeout: osdTimeout,
 	}
+	gc.IPv6.MonIP, gc.IPv6.Subnet, gc.IPv6.RangeStart, gc.IPv6.RBDKey, gc.IPv6.Image = c6.monIP, c6.subnet, c6.rangeStart, rbdKey6, image6
 	for _, s := range scenarios {
 		gc.Scenarios = append(gc.Scenarios, s.key)
 	}
@@ -152,7 +202,7 @@ func TestKernelClients(t *testing.T) {
 	require.NoError(t, writeInitrd(initrd, filepath.Join(vmDir, "initramfs.cpio.gz"), bins))
 
 	consolePath := filepath.Join(work, "console.log")
-	v, err := startVM(context.Background(), vmDir, initrd, share, tap, consolePath, guestTimeout)
+	v, err := startVM(context.Background(), vmDir, initrd, share, taps, consolePath, guestTimeout)
 	require.NoError(t, err)
 	t.Cleanup(v.kill)
 	vmErr := <-v.done

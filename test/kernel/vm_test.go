@@ -175,7 +175,8 @@ func (b *syncBuffer) String() string {
 
 // startVM boots the guest; guestTimeout is the guest's own watchdog, the
 // host kills qemu (by its PID) a minute after it.
-func startVM(ctx context.Context, vmDir, initrd, share, tap, logPath string, guestTimeout time.Duration) (*vm, error) {
+// taps become the guest's eth0, eth1, ... in order (fixed PCI slots).
+func startVM(ctx context.Context, vmDir, initrd, share string, taps []string, logPath string, guestTimeout time.Duration) (*vm, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -186,8 +187,10 @@ func startVM(ctx context.Context, vmDir, initrd, share, tap, logPath string, gue
 		"-kernel", filepath.Join(vmDir, "vmlinux"), "-initrd", initrd,
 		"-append", fmt.Sprintf("console=ttyS0 panic=-1 quiet vm.timeout=%d", int(guestTimeout.Seconds())),
 		"-virtfs", "local,path=" + share + ",mount_tag=share,security_model=none,id=share",
-		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no",
-		"-device", "virtio-net-pci,netdev=n0",
+	}
+	for i, tap := range taps {
+		args = append(args, "-netdev", fmt.Sprintf("tap,id=n%d,ifname=%s,script=no,downscript=no", i, tap),
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=n%d,addr=0x%x", i, 0x10+i))
 	}
 	cctx, cancel := context.WithTimeout(ctx, guestTimeout+time.Minute)
 	cmd := exec.CommandContext(cctx, "qemu-system-x86_64", args...)

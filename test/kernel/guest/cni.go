@@ -74,6 +74,11 @@ type chain struct {
 // netns-pin comes last with a holders rule rook-ceph/csi-holder-* ->
 // rook-ceph/<cluster>.
 func newChain(s *S, cluster string, pin bool, first netip.Addr) *chain {
+	return newChainOn(s, cluster, pin, first, "br0", cfg.Subnet)
+}
+
+// newChainOn is newChain on another bridge and subnet.
+func newChainOn(s *S, cluster string, pin bool, first netip.Addr, bridge, subnet string) *chain {
 	ch := &chain{cluster: cluster, pin: pin, dir: filepath.Join("/run/np", s.name+"-"+host.RandHex(4))}
 	ch.name = "ceph-public-" + cluster
 	ch.netconf = filepath.Join(ch.dir, "net.d")
@@ -87,10 +92,10 @@ func newChain(s *S, cluster string, pin bool, first netip.Addr) *chain {
 		last = last.Next()
 	}
 	plugins := []any{map[string]any{
-		"type": "bridge", "bridge": "br0", "isGateway": false, "ipMasq": false,
+		"type": "bridge", "bridge": bridge, "isGateway": false, "ipMasq": false,
 		"ipam": map[string]any{
 			"type":    "host-local",
-			"ranges":  [][]map[string]any{{{"subnet": cfg.Subnet, "rangeStart": first.String(), "rangeEnd": last.String()}}},
+			"ranges":  [][]map[string]any{{{"subnet": subnet, "rangeStart": first.String(), "rangeEnd": last.String()}}},
 			"dataDir": ch.leaseDir,
 		},
 	}}
@@ -166,7 +171,7 @@ func (ch *chain) addHolder(s *S, pod string) *holder {
 	h.ip, _ = netip.AddrFromSlice(res.IPs[0].Address.IP)
 	h.ip = h.ip.Unmap()
 	for _, ifc := range res.Interfaces {
-		if ifc.Sandbox == "" && ifc.Name != "" && ifc.Name != "br0" {
+		if ifc.Sandbox == "" && ifc.Name != "" && !strings.HasPrefix(ifc.Name, "br") {
 			h.veth = ifc.Name
 		}
 	}
@@ -255,7 +260,7 @@ func (s *S) released(h *holder) {
 // its (pinned) netns.
 func (s *S) addrStays(h *holder, path string) {
 	r := inNetns(path, "/sbin/ip", "-br", "addr", "show", "dev", ifName) // iproute2, not busybox's applet
-	s.check(r.Err == nil && strings.Contains(r.Stdout, h.ip.String()+"/"), "%s's %s with %s must stay: %s", h.pod, ifName, h.ip, r)
+	s.check(r.Err == nil && strings.Contains(r.Stdout, " "+h.ip.String()+"/"), "%s's %s with %s must stay: %s", h.pod, ifName, h.ip, r)
 	s.check(host.LinkExists(h.veth), "%s's veth %s must stay", h.pod, h.veth)
 }
 

@@ -27,7 +27,6 @@ import (
 // config is what the host suite tells the guest (test/kernel writes it).
 type config struct {
 	MonIP      string            `json:"monIP"`
-	MonIP6     string            `json:"monIP6,omitempty"`
 	FSID       string            `json:"fsid"`
 	Subnet     string            `json:"subnet"`
 	RangeStart string            `json:"rangeStart"` // first client address for the scenarios
@@ -40,6 +39,14 @@ type config struct {
 	Images     map[string]string `json:"images"` // scenario -> rbd image
 	Scenarios  []string          `json:"scenarios"`
 	OSDTimeout int               `json:"osdTimeout"` // osd_request_timeout (s) of the I/O scenarios
+	// the IPv6-only cluster (ms_bind_ipv6), reached through br1
+	IPv6 struct {
+		MonIP      string `json:"monIP"` // bare address
+		Subnet     string `json:"subnet"`
+		RangeStart string `json:"rangeStart"`
+		RBDKey     string `json:"rbdKey"`
+		Image      string `json:"image"`
+	} `json:"ipv6"`
 }
 
 // result is one scenario's outcome (test/kernel reads it).
@@ -116,6 +123,7 @@ var scenarios = map[string]func(*S){
 	"cephfs":         scenarioCephFS,
 	"rook-style":     scenarioRookStyle,
 	"secure":         scenarioSecure,
+	"ipv6":           scenarioIPv6,
 	"parsers":        scenarioParsers,
 }
 

@@ -48,7 +48,12 @@ func rbdAttr(id int, name string) string {
 // "[ip6]:port"), and returns the new device's id. The cleanup unmaps it
 // (with force: the cluster may be unreachable from a cut netns).
 func (s *S) rbdMap(path, mon, image, extraOpts string) int {
-	opts := fmt.Sprintf("name=%s,secret=%s,%s", cfg.RBDUser, cfg.RBDKey, extraOpts)
+	return s.rbdMapKey(path, mon, cfg.RBDKey, image, extraOpts)
+}
+
+// rbdMapKey is rbdMap with another cluster's key.
+func (s *S) rbdMapKey(path, mon, key, image, extraOpts string) int {
+	opts := fmt.Sprintf("name=%s,secret=%s,%s", cfg.RBDUser, key, extraOpts)
 	before := rbdIDs()
 	r := inNetns(path, "sh", "-c", fmt.Sprintf("echo '%s %s %s %s -' > /sys/bus/rbd/add_single_major", mon, opts, cfg.Pool, image))
 	// the key is in the command line: never print r (its Cmd) whole

@@ -304,12 +304,43 @@ func scenarioSecure(s *S) {
 	s.released(a)
 }
 
+// 6. An IPv6 storage network: krbd through the link against a cluster
+// bound to IPv6 only.
+func scenarioIPv6(s *S) {
+	v6 := cfg.IPv6
+	s.must(v6.MonIP != "" && v6.Image != "", "no IPv6 cluster in the configuration")
+	first := netip.MustParseAddr(v6.RangeStart)
+	ch := newChainOn(s, "ipv6", true, first, "br1", v6.Subnet)
+	a := ch.addHolder(s, "csi-holder-a")
+	s.must(a.ip.Is6(), "holder A's address %s is not IPv6", a.ip)
+	s.step("holder A: %s on br1, veth %s", a.ip, a.veth)
+	s.linkIs(ch, a)
+	mon := "[" + v6.MonIP + "]:3300"
+	id := s.rbdMapKey(ch.link(), mon, v6.RBDKey, v6.Image, "ms_mode=prefer-crc")
+	addr := rbdAttr(id, "client_addr")
+	s.check(strings.HasPrefix(addr, "["+a.ip.String()+"]:0/"), "rbd%d client_addr %q: want [%s]:0/<nonce>", id, addr, a.ip)
+	s.capture("ipv6/rbd_client_addr", rbdAttr(id, "client_addr")+"\n")
+	tcp := inNetns(a.pinPath(), "cat", "/proc/net/tcp6")
+	s.mustOK(tcp.Err, "cat /proc/net/tcp6 in holder A's netns: %s", tcp.Stderr)
+	s.capture("ipv6/proc_net_tcp6", tcp.Stdout)
+
+	msg, _ := s.refusedDel(a, fmt.Sprintf("DEL of holder A with rbd%d mapped over IPv6", id))
+	s.contains("msg", msg, devRef(id, v6.Image), a.ip.String())
+	s.addrStays(a, a.pinPath())
+	r := ch.netnsPin("inuse", clusterNS+"/ipv6")
+	s.check(r.Err == nil, "netns-pin inuse: %s", r)
+	s.contains("netns-pin inuse", r.Stdout, devRef(id, v6.Image), a.ip.String())
+	s.must(s.rbdUnmap(id, false), "unmap rbd%d", id)
+	s.delOK(a)
+	s.released(a)
+}
+
 // 7. The real kernel's files, captured by the scenarios above, for the
 // host's parser test: all there, and no secret among them.
 func scenarioParsers(s *S) {
 	want := []string{"rbd/client_addr", "rbd/client_id", "rbd/cluster_fsid", "rbd/pool", "rbd/pool_ns", "rbd/name",
 		"rbd/current_snap", "debugfs_rbd_client", "debugfs_status", "debugfs_cephfs_client", "mountinfo_old_syntax",
-		"mountinfo_new_syntax", "proc_net_tcp"}
+		"mountinfo_new_syntax", "proc_net_tcp", "ipv6/rbd_client_addr", "ipv6/proc_net_tcp6"}
 	for _, w := range want {
 		_, err := os.Stat(filepath.Join(out, "capture", w))
 		s.check(err == nil, "capture %s: %v (its scenario did not run or failed)", w, err)
