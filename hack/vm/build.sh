@@ -122,7 +122,8 @@ tail -c +"$((off + 1))" "${bz}" | xz -dc --single-stream >"${OUT}/vmlinux" 2>/de
 rootfs="${OUT}/rootfs"
 mkdir -p "${rootfs}"/{bin,sbin,etc,proc,sys,dev,run,tmp,share,lib64,usr/lib/x86_64-linux-gnu,lib/x86_64-linux-gnu}
 cp /bin/busybox "${rootfs}/bin/busybox"
-file -L "${rootfs}/bin/busybox" | grep -q 'statically linked' || die "/bin/busybox is not static (busybox-static)"
+# (ldd fails on a static program: "not a dynamic executable")
+if ldd "${rootfs}/bin/busybox" >/dev/null 2>&1; then die "/bin/busybox is not static (install busybox-static)"; fi
 ln -s busybox "${rootfs}/bin/sh"
 # the kernel calls /sbin/modprobe (crypto algorithms): busybox's
 ln -s ../bin/busybox "${rootfs}/sbin/modprobe"

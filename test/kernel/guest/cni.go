@@ -227,10 +227,23 @@ func (s *S) refusedDel(h *holder, why string) (msg, details string) {
 	return te.Msg, te.Details
 }
 
-// delOK runs DEL and requires it to succeed.
+// delOK runs DEL once the last client is gone and requires it to succeed.
+// The kernel tears a client down a moment after its unmap or umount
+// returns (its sockets close, its debugfs folder goes), so a DEL refused
+// meanwhile is retried, as kubelet retries it, for up to 30s; every refusal
+// is logged with what it named.
 func (s *S) delOK(h *holder) {
-	r := h.cnitool("del")
-	s.mustOK(r.Err, "cnitool del %s: %s", h.pod, r)
+	var r host.CmdResult
+	tries := 0
+	ok := host.Poll(30*time.Second, 200*time.Millisecond, func() bool {
+		tries++
+		r = h.cnitool("del")
+		if r.Err != nil {
+			s.step("DEL of %s (try %d) still refused: %s", h.pod, tries, errorLine(r.Stderr+r.Stdout))
+		}
+		return r.Err == nil
+	})
+	s.must(ok, "cnitool del %s after its clients went: %s", h.pod, r)
 	h.deleted = true
 }
 
