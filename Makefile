@@ -1,8 +1,9 @@
 # netns-pin - build, demo and test entry points.
 #
 #   make build   plugin binary: bin/netns-pin and .cache/cni/bin/netns-pin
-#   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, Kubernetes
-#                and etcd into .cache/ (cached by version; Kubernetes cold ~10 min)
+#   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, Kubernetes,
+#                etcd and the kernel-client guest (Debian's 6.1 kernel, hack/vm/)
+#                into .cache/ (cached by version; Kubernetes cold ~10 min)
 #   make demo    walk through a holder ADD / pin / netns survives / DEL (root)
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), the e2e suites under test/, both demos (root)
@@ -59,6 +60,7 @@ tools:
 	@hack/tools.sh tools
 	@hack/runtime/setup.sh tools
 	@hack/kube/build.sh
+	@hack/vm/build.sh >/dev/null
 
 build:
 	@hack/tools.sh plugin
@@ -109,9 +111,10 @@ e2e: tools build e2e-run
 # -p 1: the e2e suites share the host (mount table, /var/lib/cni, containerd),
 # so they run one package at a time.
 e2e-run:
-	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v -e '/test/ceph$$' -e '/test/kube$$'))
+	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v -e '/test/ceph$$' -e '/test/kube$$' -e '/test/kernel\(/\|$$\)'))
 	$(call step,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
+	$(call step,go test ./test/kernel (krbd and CephFS kernel clients in a qemu guest with Debian's 6.1 kernel; hack/vm/build.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 15m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kernel/)
 
 # Both demos run as part of make test: a demo that stops working fails CI.
 demos:

@@ -4,7 +4,8 @@
 # Usage: hack/tools.sh [packages|tools|plugin|all|env]
 #
 #   packages  Debian packages the tests and the demo run (ip, nsenter, unshare,
-#             mount, jq, make, a C compiler for -race); `apt-get update` runs
+#             mount, jq, make, a C compiler for -race, qemu-system-x86 and
+#             busybox-static for the kernel guest); `apt-get update` runs
 #             once, and only when something is missing.
 #   tools     pinned cnitool and reference CNI plugins, built from the Go module
 #             proxy into .cache/ (skipped when the stamp for that version exists).
@@ -55,6 +56,8 @@ PACKAGES=(
 	jq:jq
 	make:make
 	gcc:gcc
+	# the kernel-client suite's guest (hack/vm/build.sh builds the rest)
+	qemu-system-x86_64:qemu-system-x86
 )
 
 LOG_PREFIX="tools"
@@ -84,6 +87,10 @@ ensure_packages() {
 	# the race detector needs libc headers besides gcc
 	if ! [[ -e /usr/include/stdlib.h ]]; then
 		missing+=(libc6-dev)
+	fi
+	# the guest's busybox must be the static one (the busybox package is not)
+	if [[ "$(dpkg-query -W -f='${db:Status-Status}' busybox-static 2>/dev/null)" != installed ]]; then
+		missing+=(busybox-static)
 	fi
 	apt_install "${missing[@]}"
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/cephfixture"
 )
 
 func check(t *testing.T, tg Target, o Options) []Reference {
@@ -377,7 +379,7 @@ func TestCheckSockets(t *testing.T) {
 	assert.Len(t, check(t, tg, f.options(PolicyBlock)), 3)
 
 	// A malformed table is an error, not a silent "nothing".
-	f.write(filepath.Join(f.proc, "thread-self", "net", "tcp"), tcpHeader+"   0: garbage\n")
+	f.write(filepath.Join(f.proc, "thread-self", "net", "tcp"), cephfixture.TCPHeader+"   0: garbage\n")
 	_, err := Check(tg, f.options(PolicyBlock))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "tcp line")

@@ -1,8 +1,6 @@
 package inuse
 
 import (
-	"encoding/binary"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -138,17 +136,13 @@ func (f *fixture) process(pid int, p proc) {
 	}
 }
 
-const (
-	tcpHeader  = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-	tcp6Header = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-)
-
-// tcp writes <proc>/thread-self/net/tcp and tcp6 from socket descriptions.
+// tcp writes <proc>/thread-self/net/tcp and tcp6 from socket descriptions,
+// in the kernel's format (cephfixture.TCPLine).
 func (f *fixture) tcp(v4, v6 []tcpSocket) {
 	f.tb.Helper()
 	var b4, b6 strings.Builder
-	b4.WriteString(tcpHeader)
-	b6.WriteString(tcp6Header)
+	b4.WriteString(cephfixture.TCPHeader)
+	b6.WriteString(cephfixture.TCP6Header)
 	for i, s := range v4 {
 		b4.WriteString(tcpLine(i, s))
 	}
@@ -159,22 +153,8 @@ func (f *fixture) tcp(v4, v6 []tcpSocket) {
 	f.write(filepath.Join(f.proc, "thread-self", "net", "tcp6"), b6.String())
 }
 
-// tcpLine formats a socket like net/ipv4/tcp_ipv4.c get_tcp4_sock and
-// net/ipv6/tcp_ipv6.c get_tcp6_sock: each 32-bit word of the address in host
-// byte order with %08X.
 func tcpLine(sl int, s tcpSocket) string {
-	return fmt.Sprintf("%4d: %s %s %02X 00000000:00000000 00:00000000 00000000 %5d        0 %d 1 0000000000000000 20 4 30 10 -1\n",
-		sl, hexAddrPort(s.Local), hexAddrPort(s.Remote), s.State, s.UID, s.Inode)
-}
-
-func hexAddrPort(ap netip.AddrPort) string {
-	var b strings.Builder
-	raw := ap.Addr().AsSlice()
-	for w := 0; w < len(raw); w += 4 {
-		fmt.Fprintf(&b, "%08X", binary.NativeEndian.Uint32(raw[w:w+4]))
-	}
-	fmt.Fprintf(&b, ":%04X", ap.Port())
-	return b.String()
+	return cephfixture.TCPLine(sl, s.Local, s.Remote, s.State, int(s.UID), s.Inode)
 }
 
 // target is the fixture's pinned netns (no NetnsPath: the socket signal

@@ -9,6 +9,8 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/internal/cephfixture"
 )
 
 func TestParsePorts(t *testing.T) {
@@ -349,7 +351,7 @@ func TestParseTCPLine(t *testing.T) {
 			want: tcpSocket{Local: netip.MustParseAddrPort("[::ffff:192.168.20.5]:50002"), Remote: netip.MustParseAddrPort("[::ffff:10.0.0.2]:7300"), State: 6},
 		},
 		{name: "empty", in: "", err: "want"},
-		{name: "header", in: tcpHeader, err: ""},
+		{name: "header", in: cephfixture.TCPHeader, err: ""},
 		{name: "short", in: "0: 0100007F:1A85 00000000:0000 0A", err: "want"},
 		{name: "no colon sl", in: "0 0100007F:1A85 00000000:0000 0A 0:0 0:0 0 0 0 1", err: "want"},
 		{name: "bad local", in: "0: 0100007G:1A85 00000000:0000 0A 0:0 0:0 0 0 0 1", err: "local address"},
@@ -493,7 +495,7 @@ func FuzzParseCephSource(f *testing.F) {
 func FuzzParseTCPLine(f *testing.F) {
 	f.Add("   3: 0514A8C0:A0D2 0100000A:1A85 01 00000000:00000000 02:000A7B1C 00000000     0        0 123456 2 ffff8880 20 4 30 10 -1")
 	f.Add("   0: 000000FD000000000000000017000000:C350 000000FD000000000000000001000000:0CE4 02 00000000:00000000 00:00000000 00000000     0        0 7 1")
-	f.Add(tcpHeader)
+	f.Add(cephfixture.TCPHeader)
 	f.Fuzz(func(t *testing.T, s string) {
 		sock, err := parseTCPLine(s)
 		if err == nil {

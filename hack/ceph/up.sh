@@ -27,7 +27,11 @@
 #   nsenter --net=/run/netns/$CEPH_NETNS ceph -c $CEPH_CONF -s
 #
 # Environment: CEPH_SUBNET_PREFIX (default 10.96.0: a /24 used only inside
-# namespaces made here and by the tests), CEPH_MEMSTORE_MB (default 2048).
+# namespaces made here and by the tests), CEPH_MEMSTORE_MB (default 2048),
+# CEPH_IPV6_PREFIX (e.g. fd96:0:0:1; unset by default): an IPv6-only
+# cluster instead, on <prefix>::/64 (ms_bind_ipv6), mon on <prefix>::10,
+# clients <prefix>::100-<prefix>::199; CEPH_MON_IP is then the bare IPv6
+# address (write it "[<ip>]:3300" in a monitor address).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -49,6 +53,8 @@ START_MS="$(now_ms)"
 PREFIX="${CEPH_SUBNET_PREFIX:-10.96.0}"
 MEMSTORE_MB="${CEPH_MEMSTORE_MB:-2048}"
 [[ "${PREFIX}" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "CEPH_SUBNET_PREFIX=${PREFIX}: want three octets, e.g. 10.96.0"
+PREFIX6="${CEPH_IPV6_PREFIX:-}"
+[[ -z "${PREFIX6}" || "${PREFIX6}" =~ ^[0-9a-f]{1,4}(:[0-9a-f]{1,4}){3}$ ]] || die "CEPH_IPV6_PREFIX=${PREFIX6}: want four groups, e.g. fd96:0:0:1"
 [[ "${MEMSTORE_MB}" =~ ^[0-9]+$ ]] || die "CEPH_MEMSTORE_MB=${MEMSTORE_MB}: want a number of MiB"
 
 export DEBIAN_FRONTEND=noninteractive
@@ -181,7 +187,13 @@ CEPH_NETNS="npceph-${ID}"
 CEPH_BRIDGE="npcbr${ID}"
 VETH_HOST="npcv${ID}h"
 VETH_PEER="npcv${ID}p"
-MON_IP="${PREFIX}.10"
+MON_IP="${PREFIX}.10" MON_ADDR="${PREFIX}.10" PLEN=24 SUBNET="${PREFIX}.0/24"
+RANGE_START="${PREFIX}.100" RANGE_END="${PREFIX}.199" BIND="ms_bind_ipv4 = true"
+if [[ -n "${PREFIX6}" ]]; then
+	MON_IP="${PREFIX6}::10" MON_ADDR="[${PREFIX6}::10]" PLEN=64 SUBNET="${PREFIX6}::/64"
+	RANGE_START="${PREFIX6}::100" RANGE_END="${PREFIX6}::199"
+	BIND=$'ms_bind_ipv4 = false\nms_bind_ipv6 = true'
+fi
 state_set "${DIR}" CEPH_NETNS "${CEPH_NETNS}"
 state_set "${DIR}" CEPH_BRIDGE "${CEPH_BRIDGE}"
 state_set "${DIR}" VETH_HOST "${VETH_HOST}"
@@ -195,9 +207,10 @@ ip link set "${VETH_PEER}" netns "${CEPH_NETNS}"
 ip link set "${VETH_HOST}" master "${CEPH_BRIDGE}" up
 ip -n "${CEPH_NETNS}" link set lo up
 ip -n "${CEPH_NETNS}" link set "${VETH_PEER}" name eth0
-ip -n "${CEPH_NETNS}" addr add "${MON_IP}/24" dev eth0
+# (nodad: the address is usable at once; nothing else on the bridge has it)
+ip -n "${CEPH_NETNS}" addr add "${MON_IP}/${PLEN}" dev eth0 $([[ -z "${PREFIX6}" ]] || echo nodad)
 ip -n "${CEPH_NETNS}" link set eth0 up
-clog "netns ${CEPH_NETNS} (${MON_IP}/24) on bridge ${CEPH_BRIDGE}"
+clog "netns ${CEPH_NETNS} (${MON_IP}/${PLEN}) on bridge ${CEPH_BRIDGE}"
 
 # --- 3. configuration and keys -------------------------------------------------
 FSID="$(cat /proc/sys/kernel/random/uuid)"
@@ -207,8 +220,9 @@ cat >"${DIR}/ceph.conf" <<EOF
 [global]
 fsid = ${FSID}
 mon_initial_members = a
-mon_host = [v2:${MON_IP}:3300]
-public_network = ${PREFIX}.0/24
+mon_host = [v2:${MON_ADDR}:3300]
+public_network = ${SUBNET}
+${BIND}
 ms_bind_msgr1 = false
 ms_bind_msgr2 = true
 auth_cluster_required = cephx
@@ -290,7 +304,7 @@ auth --create-keyring "${DIR}/mds/ceph-a/keyring" --gen-key -n mds.a \
 for k in ceph.client.admin.keyring mgr/ceph-x/keyring mds/ceph-a/keyring; do
 	auth "${DIR}/mon.keyring" --import-keyring "${DIR}/${k}"
 done
-monmaptool --create --clobber --fsid "${FSID}" --addv a "[v2:${MON_IP}:3300]" "${DIR}/monmap" >/dev/null
+monmaptool --create --clobber --fsid "${FSID}" --addv a "[v2:${MON_ADDR}:3300]" "${DIR}/monmap" >/dev/null
 in_netns() { nsenter --net="/run/netns/${CEPH_NETNS}" -- "$@"; }
 # (mkfs picks the address in public_network: run it in the netns too)
 in_netns ceph-mon -c "${DIR}/ceph.conf" --mkfs -i a --monmap "${DIR}/monmap" --keyring "${DIR}/mon.keyring" \
@@ -357,14 +371,14 @@ CEPH_POOL=bench
 CEPH_FSID=${FSID}
 CEPH_NETNS=${CEPH_NETNS}
 CEPH_BRIDGE=${CEPH_BRIDGE}
-CEPH_SUBNET=${PREFIX}.0/24
+CEPH_SUBNET=${SUBNET}
 CEPH_MON_IP=${MON_IP}
-CEPH_CLIENT_RANGE_START=${PREFIX}.100
-CEPH_CLIENT_RANGE_END=${PREFIX}.199
+CEPH_CLIENT_RANGE_START=${RANGE_START}
+CEPH_CLIENT_RANGE_END=${RANGE_END}
 CEPH_MEMSTORE_BYTES=${MEMSTORE_BYTES}
 EOF
 mv "${DIR}/env.tmp" "${DIR}/env"
 trap - EXIT
 
 end="$(now_ms)"
-clog "cluster ${FSID} up in $(((end - START_MS) / 1000)).$(((end - START_MS) % 1000 / 100))s (bootstrap $(((end - BOOT_MS) / 1000)).$(((end - BOOT_MS) % 1000 / 100))s): mon ${MON_IP}:3300 in netns ${CEPH_NETNS}, bridge ${CEPH_BRIDGE}; env: ${DIR}/env"
+clog "cluster ${FSID} up in $(((end - START_MS) / 1000)).$(((end - START_MS) % 1000 / 100))s (bootstrap $(((end - BOOT_MS) / 1000)).$(((end - BOOT_MS) % 1000 / 100))s): mon ${MON_ADDR}:3300 in netns ${CEPH_NETNS}, bridge ${CEPH_BRIDGE}; env: ${DIR}/env"

@@ -9,12 +9,15 @@
 package cephfixture
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // The clusters of Volumes' rbd devices and CephFS clients.
@@ -65,7 +68,7 @@ func RBD(sysfs string, id int, d RBDDev) error {
 		// Extra attributes the checker does not read.
 		"size": "1073741824", "major": "251", "minor": strconv.Itoa(id * 16),
 		"features": "0x000000000000003d", "image_id": "1a2b3c4d5e6f", "pool_id": "2",
-		"snap_id": "18446744073709551614", "parent": "(no parent image)",
+		"snap_id": "18446744073709551614", "parent": "(no parent image)", "uevent": "DEVTYPE=rbd",
 	}
 	if d.Snap == "" {
 		attrs["current_snap"] = "-"
@@ -91,7 +94,9 @@ func DebugfsClient(debugfs, fsid string, gid int, status string) error {
 	dir := filepath.Join(debugfs, "ceph", fmt.Sprintf("%s.client%d", fsid, gid))
 	files := map[string]string{
 		"monc":           "have monmap 2 want 3+\nhave osdmap 42\n",
+		"monmap":         "epoch 2\n",
 		"osdc":           "REQUESTS 0 homeless 0\nLINGER REQUESTS\n",
+		"osdmap":         "epoch 42 barrier 0 flags 0x188000\n",
 		"client_options": "name=admin,secret=<hidden>\n",
 	}
 	if status != "" {
@@ -109,6 +114,47 @@ func DebugfsClient(debugfs, fsid string, gid int, status string) error {
 // whose address is addr ("<ip>:<port>").
 func CephFSStatus(gid int, addr string) string {
 	return fmt.Sprintf("instance: client.%d (3)%s/3527561932\nblocklisted: false\n", gid, addr)
+}
+
+// CephMountinfo is a CephFS kernel mount's line of /proc/<pid>/mountinfo
+// (without its newline) as Linux 6.1 prints it: source "<mon>:<port>:/<path>"
+// (old syntax) or "<user>@<fsid>.<fs>=/<path>" (new syntax) and the super
+// options ceph_show_options prints, e.g.
+// "rw,name=<user>,secret=<hidden>,ms_mode=prefer-crc,acl[,mon_addr=<mon>:3300]".
+func CephMountinfo(id, minor int, mountpoint, source, superOptions string) string {
+	return fmt.Sprintf("%d 22 0:%d / %s rw,relatime shared:%d - ceph %s %s", id, minor, mountpoint, id, source, superOptions)
+}
+
+// TCPHeader is the first line of /proc/net/tcp (net/ipv4/tcp_ipv4.c
+// tcp4_seq_show), padded like every line of that file to 149 columns.
+var TCPHeader = pad149("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode")
+
+// TCP6Header is the first line of /proc/net/tcp6 (not padded).
+const TCP6Header = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+
+// TCPLine formats a socket like net/ipv4/tcp_ipv4.c get_tcp4_sock and
+// net/ipv6/tcp_ipv6.c get_tcp6_sock: each 32-bit word of the address in
+// host byte order with %08X, the port with %04X; IPv4 lines are padded to
+// 149 columns (seq_setwidth(seq, TMPSZ - 1)), IPv6 lines are not.
+func TCPLine(sl int, local, remote netip.AddrPort, state uint8, uid int, inode uint64) string {
+	l := fmt.Sprintf("%4d: %s %s %02X 00000000:00000000 00:00000000 00000000 %5d        0 %d 1 0000000000000000 20 4 30 10 -1",
+		sl, hexAddrPort(local), hexAddrPort(remote), state, uid, inode)
+	if local.Addr().Is4() {
+		return pad149(l)
+	}
+	return l + "\n"
+}
+
+func pad149(l string) string { return fmt.Sprintf("%-149s\n", l) }
+
+func hexAddrPort(ap netip.AddrPort) string {
+	var b strings.Builder
+	raw := ap.Addr().AsSlice()
+	for w := 0; w+4 <= len(raw); w += 4 {
+		fmt.Fprintf(&b, "%08X", binary.NativeEndian.Uint32(raw[w:w+4]))
+	}
+	fmt.Fprintf(&b, ":%04X", ap.Port())
+	return b.String()
 }
 
 // Write writes a file, making its folder.

@@ -1,0 +1,206 @@
+package inuse
+
+// The files a real kernel printed (Debian's 6.1, captured by the kernel
+// suite test/kernel from a guest with a mapped krbd device and CephFS kernel
+// mounts, kept in testdata/kernel; never config_info, which holds the cephx
+// secret) through the same parsers the check uses, and the fixture writers
+// of package cephfixture against them: a fixture whose shape drifts from
+// what the kernel printed fails here.
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/internal/cephfixture"
+)
+
+const kernelDir = "testdata/kernel"
+
+func kernelFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(kernelDir, name))
+	require.NoError(t, err, "captured kernel file (refresh with NETNS_PIN_KERNEL_CAPTURE_UPDATE=1 go test ./test/kernel/)")
+	return string(b)
+}
+
+func TestKernelFilesParse(t *testing.T) {
+	t.Logf("kernel %s", strings.TrimSpace(kernelFile(t, "kernel_release")))
+
+	// rbd sysfs
+	addr, err := parseClientAddr(kernelFile(t, "rbd/client_addr"))
+	require.NoError(t, err)
+	require.True(t, addr.AddrPort.Addr().Is4(), "client_addr %v", addr)
+	assert.Equal(t, strings.TrimSpace(kernelFile(t, "rbd/client_addr")), addr.String(), "entityAddr prints what the kernel printed")
+	fsid := strings.TrimSpace(kernelFile(t, "rbd/cluster_fsid"))
+	clientID := strings.TrimSpace(kernelFile(t, "rbd/client_id"))
+	assert.Equal(t, "-", strings.TrimSpace(kernelFile(t, "rbd/current_snap")), "the image head")
+
+	// debugfs: the rbd client's folder (no status) and the CephFS client's
+	rbdDir := strings.Split(kernelFile(t, "debugfs_rbd_client"), "\n")
+	f, c, ok := parseClientDirName(rbdDir[0])
+	require.True(t, ok, "debugfs folder %q", rbdDir[0])
+	assert.Equal(t, fsid, f)
+	assert.Equal(t, clientID, c, "the debugfs folder of the rbd device's client")
+	assert.NotContains(t, rbdDir[1:], "status", "an rbd client has no status file")
+
+	st, err := parseStatus(kernelFile(t, "debugfs_status"))
+	require.NoError(t, err)
+	assert.False(t, st.Blocklisted)
+	f, c, ok = parseClientDirName(strings.TrimSpace(kernelFile(t, "debugfs_cephfs_client")))
+	require.True(t, ok)
+	assert.Equal(t, fsid, f)
+	assert.Equal(t, c, st.ClientID(), "status names the client of its folder")
+
+	// mountinfo, both syntaxes
+	monIP := ""
+	for name, wantSource := range map[string]string{"mountinfo_old_syntax": "", "mountinfo_new_syntax": "@" + fsid + "."} {
+		line := kernelFile(t, name)
+		refs := cephMountRefs(line)
+		require.Len(t, refs, 1, line)
+		assert.Empty(t, strings.TrimPrefix(refs[0].Reason, "CephFS kernel mount, no debugfs to tell its netns"), "parsed in full: %+v", refs[0])
+		assert.Contains(t, refs[0].Source, wantSource)
+		require.Len(t, refs[0].Monitors, 1, "%s: monitors %v", name, refs[0].Monitors)
+		if monIP == "" {
+			monIP = refs[0].Monitors[0]
+		}
+		assert.Equal(t, monIP, refs[0].Monitors[0], "both syntaxes name the same monitor")
+		assert.True(t, strings.HasSuffix(monIP, ":3300"), "msgr2 monitor %q", monIP)
+	}
+
+	// /proc/net/tcp of the client's netns: the kernel sockets of the rbd
+	// client, from its address to the monitor and the OSD, ESTABLISHED
+	lines := strings.Split(strings.TrimRight(kernelFile(t, "proc_net_tcp"), "\n"), "\n")
+	require.Greater(t, len(lines), 1)
+	_, err = parseTCPLine(lines[0])
+	assert.Error(t, err, "the header is not a socket")
+	var remotes []uint16
+	for _, l := range lines[1:] {
+		s, err := parseTCPLine(l)
+		require.NoError(t, err, l)
+		assert.Equal(t, addr.AddrPort.Addr(), s.Local.Addr(), "a socket of the client's netns: %q", l)
+		assert.EqualValues(t, tcpEstablished, s.State, l)
+		assert.NotZero(t, s.Inode, l)
+		remotes = append(remotes, s.Remote.Port())
+	}
+	assert.Contains(t, remotes, uint16(3300), "a socket to the monitor")
+	// early after boot %pK prints "(____ptrval____)" for the socket's
+	// address (seen in the guest): the line still parses
+	f16 := strings.Fields(lines[1])
+	f16[11] = "(____ptrval____)"
+	early, err := parseTCPLine(strings.Join(f16, " "))
+	require.NoError(t, err, "a line with (____ptrval____)")
+	first, _ := parseTCPLine(lines[1])
+	assert.Equal(t, first, early)
+	assert.True(t, slices.ContainsFunc(remotes, func(p uint16) bool { return p >= 6800 && p <= 7300 }), "a socket to an OSD: %v", remotes)
+
+	// an IPv6 storage network (a cluster with ms_bind_ipv6): client_addr
+	// "[addr]:0/nonce" and the sockets of /proc/net/tcp6
+	addr6, err := parseClientAddr(kernelFile(t, "ipv6/rbd_client_addr"))
+	require.NoError(t, err)
+	require.True(t, addr6.AddrPort.Addr().Is6(), "client_addr %v", addr6)
+	assert.Equal(t, strings.TrimSpace(kernelFile(t, "ipv6/rbd_client_addr")), addr6.String())
+	lines = strings.Split(strings.TrimRight(kernelFile(t, "ipv6/proc_net_tcp6"), "\n"), "\n")
+	require.Greater(t, len(lines), 1)
+	remotes = nil
+	for _, l := range lines[1:] {
+		s, err := parseTCPLine(l)
+		require.NoError(t, err, l)
+		assert.Equal(t, addr6.AddrPort.Addr(), s.Local.Addr(), "a socket of the client's netns: %q", l)
+		assert.EqualValues(t, tcpEstablished, s.State, l)
+		remotes = append(remotes, s.Remote.Port())
+	}
+	assert.Contains(t, remotes, uint16(3300), "a socket to the monitor")
+}
+
+// TestFixturesMatchKernel: what cephfixture writes has the shape of what the
+// kernel printed, file by file.
+func TestFixturesMatchKernel(t *testing.T) {
+	shape := func(name, s string) string { return cephfixture.FileShape(name, s) }
+	dir := t.TempDir()
+	sysfs, debugfs := filepath.Join(dir, "sys"), filepath.Join(dir, "debug")
+
+	// rbd: the same attributes (all but config_info and the write-only
+	// refresh), each of the same shape
+	require.NoError(t, cephfixture.RBD(sysfs, 0, cephfixture.RBDDev{ClientAddr: "192.168.20.5:0/3527561932", ClientID: "client4161",
+		FSID: fsidA, Pool: "replicapool", Name: "csi-vol-00000000"}))
+	kernelAttrs, err := os.ReadDir(filepath.Join(kernelDir, "rbd"))
+	require.NoError(t, err)
+	var names []string
+	for _, e := range kernelAttrs {
+		names = append(names, e.Name())
+		b, err := os.ReadFile(filepath.Join(sysfs, "bus", "rbd", "devices", "0", e.Name()))
+		if !assert.NoError(t, err, "the fixture lacks rbd attribute %s", e.Name()) {
+			continue
+		}
+		got, want := string(b), kernelFile(t, "rbd/"+e.Name())
+		if e.Name() == "name" || e.Name() == "pool" {
+			// names chosen by the user: only the line ending must match
+			assert.Equal(t, strings.HasSuffix(want, "\n"), strings.HasSuffix(got, "\n"), "rbd attribute %s: fixture %q, kernel %q", e.Name(), got, want)
+			continue
+		}
+		assert.Equal(t, shape(e.Name(), want), shape(e.Name(), got), "rbd attribute %s: fixture %q, kernel %q", e.Name(), got, want)
+	}
+	fixtureAttrs, err := os.ReadDir(filepath.Join(sysfs, "devices", "rbd", "0"))
+	require.NoError(t, err)
+	for _, e := range fixtureAttrs {
+		if e.Type().IsRegular() {
+			assert.Contains(t, names, e.Name(), "the fixture writes rbd attribute %s, which the kernel does not print", e.Name())
+		}
+	}
+
+	// debugfs: the rbd client's folder holds the same files
+	require.NoError(t, cephfixture.DebugfsClient(debugfs, fsidA, 4161, ""))
+	kernelRBDDir := strings.Split(strings.TrimRight(kernelFile(t, "debugfs_rbd_client"), "\n"), "\n")
+	ents, err := os.ReadDir(filepath.Join(debugfs, "ceph", fsidA+".client4161"))
+	require.NoError(t, err)
+	var fixtureFiles []string
+	for _, e := range ents {
+		fixtureFiles = append(fixtureFiles, e.Name())
+	}
+	assert.Equal(t, kernelRBDDir[1:], fixtureFiles, "files of an rbd client's debugfs folder")
+	assert.Equal(t, shape("", kernelRBDDir[0]), shape("", fsidA+".client4161"), "debugfs folder name")
+	assert.Equal(t, shape("", kernelFile(t, "debugfs_cephfs_client")), shape("", fsidB+".client50000\n"), "debugfs folder name")
+
+	// status
+	assert.Equal(t, shape("status", kernelFile(t, "debugfs_status")), shape("status", cephfixture.CephFSStatus(50000, "192.168.20.5:0")))
+
+	// mountinfo lines, both syntaxes, as the fixtures write them
+	for name, line := range map[string]string{
+		"mountinfo_old_syntax": cephfixture.CephMountinfo(301, 61, "/var/lib/kubelet/plugins/kubernetes.io/csi/cephfs.csi.ceph.com/abc/globalmount",
+			"10.0.0.1:3300:/", "rw,name=csi-cephfs-node,secret=<hidden>,ms_mode=prefer-crc,acl"),
+		"mountinfo_new_syntax": cephfixture.CephMountinfo(303, 62, "/mnt/x", "admin@"+fsidB+".myfs=/",
+			"rw,name=admin,secret=<hidden>,ms_mode=prefer-crc,acl,mon_addr=10.0.0.1:3300"),
+	} {
+		assert.Equal(t, shape(name, kernelFile(t, name)), shape(name, line+"\n"), "%s: fixture %q, kernel %q", name, line, kernelFile(t, name))
+	}
+
+	// /proc/net/tcp: header and lines, byte for byte in width
+	kernelTCP := strings.Split(strings.TrimRight(kernelFile(t, "proc_net_tcp"), "\n"), "\n")
+	fixtureTCP := cephfixture.TCPHeader + cephfixture.TCPLine(0, netip.MustParseAddrPort("192.168.20.5:41234"),
+		netip.MustParseAddrPort("10.0.0.1:3300"), tcpEstablished, 0, 12345)
+	lines := strings.Split(strings.TrimRight(fixtureTCP, "\n"), "\n")
+	assert.Equal(t, kernelTCP[0], lines[0], "header")
+	assert.Equal(t, shape("tcp", kernelTCP[1]), shape("tcp", lines[1]), "socket line")
+	assert.Len(t, lines[1], len(kernelTCP[1]), "IPv4 lines are padded to the kernel's width")
+
+	kernelTCP6 := strings.Split(strings.TrimRight(kernelFile(t, "ipv6/proc_net_tcp6"), "\n"), "\n")
+	fixtureTCP6 := cephfixture.TCP6Header + cephfixture.TCPLine(0, netip.MustParseAddrPort("[fd00::17]:41234"),
+		netip.MustParseAddrPort("[fd00::1]:3300"), tcpEstablished, 0, 12345)
+	lines = strings.Split(strings.TrimRight(fixtureTCP6, "\n"), "\n")
+	assert.Equal(t, kernelTCP6[0], lines[0], "tcp6 header")
+	assert.Equal(t, shape("tcp6", kernelTCP6[1]), shape("tcp6", lines[1]), "tcp6 socket line")
+
+	// client_addr of an IPv6 client
+	require.NoError(t, cephfixture.RBD(sysfs, 1, cephfixture.RBDDev{ClientAddr: "[fd00::17]:0/3527561932", ClientID: "client4161",
+		FSID: fsidA, Pool: "replicapool", Name: "csi-vol-00000001"}))
+	b, err := os.ReadFile(filepath.Join(sysfs, "bus", "rbd", "devices", "1", "client_addr"))
+	require.NoError(t, err)
+	assert.Equal(t, shape("", kernelFile(t, "ipv6/rbd_client_addr")), shape("", string(b)))
+}
