@@ -219,7 +219,13 @@ func (c *checker) links() {
 				Fix: "remove it, then " + fixRelink})
 			continue
 		case l.Have != l.Want:
-			c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: fmt.Sprintf("leads to %q, the link rule says %s (cluster %s)", l.Target, l.Want, l.Cluster), Fix: fixRelink})
+			what := fmt.Sprintf("leads to %q, the link rule says %s (cluster %s)", l.Target, l.Want, l.Cluster)
+			if reason := danglingReason(l.Path); reason != "" {
+				what += "; it dangles (" + reason + "): a released pin"
+			} else if l.Have != "" && c.recordOf(l.Have) == nil {
+				what += "; that pin has no record"
+			}
+			c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: what, Fix: fixRelink})
 			continue
 		}
 		if reason := danglingReason(l.Path); reason != "" {
