@@ -305,6 +305,8 @@ func (c *checker) sweeper(pinned bool) {
 	case st.Error != "":
 		c.r.add(Finding{Check: "sweeper", Level: Warning, Where: where, What: fmt.Sprintf("the sweeper's last round (%s ago) failed: %s", ago(age), st.Error),
 			Fix: "see its log (the sweep container, or the configuration's logFile)"})
+	case st.Interval == 0:
+		c.r.add(Finding{Check: "sweeper", Level: OK, Where: where, What: fmt.Sprintf("netns-pin sweep --once (pid %d) ran a round %s ago", st.PID, ago(age))})
 	default:
 		c.r.add(Finding{Check: "sweeper", Level: OK, Where: where, What: fmt.Sprintf("running (pid %d, every %s), last round %s ago", st.PID, st.Interval, ago(age))})
 	}
