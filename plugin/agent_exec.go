@@ -28,3 +28,7 @@ func sweepWithMetrics(argv []string, _ *conf.Config, _ commandFlags, stderr io.W
 	fmt.Fprintf(stderr, "netns-pin: --metrics-address needs %s beside %s (the installer image ships both): %v\n", agent, self, err)
 	return 1
 }
+
+// agentName is the binary that serves the sweeper's metrics: this program
+// built with -tags agent, installed beside netns-pin.
+const agentName = "netns-pin-agent"
