@@ -110,3 +110,16 @@ func TestSweepStatus(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, *st)
 }
+
+// What a holder DEL's release or refusal pays for its count: one append
+// (about 3 µs here, against the 4-5 ms of a holder DEL).
+func BenchmarkNoteEvent(b *testing.B) {
+	dir := b.TempDir()
+	s, err := Open(filepath.Join(dir, "pin"), filepath.Join(dir, "state"), Options{})
+	require.NoError(b, err)
+	b.Cleanup(s.Close)
+	e := Event{Kind: EventRelease, By: ByDEL, Cluster: "rook-ceph/my-cluster", Count: 1, Check: 1500e3}
+	for b.Loop() {
+		s.note(e)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -158,8 +159,50 @@ func hasFinding(fs []map[string]string, check, level, what string) bool {
 	return false
 }
 
+// csiStandIn runs a pod that mounts the kubelet's plugins folder as a csi
+// node plugin does (mountPropagation HostToContainer: it receives the
+// host's mounts below it), and returns the pid of its container's process.
+func (c *cluster) csiStandIn(t *testing.T) int {
+	t.Helper()
+	name := "csi-standin-" + host.RandHex(5)
+	plugins := filepath.Join(c.env["KUBELET_DIR"], "plugins")
+	c.ensureNamespace(t, pinNamespace)
+	c.apply(t, map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": pinNamespace, "labels": map[string]any{"app.kubernetes.io/name": name}},
+		"spec": map[string]any{
+			"terminationGracePeriodSeconds": 1,
+			"containers": []any{map[string]any{
+				"name": "node-plugin", "image": c.env["KUBE_BUSYBOX_IMAGE"], "imagePullPolicy": "Never",
+				"command":      []any{"sleep", "3600"},
+				"volumeMounts": []any{map[string]any{"name": "plugins", "mountPath": plugins, "mountPropagation": "HostToContainer"}},
+			}},
+			"volumes": []any{map[string]any{"name": "plugins", "hostPath": map[string]any{"path": plugins, "type": "Directory"}}},
+		},
+	})
+	t.Cleanup(func() { c.deleteAndWait(t, pinNamespace, "pod", name, "app.kubernetes.io/name="+name) })
+	c.waitRunning(t, pinNamespace, "app.kubernetes.io/name="+name)
+	r := c.crictlRun("ps", "-q", "--label", "io.kubernetes.pod.name="+name, "--name", "node-plugin")
+	require.NoError(t, r.Err, "%s", r)
+	id := strings.TrimSpace(r.Stdout)
+	require.NotEmpty(t, id, "the stand-in's container")
+	r = c.crictlRun("inspect", "-o", "json", id)
+	require.NoError(t, r.Err, "%s", r)
+	var info struct {
+		Info struct {
+			PID int `json:"pid"`
+		} `json:"info"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &info))
+	require.Positive(t, info.Info.PID)
+	return info.Info.PID
+}
+
 func TestCheckInTheInstallerPod(t *testing.T) {
 	c := requireCluster(t)
+	// The csi stand-in first: the holder's pin reaches it only by
+	// propagation, which check then proves through its /proc/<pid>/root.
+	csiPID := c.csiStandIn(t)
 	h := c.newHolderSet(t, "network-attachment-definition.yaml")
 	h.waitHolder(t)
 	// ceph-csi's config.json as deploy/ceph-csi-config.yaml has it, for
@@ -176,11 +219,17 @@ func TestCheckInTheInstallerPod(t *testing.T) {
 	b, err := json.Marshal(entries)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(config, b, 0o644))
-	// No csi node plugin runs on this node: a name no process has.
-	noCSI := "--csi-process=netns-pin-none"
+	csi := "--csi-pid=" + strconv.Itoa(csiPID)
+	// The sweeper waits for stateDir, which the first holder ADD makes: its
+	// first round there comes within its interval.
+	require.True(t, host.Poll(releaseTimeout, 500*time.Millisecond, func() bool {
+		_, err := os.Stat(filepath.Join(c.stateDir, "sweeper.json"))
+		return err == nil
+	}), "the installer's sweeper reports a round")
 
-	code, fs, table := c.nodeCheck(t, "--ceph-csi-config", config, noCSI, "--json")
+	code, fs, table := c.nodeCheck(t, "--ceph-csi-config", config, csi, "--json")
 	assert.Equal(t, 0, code, "the healthy node passes:\n%s", table)
+	assert.True(t, hasFinding(fs, "csiPlugin", "ok", "same netns in its mount namespace"), "the link leads to the holder's netns in the stand-in:\n%s", table)
 	assert.True(t, hasFinding(fs, "cephCSI", "ok", h.link), "ceph-csi's paths lead to the holder's active pin:\n%s", table)
 	assert.True(t, hasFinding(fs, "sweeper", "ok", "running"), "the installer's sweeper runs:\n%s", table)
 	assert.True(t, hasFinding(fs, "pinDir", "ok", "shared mount"), "%s", table)
@@ -192,7 +241,7 @@ func TestCheckInTheInstallerPod(t *testing.T) {
 	b, err = json.Marshal(entries)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(config, b, 0o644))
-	code, fs, table = c.nodeCheck(t, "--ceph-csi-config", config, noCSI, "--json")
+	code, fs, table = c.nodeCheck(t, "--ceph-csi-config", config, csi, "--json")
 	assert.Equal(t, 1, code, "a broken ceph-csi configuration fails:\n%s", table)
 	assert.True(t, hasFinding(fs, "cephCSI", "error", "Rook's old holder path"), "%s", table)
 	assert.True(t, bytes.Contains([]byte(table), []byte(`{{.Namespace}}.net.ns`)), "the table says which links entry to add:\n%s", table)
