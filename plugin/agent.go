@@ -24,10 +24,6 @@ import (
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
-// eventsFoldOver is the size past which the agent folds the events file
-// into one line per counter.
-const eventsFoldOver = 256 << 10
-
 func sweepWithMetrics(_ []string, c *conf.Config, cf commandFlags, stderr io.Writer) int {
 	m := newSweepMetrics()
 	reg := prometheus.NewRegistry()
@@ -85,7 +81,6 @@ type sweepMetrics struct {
 	finished uint64               // abandoned teardowns
 	errors   uint64
 	last     time.Time
-	offset   int64 // in the events file
 	check    prometheus.Histogram
 }
 
@@ -137,41 +132,28 @@ func (m *sweepMetrics) Collect(ch chan<- prometheus.Metric) {
 
 // round takes in what a sweeper round saw: the records (read under the
 // lock, changing nothing) and the events appended since the last round.
-func (m *sweepMetrics) round(s *netnsstore.Store, _ time.Duration, roundErr error) {
+func (m *sweepMetrics) round(r sweepRound) {
 	var snap *netnsstore.Snapshot
-	var events []netnsstore.Event
-	var reset bool
-	var errs []error
-	if s != nil {
+	failed := r.err != nil || r.eventsErr != nil
+	if r.store != nil {
 		var err error
-		if snap, err = s.Inspect(); err != nil {
-			errs = append(errs, err)
+		if snap, err = r.store.Inspect(); err != nil {
+			failed = true
 		}
-		m.mu.Lock()
-		offset := m.offset
-		m.mu.Unlock()
-		var next int64
-		events, next, reset, err = s.Events(offset, eventsFoldOver)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		m.mu.Lock()
-		m.offset = next
-		m.mu.Unlock()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if roundErr != nil || len(errs) > 0 {
+	if failed {
 		m.errors++
 	}
-	if roundErr == nil {
+	if r.err == nil {
 		m.last = time.Now()
 	}
-	if reset {
+	if r.reset {
 		// The file was replaced by someone else: its counts start again.
 		m.refusals, m.releases, m.finished = map[string]uint64{}, map[[2]string]uint64{}, 0
 	}
-	for _, e := range events {
+	for _, e := range r.events {
 		switch e.Kind {
 		case netnsstore.EventRefusal:
 			m.refusals[e.Cluster] += e.Count
@@ -188,8 +170,8 @@ func (m *sweepMetrics) round(s *netnsstore.Store, _ time.Duration, roundErr erro
 		return
 	}
 	m.pins, m.oldest = map[[2]string]int{}, map[string]time.Time{}
-	for _, r := range snap.Records {
-		cl := r.Cluster
+	for _, rec := range snap.Records {
+		cl := rec.Cluster
 		for _, st := range []string{"active", "draining", "abandoned"} {
 			if _, ok := m.pins[[2]string{cl, st}]; !ok {
 				m.pins[[2]string{cl, st}] = 0
@@ -207,16 +189,16 @@ func (m *sweepMetrics) round(s *netnsstore.Store, _ time.Duration, roundErr erro
 			}
 		}
 		state := ""
-		switch r.State {
+		switch rec.State {
 		case netnsstore.StateActive:
 			state = "active"
 		case netnsstore.StateDraining, netnsstore.StateUnpinned:
 			state = "draining"
-			if r.Abandoned {
+			if rec.Abandoned {
 				state = "abandoned"
 			}
-			if o := m.oldest[cl]; !r.DrainingSince.IsZero() && (o.IsZero() || r.DrainingSince.Before(o)) {
-				m.oldest[cl] = r.DrainingSince
+			if o := m.oldest[cl]; !rec.DrainingSince.IsZero() && (o.IsZero() || rec.DrainingSince.Before(o)) {
+				m.oldest[cl] = rec.DrainingSince
 			}
 		default:
 			continue // intent, releasing: settled by the next operation

@@ -450,6 +450,7 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, obs sweepObserv
 		status.Interval = 0
 	}
 	var s *netnsstore.Store
+	var eventsRead int64 // offset in the events file
 	defer func() {
 		if s != nil {
 			if !once {
@@ -471,7 +472,6 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, obs sweepObserv
 			}
 		}
 		if s != nil {
-			start := time.Now()
 			var findings []netnsstore.Finding
 			findings, err = s.FinishAbandoned()
 			if err != nil {
@@ -485,11 +485,22 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, obs sweepObserv
 			if werr := s.WriteSweepStatus(status); werr != nil {
 				log.Warn("sweep: write the sweeper's status", "error", werr)
 			}
+			// What other processes counted since the last round; past a
+			// size the file is folded, metrics or not, so that it stays
+			// small while a holder's DEL is refused for weeks.
+			r := sweepRound{store: s, err: err}
+			var next int64
+			r.events, next, r.reset, r.eventsErr = s.Events(eventsRead, eventsFoldOver)
+			if r.eventsErr != nil {
+				log.Warn("sweep: read the events file", "error", r.eventsErr)
+			} else {
+				eventsRead = next
+			}
 			if obs != nil {
-				obs.round(s, time.Since(start), err)
+				obs.round(r)
 			}
 		} else if obs != nil && err != nil {
-			obs.round(nil, 0, err)
+			obs.round(sweepRound{err: err})
 		}
 		if once {
 			if err != nil {
@@ -505,10 +516,22 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, obs sweepObserv
 	}
 }
 
-// sweepObserver sees each round of the sweeper: s is nil when the store
-// could not be opened, err the round's error.
+// eventsFoldOver is the size past which the sweeper folds the events file
+// into one line per counter (netnsstore.Store.Events).
+const eventsFoldOver = 256 << 10
+
+// sweepRound is what one round of the sweeper saw.
+type sweepRound struct {
+	store     *netnsstore.Store // nil when it could not be opened
+	err       error             // the round's
+	events    []netnsstore.Event
+	reset     bool // the events file was replaced: its counts start again
+	eventsErr error
+}
+
+// sweepObserver sees each round of the sweeper (the agent's metrics).
 type sweepObserver interface {
-	round(s *netnsstore.Store, took time.Duration, err error)
+	round(r sweepRound)
 }
 
 // runCheck is `netns-pin check`: exit 0 when the node is set up right, 1

@@ -223,3 +223,45 @@ func TestSweepMetricsNeedTheAgent(t *testing.T) {
 	require.Error(t, r.Err)
 	assert.Contains(t, r.Stderr, filepath.Join(dir, "netns-pin-agent"), "the error names the missing agent: %s", r)
 }
+
+// The sweeper keeps the events file small with or without metrics: past
+// 256 KiB it folds it into one line per counter, every count kept.
+func TestSweeperFoldsTheEventsFile(t *testing.T) {
+	c := newChain(t, chainSpec{})
+	a := c.newAttachment(t, hosttest.NewNetns(t, "npe2e"), holderArgs(), false)
+	a.mustAdd(t) // makes stateDir
+	events := filepath.Join(c.stateDir, "events")
+	var b strings.Builder
+	for i := 0; b.Len() < 300<<10; i++ {
+		fmt.Fprintf(&b, "refusal del %s 1 0.001500\n", cluster)
+		if i%3 == 0 {
+			fmt.Fprintf(&b, "release del %s 1 0.001200\n", cluster)
+		}
+	}
+	refusals, releases := strings.Count(b.String(), "refusal"), strings.Count(b.String(), "release")
+	require.NoError(t, os.WriteFile(events, []byte(b.String()), 0o600))
+	startSweeper(t, c)
+	var data []byte
+	require.True(t, host.Poll(30*time.Second, 50*time.Millisecond, func() bool {
+		var err error
+		data, err = os.ReadFile(events)
+		require.NoError(t, err)
+		return len(data) < 1<<10
+	}), "the sweeper folds the events file")
+	assert.Equal(t, fmt.Sprintf("refusal del %s %d -\nrelease del %s %d -\n", cluster, refusals, cluster, releases),
+		strings.Join(sortedLines(string(data)), ""))
+}
+
+// sortedLines puts refusal lines first, as the expectation above does.
+func sortedLines(s string) []string {
+	lines := strings.SplitAfter(s, "\n")
+	var out []string
+	for _, prefix := range []string{"refusal", "release"} {
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
