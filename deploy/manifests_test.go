@@ -2,13 +2,16 @@ package deploy_test
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/deploy"
@@ -40,6 +43,9 @@ func loadManifests(t *testing.T) []object {
 	require.NotEmpty(t, files)
 	var objs []object
 	for _, f := range files {
+		if f == "kustomization.yaml" {
+			continue // no Kubernetes object (TestKustomization)
+		}
 		docs, err := deploy.Objects(f)
 		require.NoError(t, err)
 		for _, doc := range docs {
@@ -268,10 +274,122 @@ func TestInstallerDaemonSet(t *testing.T) {
 			t.Errorf("unexpected container %s", str(c, "name"))
 		}
 	}
-	assert.Contains(t, script, "mv -f /host/opt/cni/bin/.netns-pin.new /host/opt/cni/bin/netns-pin", "atomic install")
+	assert.Contains(t, script, "for bin in netns-pin-agent netns-pin; do", "the agent first: a new sweeper finds its agent")
+	assert.Contains(t, script, "mv -f /host/opt/cni/bin/.$bin.new /host/opt/cni/bin/$bin", "atomic install")
 	require.Len(t, sweep, 3, "sh -c <script>")
-	assert.Contains(t, sweep[2], `exec nsenter --target="$pid" --mount -- /opt/cni/bin/netns-pin sweep --interval=10s`,
-		"the installed binary, in the host mount namespace")
+	assert.Contains(t, sweep[2], `exec nsenter --target="$pid" --mount -- /opt/cni/bin/netns-pin sweep --interval=10s --metrics-address=:9853`,
+		"the installed binary, in the host mount namespace, serving metrics")
+	var ports []any
+	for _, c := range containersOf(spec) {
+		if str(c, "name") == "sweep" {
+			ports, _ = c["ports"].([]any)
+		}
+	}
+	require.Len(t, ports, 1, "the sweep container's metrics port")
+	assert.Equal(t, "metrics", str(ports[0], "name"))
+	assert.Equal(t, 9853, get(ports[0], "containerPort"), "the port of --metrics-address")
+
+	// The image carries both binaries.
+	cf, err := os.ReadFile("Containerfile")
+	require.NoError(t, err)
+	assert.Contains(t, string(cf), "-tags agent")
+	assert.Contains(t, string(cf), "COPY --from=build /netns-pin-agent /netns-pin-agent")
+}
+
+// kubectl apply -k deploy/ installs the installer, the storage network and
+// the holder; every other manifest here is named in the kustomization with
+// the reason it is left out, and deploy/monitoring/ is a kustomization of
+// its own.
+func TestKustomization(t *testing.T) {
+	for _, dir := range []string{".", "monitoring"} {
+		raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+		require.NoError(t, err)
+		var k struct {
+			APIVersion string   `yaml:"apiVersion"`
+			Kind       string   `yaml:"kind"`
+			Resources  []string `yaml:"resources"`
+		}
+		require.NoError(t, yaml.Unmarshal(raw, &k))
+		assert.Equal(t, "kustomize.config.k8s.io/v1beta1", k.APIVersion)
+		assert.Equal(t, "Kustomization", k.Kind)
+		require.NotEmpty(t, k.Resources)
+		for _, r := range k.Resources {
+			objs, err := deploy.Objects(filepath.Join(dir, r))
+			require.NoError(t, err, "%s/kustomization.yaml: resource %s", dir, r)
+			assert.NotEmpty(t, objs, "%s/%s", dir, r)
+		}
+		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		require.NoError(t, err)
+		for _, f := range files {
+			base := filepath.Base(f)
+			if base == "kustomization.yaml" || slices.Contains(k.Resources, base) {
+				continue
+			}
+			assert.Contains(t, string(raw), base, "%s is neither a resource of %s/kustomization.yaml nor said to be left out", f, dir)
+		}
+		if dir == "." {
+			assert.Contains(t, k.Resources, "installer-daemonset.yaml")
+			assert.NotContains(t, k.Resources, "ceph-csi-config.yaml", "it would replace the user's ceph-csi config.json")
+			assert.Contains(t, string(raw), "monitoring/")
+		}
+	}
+}
+
+// The PodMonitor scrapes the installer's metrics port, and every example
+// alert is on metrics the agent exports.
+func TestMonitoring(t *testing.T) {
+	agent, err := os.ReadFile(filepath.Join("..", "plugin", "agent.go"))
+	require.NoError(t, err)
+	exported := map[string]bool{}
+	for _, m := range regexp.MustCompile(`"(netns_pin_[a-z_]+)"`).FindAllSubmatch(agent, -1) {
+		exported[string(m[1])] = true
+	}
+	require.GreaterOrEqual(t, len(exported), 8, "the agent's metric names, read from plugin/agent.go")
+
+	pm, err := deploy.Objects(filepath.Join("monitoring", "podmonitor.yaml"))
+	require.NoError(t, err)
+	require.Len(t, pm, 1)
+	assert.Equal(t, "PodMonitor", str(pm[0], "kind"))
+	var installer *object
+	for _, o := range byKind(loadManifests(t), "DaemonSet") {
+		if o.file == "installer-daemonset.yaml" {
+			installer = &o
+		}
+	}
+	require.NotNil(t, installer)
+	sel, _ := get(pm[0], "spec", "selector", "matchLabels").(map[string]any)
+	require.NotEmpty(t, sel)
+	for k, v := range sel {
+		assert.Equal(t, v, get(installer.raw, "spec", "template", "metadata", "labels", k), "the PodMonitor selects the installer's pods (%s)", k)
+	}
+	eps, _ := get(pm[0], "spec", "podMetricsEndpoints").([]any)
+	require.Len(t, eps, 1)
+	assert.Equal(t, "metrics", str(eps[0], "port"))
+
+	rules, err := deploy.Objects(filepath.Join("monitoring", "prometheusrule.yaml"))
+	require.NoError(t, err)
+	require.Len(t, rules, 1)
+	assert.Equal(t, "PrometheusRule", str(rules[0], "kind"))
+	groups, _ := get(rules[0], "spec", "groups").([]any)
+	require.Len(t, groups, 1)
+	alerts := map[string]string{}
+	list, _ := get(groups[0], "rules").([]any)
+	for _, r := range list {
+		alerts[str(r, "alert")] = str(r, "expr")
+		assert.NotEmpty(t, str(r, "annotations", "description"), "%s says what to do", str(r, "alert"))
+	}
+	for name, metric := range map[string]string{
+		"NetnsPinDrainingTooLong":    "netns_pin_oldest_draining_seconds",
+		"NetnsPinSweeperNotSweeping": "netns_pin_last_sweep_timestamp_seconds",
+		"NetnsPinRefusalsRising":     "netns_pin_refusals_total",
+	} {
+		assert.Contains(t, alerts[name], metric, "alert %s", name)
+	}
+	for name, expr := range alerts {
+		for _, m := range regexp.MustCompile(`netns_pin_[a-z_]+`).FindAllString(expr, -1) {
+			assert.True(t, exported[m], "alert %s uses %s, which the agent does not export", name, m)
+		}
+	}
 }
 
 // ceph-csi's netNamespaceFilePath is the cluster's link as netns-pin

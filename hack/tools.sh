@@ -9,7 +9,8 @@
 #             once, and only when something is missing.
 #   tools     pinned cnitool and reference CNI plugins, built from the Go module
 #             proxy into .cache/ (skipped when the stamp for that version exists).
-#   plugin    go build ./plugin -> bin/netns-pin, copied to .cache/cni/bin/netns-pin.
+#   plugin    go build ./plugin -> bin/netns-pin and (-tags agent) bin/netns-pin-agent,
+#             copied to .cache/cni/bin/.
 #   all       packages + tools + plugin (the default).
 #   env       print the variables the e2e suite reads (eval-able).
 #
@@ -138,11 +139,16 @@ install_tools() {
 build_plugin() {
 	ensure_go
 	mkdir -p "${ROOT}/bin" "${CNI_BIN_DIR}"
-	log "go build ./plugin -> bin/netns-pin, .cache/cni/bin/netns-pin"
+	log "go build ./plugin -> bin/netns-pin, bin/netns-pin-agent (-tags agent), and both in .cache/cni/bin"
 	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -o bin/netns-pin ./plugin)
+	# the same program with the Prometheus client, for sweep --metrics-address
+	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -tags agent -o bin/netns-pin-agent ./plugin)
 	# copy + rename so that a running test never sees a half-written binary
-	cp -f "${ROOT}/bin/netns-pin" "${CNI_BIN_DIR}/.netns-pin.tmp"
-	mv -f "${CNI_BIN_DIR}/.netns-pin.tmp" "${CNI_BIN_DIR}/netns-pin"
+	local b
+	for b in netns-pin netns-pin-agent; do
+		cp -f "${ROOT}/bin/${b}" "${CNI_BIN_DIR}/.${b}.tmp"
+		mv -f "${CNI_BIN_DIR}/.${b}.tmp" "${CNI_BIN_DIR}/${b}"
+	done
 }
 
 print_env() {

@@ -489,6 +489,9 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 	if checkErr != nil {
 		return fmt.Errorf("%w for %s: %w", errCheckFailed, r.Attachment, checkErr)
 	}
+	if del != nil {
+		s.noteRefusal(r)
+	}
 	if first {
 		s.log.Warn("release refused: still in use", "attachment", r.Attachment, "cluster", r.Cluster, "state", r.State, "references", r.References)
 	}
@@ -528,6 +531,7 @@ func (s *Store) remove(v *view, r *Record, force bool) error {
 		return err
 	}
 	v.drop(r.Attachment)
+	s.noteRelease(r, force)
 	if r.Abandoned {
 		s.log.Info("finished abandoned teardown", "attachment", r.Attachment, "cluster", r.Cluster,
 			"pod", r.PodNS+"/"+r.PodName, "podUID", r.PodUID, "network", r.Network, "containerID", r.ContainerID, "ips", r.IPs,

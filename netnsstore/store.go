@@ -38,6 +38,8 @@ type Store struct {
 	inUseFor    func(settings map[string]string) (InUseFunc, error)
 	teardown    TeardownFunc
 	writer      string
+	actor       string        // Options.Actor, for the events file
+	lastCheck   time.Duration // of the last in-use check (the events file)
 
 	readOnly  bool // a dry run: read records as they are, write nothing
 	bootID    string
@@ -101,6 +103,10 @@ type Options struct {
 	// Writer names the program version recorded in the records it writes,
 	// so that a record of a newer format can say who wrote it.
 	Writer string
+	// Actor is who the releases of this store are counted for in the
+	// events file (ByDEL, ByGC, BySweeper, ByOperator; ByRepair when
+	// empty).
+	Actor string
 }
 
 // Open checks (creating them when missing) pinDir and stateDir: real
@@ -116,7 +122,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 	if o.InUse == nil {
 		o.InUse = func(*Record, string) ([]Use, error) { return nil, errNoCheck }
 	}
-	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, inUseConfig: o.InUseSettings, inUseFor: o.InUseFor, teardown: o.Teardown, writer: o.Writer,
+	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, inUseConfig: o.InUseSettings, inUseFor: o.InUseFor, teardown: o.Teardown, writer: o.Writer, actor: o.Actor,
 		pinDirFd: -1, pinsFd: -1, stateFd: -1, recordsFd: -1}
 	if err := s.open(); err != nil {
 		s.Close()
@@ -265,6 +271,8 @@ type InUseFunc func(r *Record, netnsPath string) ([]Use, error)
 // configuration's policy). A use found by either counts; an error of either
 // is an error. Records of earlier versions kept no settings.
 func (s *Store) uses(r *Record, netnsPath string) ([]Use, error) {
+	start := time.Now()
+	defer func() { s.lastCheck = time.Since(start) }()
 	found, err := s.inUse(r, netnsPath)
 	if err != nil || len(r.InUse) == 0 || maps.Equal(r.InUse, s.inUseConfig) {
 		return found, err

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -18,6 +19,7 @@ import (
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/inuse"
 	"github.com/netns-pin/netns-pin/netnsstore"
+	"github.com/netns-pin/netns-pin/nodecheck"
 )
 
 const cliUsage = `usage: netns-pin [flags] <command> [args] [flags]
@@ -31,7 +33,13 @@ commands:
                                 nothing uses it, else says what it would cut
   sweep [--interval 10s|--once] node loop until SIGTERM: finish the teardowns
                                 that a runtime abandoned, once nothing uses
-                                their netns (JSON log on stderr or logFile)
+                                their netns (JSON log on stderr or logFile);
+                                --metrics-address HOST:PORT serves Prometheus
+                                metrics (netns-pin-agent, beside this binary)
+  check [--ceph-csi-config FILE] [--csi-pid PID] [--csi-process NAME]
+                                is this node set up right: pinDir, links,
+                                pins, in-use roots, ceph-csi's paths, the csi
+                                plugins' view, the sweeper (exit 0/1/2)
   version                       print the version
 
 flags:
@@ -72,8 +80,14 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1
 	}
-	if cmd == "sweep" {
-		return runSweep(c, cf.interval, cf.once, stderr)
+	switch cmd {
+	case "sweep":
+		if cf.metrics != "" {
+			return sweepWithMetrics(argv, c, cf, stderr)
+		}
+		return runSweep(c, cf.interval, cf.once, nil, stderr)
+	case "check":
+		return runCheck(c, cf, g.json, stdout, stderr)
 	}
 	// Never create the folders from the command line: no stateDir means
 	// nothing was ever pinned with this configuration.
@@ -87,7 +101,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	// plugin's own changes: the node keeps one account of its pins.
 	log, closeLog := newLogger(c, "component", "cli", "command", cmd)
 	defer closeLog()
-	s, err := openStore(c, log)
+	s, err := openStore(c, log, actorOf(cmd))
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1
@@ -127,7 +141,12 @@ type commandFlags struct {
 	dryRun   bool // gc
 	force    bool // release
 	interval time.Duration
-	once     bool // sweep
+	once     bool   // sweep
+	metrics  string // sweep --metrics-address
+	// check
+	cephCSIConfig string
+	csiPIDs       []int
+	csiProcesses  []string
 }
 
 // commandUsage is each command's synopsis, printed when it is misused.
@@ -136,7 +155,8 @@ var commandUsage = map[string]string{
 	"inuse":   "netns-pin inuse <cluster (namespace/name) | attachment>",
 	"gc":      "netns-pin gc [--dry-run]",
 	"release": "netns-pin release <attachment> [--force]",
-	"sweep":   "netns-pin sweep [--interval 10s | --once]",
+	"sweep":   "netns-pin sweep [--interval 10s | --once] [--metrics-address HOST:PORT]",
+	"check":   "netns-pin check [--ceph-csi-config FILE] [--csi-pid PID]... [--csi-process NAME]...",
 }
 
 // parseCommand reads the command's flags and arguments in any order, with
@@ -165,6 +185,21 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 	case "sweep":
 		fs.DurationVar(&cf.interval, "interval", cf.interval, "time between rounds")
 		fs.BoolVar(&cf.once, "once", false, "run one round and exit (1 if it failed)")
+		fs.StringVar(&cf.metrics, "metrics-address", "", "serve Prometheus metrics at http://HOST:PORT/metrics (runs netns-pin-agent)")
+	case "check":
+		fs.StringVar(&cf.cephCSIConfig, "ceph-csi-config", "", "ceph-csi's config.json (or its ConfigMap as JSON): check every netNamespaceFilePath")
+		fs.Func("csi-pid", "a csi node plugin process (repeatable; default: every process named by --csi-process)", func(v string) error {
+			pid, err := strconv.Atoi(v)
+			if err != nil || pid <= 0 {
+				return fmt.Errorf("not a pid: %q", v)
+			}
+			cf.csiPIDs = append(cf.csiPIDs, pid)
+			return nil
+		})
+		fs.Func("csi-process", "command name of the csi node plugin processes (repeatable; default cephcsi)", func(v string) error {
+			cf.csiProcesses = append(cf.csiProcesses, v)
+			return nil
+		})
 	}
 	for {
 		if err := fs.Parse(rest); err != nil {
@@ -403,9 +438,11 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 // runSweep is `netns-pin sweep`: the node's sweeper, a round every
 // interval until SIGTERM or SIGINT. Each round finishes the teardowns that
 // runtimes abandoned (netnsstore.Store.FinishAbandoned); what it does is
-// logged as JSON lines (stderr or logFile). On a node where nothing was
-// pinned yet it waits for the stateDir rather than create it.
-func runSweep(c *conf.Config, interval time.Duration, once bool, stderr io.Writer) int {
+// logged as JSON lines (stderr or logFile), and its status is written to
+// stateDir for `netns-pin check`. On a node where nothing was pinned yet it
+// waits for the stateDir rather than create it. obs, when not nil, sees
+// every round (the metrics of netns-pin-agent).
+func runSweep(c *conf.Config, interval time.Duration, once bool, obs sweepObserver, stderr io.Writer) int {
 	log, closeLog := newLogger(c, "component", "sweep")
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -418,9 +455,22 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, stderr io.Write
 	defer log.Info("sweeper stopped")
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	status := netnsstore.SweepStatus{PID: os.Getpid(), Version: Version, Started: time.Now().UTC(), Interval: interval}
+	if once {
+		status.Interval = 0
+	}
 	var s *netnsstore.Store
+	var eventsRead int64 // offset in the events file
 	defer func() {
 		if s != nil {
+			if !once {
+				// A sweeper that is gone says so, rather than let check
+				// wait for its rounds to be late.
+				status.Stopped = time.Now().UTC()
+				if err := s.WriteSweepStatus(status); err != nil {
+					log.Warn("sweep: write the sweeper's status", "error", err)
+				}
+			}
 			s.Close()
 		}
 	}()
@@ -438,6 +488,29 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, stderr io.Write
 				log.Error("sweep round", "error", err)
 			}
 			log.Debug("sweep round", "abandoned", len(findings))
+			status.LastRound, status.Finished, status.Error = time.Now().UTC(), len(findings), ""
+			if err != nil {
+				status.Error = err.Error()
+			}
+			if werr := s.WriteSweepStatus(status); werr != nil {
+				log.Warn("sweep: write the sweeper's status", "error", werr)
+			}
+			// What other processes counted since the last round; past a
+			// size the file is folded, metrics or not, so that it stays
+			// small while a holder's DEL is refused for weeks.
+			r := sweepRound{store: s, err: err}
+			var next int64
+			r.events, next, r.reset, r.eventsErr = s.Events(eventsRead, eventsFoldOver)
+			if r.eventsErr != nil {
+				log.Warn("sweep: read the events file", "error", r.eventsErr)
+			} else {
+				eventsRead = next
+			}
+			if obs != nil {
+				obs.round(r)
+			}
+		} else if obs != nil && err != nil {
+			obs.round(sweepRound{err: err})
 		}
 		if once {
 			if err != nil {
@@ -453,13 +526,59 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, stderr io.Write
 	}
 }
 
+// eventsFoldOver is the size past which the sweeper folds the events file
+// into one line per counter (netnsstore.Store.Events).
+const eventsFoldOver = 256 << 10
+
+// sweepRound is what one round of the sweeper saw.
+type sweepRound struct {
+	store     *netnsstore.Store // nil when it could not be opened
+	err       error             // the round's
+	events    []netnsstore.Event
+	reset     bool // the events file was replaced: its counts start again
+	eventsErr error
+}
+
+// sweepObserver sees each round of the sweeper (the agent's metrics).
+type sweepObserver interface {
+	round(r sweepRound)
+}
+
+// runCheck is `netns-pin check`: exit 0 when the node is set up right, 1
+// when something is wrong, 2 when something could not be looked at.
+func runCheck(c *conf.Config, cf commandFlags, asJSON bool, stdout, stderr io.Writer) int {
+	if len(cf.args) > 0 {
+		fmt.Fprintln(stderr, "usage:", commandUsage["check"])
+		return nodecheck.ExitUnknown
+	}
+	rep := nodecheck.Run(nodecheck.Options{
+		PinDir: c.PinDir, StateDir: c.StateDir,
+		Sysfs: c.InUse.Sysfs, Debugfs: c.InUse.Debugfs, Proc: c.InUse.Proc, Unattributed: c.InUse.Unattributed,
+		CephCSIConfig: cf.cephCSIConfig, CSIPIDs: cf.csiPIDs, CSIProcessNames: cf.csiProcesses,
+		Open: func() (*netnsstore.Store, error) {
+			return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{Writer: Version})
+		},
+	})
+	var err error
+	if asJSON {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "netns-pin:", err)
+		return nodecheck.ExitUnknown
+	}
+	return rep.ExitCode()
+}
+
 // openSweptStore opens the store once its stateDir exists (nil, nil
 // before).
 func openSweptStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
 	if _, err := os.Stat(c.StateDir); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	return openStore(c, log)
+	return openStore(c, log, netnsstore.BySweeper)
 }
 
 func age(t time.Time) string {

@@ -60,7 +60,7 @@ func (r *request) attachment() (string, error) {
 func (r *request) openStore() (*netnsstore.Store, *slog.Logger, func(), error) {
 	limitMemory()
 	log, closeLog := newLogger(r.conf, "network", r.conf.Name, "containerID", r.args.ContainerID, "ifname", r.args.IfName, "pod", r.pod.String(), "podUID", r.pod.UID)
-	s, err := openStore(r.conf, log)
+	s, err := openStore(r.conf, log, actorOf(os.Getenv("CNI_COMMAND")))
 	if err != nil {
 		closeLog()
 		return nil, nil, nil, types.NewError(types.ErrPluginNotAvailable, "netns-pin: "+err.Error(), "")
@@ -176,11 +176,30 @@ func limitMemory() { debug.SetMemoryLimit(memoryLimit) }
 // openStore opens the store of configuration c with the in-use check it
 // configures (every release, and every repair, runs it) and the teardown
 // of attachments whose runtime gave up.
-func openStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
+// actor is who its releases are counted for (netnsstore.Options.Actor).
+func openStore(c *conf.Config, log *slog.Logger, actor string) (*netnsstore.Store, error) {
 	return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{
 		Log: log, InUse: inUseChecker(c.InUseOptions()), InUseSettings: c.InUseSettings(), InUseFor: recordedInUse(c),
-		Teardown: chainTeardown(log), Writer: Version,
+		Teardown: chainTeardown(log), Writer: Version, Actor: actor,
 	})
+}
+
+// actorOf is who the releases of a CNI verb or an operator command are
+// counted for in the metrics: a runtime's DEL, a GC (CNI GC or netns-pin
+// gc), the operator's release, the sweeper; the repair that any other
+// operation runs.
+func actorOf(verbOrCommand string) string {
+	switch verbOrCommand {
+	case "DEL":
+		return netnsstore.ByDEL
+	case "GC", "gc":
+		return netnsstore.ByGC
+	case "release":
+		return netnsstore.ByOperator
+	case "sweep":
+		return netnsstore.BySweeper
+	}
+	return netnsstore.ByRepair
 }
 
 // cmdDel answers with error text that runtimes cannot mistake for

@@ -305,7 +305,11 @@ apply_crds() {
 install_netns_pin() {
 	# Every /opt/cni/bin: the host path, the installer's copy into it and
 	# the sweeper's binary in the host's mount namespace.
-	sed "s#/opt/cni/bin#${CNI_BIN_DIR}#g" "${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
+	# The sweeper works on this node's pinDir and stateDir (the suite's
+	# NetworkAttachmentDefinitions name them), as an operator's --conf would.
+	sed -e "s#/opt/cni/bin#${CNI_BIN_DIR}#g" \
+		-e "s#/netns-pin sweep #/netns-pin --pin-dir=${KUBELET_DIR}/plugins/netns-pin --state-dir=${KUBE_DIR}/lib/cni/netns-pin sweep #" \
+		"${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
 	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
 	if ! cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin"; then

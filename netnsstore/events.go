@@ -1,0 +1,225 @@
+package netnsstore
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The events file counts what happens in short-lived processes (a runtime's
+// DEL refused or released, a GC, an operator's release) for the node
+// agent's metrics (docs/operating.md, "Metrics"). One line per event,
+// appended under the store's lock by the operation that caused it:
+//
+//	<kind> <by> <cluster> <count> <in-use check seconds | ->
+//
+// Only a release or a refusal appends, never a pass-through pod nor a
+// holder ADD: one open, one write, one close, no fsync. A machine crash may
+// lose the last lines or tear one (a torn line is skipped): the counts are
+// for alerting, not accounting. The agent folds the file into one line per
+// counter when it grows past a size (Store.Events), under the lock.
+const eventsFile = "events"
+
+// Event kinds.
+const (
+	EventRefusal   = "refusal"   // a runtime's DEL answered "in use"
+	EventRelease   = "release"   // a pin released (by: who did it)
+	EventAbandoned = "abandoned" // a teardown the runtime gave up on, finished
+)
+
+// Who released a pin (Options.Actor).
+const (
+	ByDEL      = "del"      // a runtime's DEL (and the repair it ran)
+	ByGC       = "gc"       // CNI GC, and the operator's netns-pin gc
+	BySweeper  = "sweeper"  // netns-pin sweep
+	ByOperator = "operator" // netns-pin release (with or without --force)
+	ByRepair   = "repair"   // the repair of any other operation (an ADD, list, inuse)
+)
+
+// Event is one line of the events file.
+type Event struct {
+	Kind    string
+	By      string
+	Cluster string
+	Count   uint64
+	// Check is how long the in-use check that decided it took; 0 when
+	// unknown (forced, or folded lines).
+	Check time.Duration
+}
+
+func (e Event) line() string {
+	check := "-"
+	if e.Check > 0 {
+		check = strconv.FormatFloat(e.Check.Seconds(), 'f', 6, 64)
+	}
+	return fmt.Sprintf("%s %s %s %d %s\n", e.Kind, e.By, e.Cluster, e.Count, check)
+}
+
+func parseEvent(line string) (Event, bool) {
+	f := strings.Fields(line)
+	if len(f) != 5 {
+		return Event{}, false
+	}
+	n, err := strconv.ParseUint(f[3], 10, 64)
+	if err != nil {
+		return Event{}, false
+	}
+	e := Event{Kind: f[0], By: f[1], Cluster: f[2], Count: n}
+	if f[4] != "-" {
+		secs, err := strconv.ParseFloat(f[4], 64)
+		if err != nil || secs < 0 {
+			return Event{}, false
+		}
+		e.Check = time.Duration(secs * float64(time.Second))
+	}
+	return e, true
+}
+
+// noteRefusal counts a refused DEL of r: the caller is the runtime's DEL.
+func (s *Store) noteRefusal(r *Record) {
+	s.note(Event{Kind: EventRefusal, By: ByDEL, Cluster: r.Cluster, Count: 1, Check: s.lastCheck})
+}
+
+// noteRelease counts the release of r's pin (and, when the runtime had
+// given up on it, the teardown finished for it).
+func (s *Store) noteRelease(r *Record, force bool) {
+	if r.Cluster == "" {
+		return // a pin without a record
+	}
+	check := s.lastCheck
+	if force {
+		check = 0
+	}
+	s.note(Event{Kind: EventRelease, By: s.actor, Cluster: r.Cluster, Count: 1, Check: check})
+	if r.Abandoned {
+		s.note(Event{Kind: EventAbandoned, By: s.actor, Cluster: r.Cluster, Count: 1})
+	}
+}
+
+// note appends e to the events file. Counting never fails an operation:
+// an error is logged.
+func (s *Store) note(e Event) {
+	if s.readOnly {
+		return
+	}
+	if e.By == "" {
+		e.By = ByRepair
+	}
+	fd, err := openat2(s.stateFd, eventsFile, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err == nil {
+		_, err = unix.Write(fd, []byte(e.line()))
+		unix.Close(fd)
+	}
+	if err != nil {
+		s.log.Warn("count an event for the metrics", "event", strings.TrimSpace(e.line()), "error", err)
+	}
+}
+
+// ReadEvents reads the events of stateDir's events file from offset from
+// to its last whole line, and returns them with the offset to read on
+// from. A file shorter than from was folded or replaced: read it again
+// from 0 (reset reports that). No file: no events.
+func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
+	f, err := os.Open(filepath.Join(stateDir, eventsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, from > 0, nil
+	}
+	if err != nil {
+		return nil, from, false, err
+	}
+	defer f.Close()
+	return readEventsFrom(f, from)
+}
+
+func readEventsFrom(f *os.File, from int64) ([]Event, int64, bool, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, from, false, err
+	}
+	reset := fi.Size() < from
+	if reset {
+		from = 0
+	}
+	data, err := io.ReadAll(io.NewSectionReader(f, from, fi.Size()-from))
+	if err != nil {
+		return nil, from, false, err
+	}
+	whole := bytes.LastIndexByte(data, '\n') + 1 // a line being written waits for the next read
+	var out []Event
+	sc := bufio.NewScanner(bytes.NewReader(data[:whole]))
+	sc.Buffer(make([]byte, 4096), 1<<20)
+	for sc.Scan() {
+		if e, ok := parseEvent(sc.Text()); ok {
+			out = append(out, e)
+		}
+	}
+	return out, from + int64(whole), reset, sc.Err()
+}
+
+// Events is ReadEvents for the node agent, which also keeps the file small:
+// past foldOver bytes it reads the rest and folds the file into one line
+// per counter, under the lock (appenders hold it), and returns the offset
+// of the folded file's end.
+func (s *Store) Events(from, foldOver int64) (events []Event, next int64, reset bool, err error) {
+	events, next, reset, err = ReadEvents(s.StateDir, from)
+	if err != nil || next <= foldOver {
+		return events, next, reset, err
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return events, next, reset, err
+	}
+	defer unlock()
+	f, err := os.Open(filepath.Join(s.StateDir, eventsFile))
+	if err != nil {
+		return events, next, reset, err
+	}
+	defer f.Close()
+	more, _, _, err := readEventsFrom(f, next)
+	if err != nil {
+		return events, next, reset, err
+	}
+	events = append(events, more...)
+	all, _, _, err := readEventsFrom(f, 0)
+	if err != nil {
+		return events, next, reset, err
+	}
+	sums := map[[3]string]uint64{}
+	for _, e := range all {
+		sums[[3]string{e.Kind, e.By, e.Cluster}] += e.Count
+	}
+	keys := make([][3]string, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return strings.Join(keys[i][:], " ") < strings.Join(keys[j][:], " ") })
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(Event{Kind: k[0], By: k[1], Cluster: k[2], Count: sums[k]}.line())
+	}
+	tmp := tmpPrefix + eventsFile
+	fd, err := openat2(s.stateFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return events, next, reset, fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
+	}
+	_, err = unix.Write(fd, []byte(b.String()))
+	unix.Close(fd)
+	if err == nil {
+		err = unix.Renameat(s.stateFd, tmp, s.stateFd, eventsFile)
+	}
+	if err != nil {
+		_ = unlinkIfExists(s.stateFd, tmp)
+		return events, next, reset, fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
+	}
+	return events, int64(b.Len()), reset, nil
+}
