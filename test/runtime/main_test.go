@@ -537,7 +537,9 @@ func (s *suite) useRuntimeConf(t *testing.T, name string, conflist []byte) {
 	t.Helper()
 	const file = "00-chain.conflist"
 	path := filepath.Join(s.cniConf, file)
-	has := func(info string) bool { return strings.Contains(info, `\"name\": \"`+name+`\"`) || strings.Contains(info, `"name": "`+name+`"`) }
+	has := func(info string) bool {
+		return strings.Contains(info, `\"name\": \"`+name+`\"`) || strings.Contains(info, `"name": "`+name+`"`)
+	}
 	mark := s.logMark()
 	require.NoError(t, os.WriteFile(path+".tmp", conflist, 0o644))
 	require.NoError(t, os.Rename(path+".tmp", path))
