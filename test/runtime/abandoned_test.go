@@ -19,7 +19,7 @@ import (
 // Multus thin without "retryDeleteOnError" deletes its cache of the pod's
 // delegates after the failed DEL; when the pod object is gone by the
 // retry, it answers DEL with success without calling any delegate, and
-// containerd removes the netns (multus-cni pkg/multus/multus.go CmdDel).
+// the runtime removes the netns (multus-cni pkg/multus/multus.go CmdDel).
 // No runtime will DEL the holder again: the sweeper finishes the teardown
 // once nothing uses the netns, macvlan and host-local included. Needs root.
 func TestMultusGivesUpAndTheSweeperFinishes(t *testing.T) {
@@ -56,7 +56,7 @@ func TestMultusGivesUpAndTheSweeperFinishes(t *testing.T) {
 		res = holder.stop()
 		require.NoError(t, res.Err, "Multus answers the retry with success:\n%s", res)
 		_, err = os.Lstat(holder.netnsPath)
-		require.True(t, os.IsNotExist(err), "containerd removed its netns (err %v)", err)
+		require.True(t, os.IsNotExist(err), "the runtime removed its netns (err %v)", err)
 		require.NoError(t, holder.remove().Err)
 		sn.requirePinned(t, holder, cluster, "draining")
 		assert.True(t, sn.hostLocalHas(holder.storageIP), "host-local keeps %s: no delegate DEL ran", holder.storageIP)

@@ -171,7 +171,9 @@ func newSuite(rt string) (*suite, error) {
 	reapStale()
 	if d := os.Getenv("NETNS_PIN_RUNTIME_DIR"); d != "" {
 		s.dir = filepath.Join(d, rt)
-	} else if s.dir, err = os.MkdirTemp("/tmp", "netns-pin-rt."+rt+"-"); err != nil {
+	} else if s.dir, err = os.MkdirTemp("/tmp", "netns-pin-rt."); err != nil {
+		// (no runtime in the name: the thick tests' multus socket under
+		// it must fit in sun_path; <dir>/env says RUNTIME=)
 		return nil, err
 	}
 	// From here on, what newSuite returns with an error is torn down too.

@@ -1,6 +1,6 @@
 package runtime
 
-// The scenarios of the runtime end to end suite: crictl -> containerd ->
+// The scenarios of the runtime end to end suite: crictl -> containerd or CRI-O ->
 // Multus (thin) -> [macvlan + host-local, netns-pin].
 
 import (
@@ -17,7 +17,7 @@ import (
 )
 
 // A holder named by a `holders` rule (pod namespace + name glob, which
-// containerd passes as K8S_POD_NAMESPACE / K8S_POD_NAME) is pinned when its
+// the runtime passes as K8S_POD_NAMESPACE / K8S_POD_NAME) is pinned when its
 // sandbox starts; the cluster's link leads to the sandbox's own netns. A pod
 // on the same network that no rule names passes through untouched.
 func TestHolderByRulePinnedOnRunp(t *testing.T) {
@@ -33,7 +33,7 @@ func TestHolderByRulePinnedOnRunp(t *testing.T) {
 		assert.Equal(t, []string{link}, r.Links)
 		sn.requireLinkTo(t, link, holder)
 		// the link is the same netns object as the sandbox's netns path that
-		// containerd reports (crictl inspectp)
+		// the runtime reports (crictl inspectp)
 		assert.Equal(t, hosttest.StatNS(t, holder.netnsPath), hosttest.StatNS(t, link))
 		requireNetworkStatus(t, s, holder, sn)
 		assert.Contains(t, linksIn(t, holder.netnsPath), "eth0", "default network (bridge)")
@@ -91,7 +91,7 @@ func TestHolderByCNIArgsAnnotation(t *testing.T) {
 		sn.requireLinkTo(t, link, holder)
 		r := s.crictlRun("pods", "--namespace", "tenant", "--name", intruder.name, "-q")
 		require.NoError(t, r.Err)
-		assert.Empty(t, strings.TrimSpace(r.Stdout), "containerd removed the failed sandbox")
+		assert.Empty(t, strings.TrimSpace(r.Stdout), "the runtime removed the failed sandbox")
 
 		res = holder.stop()
 		require.NoError(t, res.Err, "crictl stopp:\n%s", res)
@@ -125,10 +125,10 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 		assert.Regexp(t, `\(see: netns-pin .*--state-dir `+regexp.QuoteMeta(sn.stateDir)+` .*inuse `+regexp.QuoteMeta(holder.id+"."+storageIfName)+`\)`,
 			runtimeError(res), "the error says how to see every reference")
 
-		// The sandbox is stopped but its network stays: containerd keeps the
+		// The sandbox is refused but its network stays: the runtime keeps the
 		// netns, and the storage interface keeps its address and host-local
 		// lease.
-		assert.Equal(t, "SANDBOX_NOTREADY", holder.podState(t))
+		assert.Equal(t, stateAfterRefusedStop[s.runtime], holder.podState(t))
 		assert.Equal(t, holder.netnsID, hosttest.StatNS(t, holder.netnsPath))
 		assert.Equal(t, []string{holder.storageIP}, hosttest.AddrsIn(t, holder.netnsPath, storageIfName), "net1 keeps its address")
 		assert.True(t, sn.hostLocalHas(holder.storageIP), "host-local keeps the lease of %s", holder.storageIP)
@@ -140,7 +140,7 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 		ce, r := sn.pinDEL(t, holder, "")
 		require.Error(t, r.Err, "netns-pin DEL:\n%s", r)
 		assert.Equal(t, 11, ce.Code, "CNI error code (try again later)")
-		assert.Contains(t, runtimeError(res), ce.Msg, "containerd passes netns-pin's message on")
+		assert.Contains(t, runtimeError(res), ce.Msg, "the runtime passes netns-pin's message on")
 		assert.Contains(t, ce.Details, "csi-vol-0000")
 
 		// `netns-pin inuse <cluster>` shows the same reference to the operator.
@@ -172,7 +172,7 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 		requireNoLink(t, link)
 		assert.False(t, sn.hostLocalHas(holder.storageIP), "host-local released %s", holder.storageIP)
 		_, err = os.Lstat(holder.netnsPath)
-		assert.True(t, os.IsNotExist(err), "containerd removed the netns %s (err %v)", holder.netnsPath, err)
+		assert.True(t, os.IsNotExist(err), "the runtime removed the netns %s (err %v)", holder.netnsPath, err)
 		res = holder.remove()
 		require.NoError(t, res.Err, "crictl rmp:\n%s", res)
 		assert.Empty(t, holder.podState(t))
