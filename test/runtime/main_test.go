@@ -376,7 +376,7 @@ func (s *suite) writeMultusConfig() error {
 
 // setRetryDeleteOnError rewrites Multus' configuration with
 // retryDeleteOnError on or off until the test ends, and waits until
-// containerd has loaded it.
+// the runtime has loaded it.
 func (s *suite) setRetryDeleteOnError(t *testing.T, on bool) {
 	t.Helper()
 	set := func(on bool) error {
@@ -409,7 +409,7 @@ func (s *suite) logMark() int64 {
 // folder (logrus quotes the fsnotify event's quoted name);
 // crioReloaded is its line after it loaded the folder again.
 var (
-	crioEvent    = regexp.MustCompile(`CNI monitoring event .*/([^/"\\]+)\\?"`)
+	crioEvent    = regexp.MustCompile(`CNI monitoring event \S+\s+\\?"([^"\\]+)\\?"`)
 	crioReloaded = regexp.MustCompile(`Updated default CNI network name to (\S+?)"?$`)
 )
 
@@ -432,7 +432,7 @@ func (s *suite) waitConfLoaded(mark int64, file, network string, want func(info 
 		}
 		seen := false
 		for _, l := range strings.Split(string(b[mark:]), "\n") {
-			if m := crioEvent.FindStringSubmatch(l); m != nil && m[1] == file {
+			if m := crioEvent.FindStringSubmatch(l); m != nil && filepath.Base(m[1]) == file {
 				seen = true
 			} else if m := crioReloaded.FindStringSubmatch(l); seen && m != nil && m[1] == network {
 				return true
