@@ -1,8 +1,9 @@
 # netns-pin - build, demo and test entry points.
 #
 #   make build   plugin binary: bin/netns-pin and .cache/cni/bin/netns-pin
-#   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, Kubernetes
-#                and etcd into .cache/ (cached by version; Kubernetes cold ~10 min)
+#   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, CRI-O,
+#                Kubernetes and etcd into .cache/ (cached by version; Kubernetes
+#                cold ~10 min, CRI-O ~5 min)
 #   make demo    walk through a holder ADD / pin / netns survives / DEL (root)
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), the e2e suites under test/, both demos (root)
@@ -31,6 +32,9 @@ FUZZTIME  ?= 20s
 SOAK_STEPS ?= 5000
 E2E_RUN   ?= .
 E2E_FLAGS ?=
+# The scenarios of test/kube that run a second time with the kubelet on
+# CRI-O (docs/operating.md, "Runtime matrix").
+KUBE_CRIO_RUN ?= ^(TestInstalledByDaemonSet|TestHolderDaemonSetRollout|TestRookStyleHolder)$$
 
 # What the e2e suite (package test/) reads to find the binaries.
 E2E_ENV := NETNS_PIN_CNI_PATH=$(CNI_PATH) NETNS_PIN_CNITOOL=$(CNITOOL)
@@ -111,6 +115,7 @@ e2e: tools build e2e-run
 e2e-run:
 	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v -e '/test/ceph$$' -e '/test/kube$$'))
 	$(call step,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
+	$(call step,go test ./test/kube with the kubelet on CRI-O,NETNS_PIN_KUBE_RUNTIME=crio $(E2E_ENV) $(GO) test -count=1 -timeout 20m -v -run '$(KUBE_CRIO_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
 
 # Both demos run as part of make test: a demo that stops working fails CI.

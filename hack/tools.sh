@@ -55,6 +55,11 @@ PACKAGES=(
 	jq:jq
 	make:make
 	gcc:gcc
+	# CRI-O (hack/runtime/crio.sh): its monitor and OCI runtime, and
+	# pkg-config for its cgo parts
+	conmon:conmon
+	runc:runc
+	pkg-config:pkg-config
 )
 
 LOG_PREFIX="tools"
@@ -85,6 +90,9 @@ ensure_packages() {
 	if ! [[ -e /usr/include/stdlib.h ]]; then
 		missing+=(libc6-dev)
 	fi
+	# CRI-O's build links libseccomp and sqlite3 (hack/runtime/crio.sh)
+	[[ -e /usr/include/seccomp.h ]] || missing+=(libseccomp-dev)
+	[[ -e /usr/include/sqlite3.h ]] || missing+=(libsqlite3-dev)
 	apt_install "${missing[@]}"
 }
 

@@ -76,12 +76,16 @@ build_crio() {
 }
 
 # crio_runc_wrapper FILE: the OCI runtime CRI-O runs, runc with the
-# bundle's process.oomScoreAdj removed. CRI-O gives the infra container -998
-# (and the kubelet gives Guaranteed containers -997); lowering a process's
-# oom_score_adj takes CAP_SYS_RESOURCE, which root in a container host does
-# not always have (runc then fails "failed to update
+# bundle's process.oomScoreAdj removed, and its hugepage limits where the
+# host has no hugetlb cgroup controller. CRI-O gives the infra container
+# -998 (and the kubelet gives Guaranteed containers -997); lowering a
+# process's oom_score_adj takes CAP_SYS_RESOURCE, which root in a container
+# host does not always have (runc then fails "failed to update
 # /proc/self/oom_score_adj"). containerd's restrict_oom_score_adj does the
-# same clamp; CRI-O has no such setting.
+# same clamp; CRI-O has no such setting. CRI-O writes the kubelet's hugepage
+# limits (0 for every page size) into each container's spec, and runc fails
+# "cannot set hugetlb limit" on a cgroup v1 host without that controller;
+# containerd writes none.
 crio_runc_wrapper() {
 	cat >"$1" <<'EOF'
 #!/bin/sh
@@ -93,8 +97,12 @@ for a in "$@"; do
 	case "$a" in --bundle=*) bundle="${a#--bundle=}" ;; esac
 	prev="$a"
 done
-if [ -n "$bundle" ] && [ -f "$bundle/config.json" ] && grep -q oomScoreAdj "$bundle/config.json"; then
-	jq 'del(.process.oomScoreAdj)' "$bundle/config.json" >"$bundle/config.json.tmp" &&
+filter='del(.process.oomScoreAdj)'
+if [ ! -d /sys/fs/cgroup/hugetlb ] && [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
+	filter="$filter | del(.linux.resources.hugepageLimits)"
+fi
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ] && grep -q -e oomScoreAdj -e hugepageLimits "$bundle/config.json"; then
+	jq "$filter" "$bundle/config.json" >"$bundle/config.json.tmp" &&
 		mv -f "$bundle/config.json.tmp" "$bundle/config.json"
 fi
 exec runc "$@"
@@ -179,15 +187,29 @@ crio_prepare() {
 
 # crio_import_image DIR OCI_TAR REF: imports the OCI archive (made by
 # hack/runtime/ociimage, its one image tagged as REF's tag) into the storage
-# of the CRI-O of DIR as REF. copyimg also touches /var/lib/containers/cache:
-# it runs in a mount namespace of its own with a tmpfs on /var/lib.
+# of the CRI-O of DIR as REF. copyimg also keeps a blob cache in
+# /var/lib/containers/cache (containers/image's default for root): it runs
+# in a mount namespace of its own where that folder is a tmpfs, or, where
+# the host has none, /var/lib is read-only (containers/image then keeps the
+# cache in memory) but for DIR.
 crio_import_image() {
 	local dir="$1" tar="$2" ref="$3" layout
 	layout="${dir}/crio/images/$(basename "${tar}" .tar)"
 	rm -rf "${layout}"
 	mkdir -p "${layout}"
 	tar -xf "${tar}" -C "${layout}"
-	unshare -m sh -c 'mount --make-rprivate / && mount -t tmpfs tmpfs /var/lib && exec "$@"' copyimg \
+	# shellcheck disable=SC2016
+	unshare -m sh -ec '
+		mount --make-rprivate /
+		mount --bind "$1" "$1"
+		if [ -d /var/lib/containers ]; then
+			mount -t tmpfs tmpfs /var/lib/containers
+		else
+			mount --rbind /var/lib /var/lib
+			mount -o remount,bind,ro /var/lib
+		fi
+		shift
+		exec "$@"' copyimg "${dir}" \
 		"${CRIO_BIN}/copyimg" --root "${dir}/crio/root" --runroot "${dir}/crio/runroot" --storage-driver vfs \
 		--signature-policy "${dir}/crio/policy.json" \
 		--import-from "oci:${layout}:${ref##*:}" --image-name "${ref}" >/dev/null
