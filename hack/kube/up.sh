@@ -354,11 +354,12 @@ apply_crds() {
 }
 
 # install_netns_pin applies deploy/installer-daemonset.yaml as it is but
-# for the host path of the CNI bin folder, and waits for the copy.
+# for its CNI bin folder setting, and waits for the copy.
 install_netns_pin() {
-	# Every /opt/cni/bin: the host path, the installer's copy into it and
-	# the sweeper's binary in the host's mount namespace.
-	sed "s#/opt/cni/bin#${CNI_BIN_DIR}#g" "${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
+	# The documented setting: the cni-bin volume's hostPath and the sweep
+	# container's CNI_BIN_DIR, the two fields that name /opt/cni/bin
+	# (deploy/manifests_test.go TestInstallerCNIBinFolderSetting).
+	sed -E "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#" "${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
 	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
 	if ! cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin"; then
