@@ -82,14 +82,20 @@ build_crio() {
 # process's oom_score_adj takes CAP_SYS_RESOURCE, which root in a container
 # host does not always have (runc then fails "failed to update
 # /proc/self/oom_score_adj"). containerd's restrict_oom_score_adj does the
-# same clamp; CRI-O has no such setting. CRI-O writes the kubelet's hugepage
+# same clamp; CRI-O has no such setting. A privileged container gets every
+# capability CRI-O knows, and runc fails "unable to apply caps" for one the
+# runtime's own bounding set lacks: the wrapper keeps the capabilities of
+# that set, as containerd does for privileged containers (its
+# WithAllCurrentCapabilities). CRI-O writes the kubelet's hugepage
 # limits (0 for every page size) into each container's spec, and runc fails
 # "cannot set hugetlb limit" on a cgroup v1 host without that controller;
 # containerd writes none.
 crio_runc_wrapper() {
 	cat >"$1" <<'EOF'
 #!/bin/sh
-# Written by hack/runtime/crio.sh: runc without the bundle's oomScoreAdj.
+# Written by hack/runtime/crio.sh: runc without the bundle's oomScoreAdj,
+# capabilities beyond this process's bounding set, and hugepage limits
+# without a hugetlb controller.
 bundle=
 prev=
 for a in "$@"; do
@@ -97,12 +103,24 @@ for a in "$@"; do
 	case "$a" in --bundle=*) bundle="${a#--bundle=}" ;; esac
 	prev="$a"
 done
-filter='del(.process.oomScoreAdj)'
+# the capability names by number (linux/capability.h, 0 to 40)
+caps='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_DAC_READ_SEARCH","CAP_FOWNER","CAP_FSETID","CAP_KILL",
+"CAP_SETGID","CAP_SETUID","CAP_SETPCAP","CAP_LINUX_IMMUTABLE","CAP_NET_BIND_SERVICE","CAP_NET_BROADCAST",
+"CAP_NET_ADMIN","CAP_NET_RAW","CAP_IPC_LOCK","CAP_IPC_OWNER","CAP_SYS_MODULE","CAP_SYS_RAWIO",
+"CAP_SYS_CHROOT","CAP_SYS_PTRACE","CAP_SYS_PACCT","CAP_SYS_ADMIN","CAP_SYS_BOOT","CAP_SYS_NICE",
+"CAP_SYS_RESOURCE","CAP_SYS_TIME","CAP_SYS_TTY_CONFIG","CAP_MKNOD","CAP_LEASE","CAP_AUDIT_WRITE",
+"CAP_AUDIT_CONTROL","CAP_SETFCAP","CAP_MAC_OVERRIDE","CAP_MAC_ADMIN","CAP_SYSLOG","CAP_WAKE_ALARM",
+"CAP_BLOCK_SUSPEND","CAP_AUDIT_READ","CAP_PERFMON","CAP_BPF","CAP_CHECKPOINT_RESTORE"]'
+bnd="$(awk '$1 == "CapBnd:" {print $2}' /proc/self/status)"
+filter='del(.process.oomScoreAdj)
+| ($bnd | ascii_downcase | explode | reduce .[] as $c (0; . * 16 + (if $c >= 97 then $c - 87 else $c - 48 end))) as $n
+| [range(0; $caps | length) | select(((($n / pow(2; .)) | floor) % 2) == 1) | $caps[.]] as $ok
+| if .process.capabilities then .process.capabilities |= map_values(map(select(. as $c | any($ok[]; . == $c)))) else . end'
 if [ ! -d /sys/fs/cgroup/hugetlb ] && [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then
 	filter="$filter | del(.linux.resources.hugepageLimits)"
 fi
-if [ -n "$bundle" ] && [ -f "$bundle/config.json" ] && grep -q -e oomScoreAdj -e hugepageLimits "$bundle/config.json"; then
-	jq "$filter" "$bundle/config.json" >"$bundle/config.json.tmp" &&
+if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
+	jq --arg bnd "$bnd" --argjson caps "$caps" "$filter" "$bundle/config.json" >"$bundle/config.json.tmp" &&
 		mv -f "$bundle/config.json.tmp" "$bundle/config.json"
 fi
 exec runc "$@"
