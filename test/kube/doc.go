@@ -28,5 +28,5 @@
 //	                        crio (hack/runtime/crio.sh); make test runs the
 //	                        suite on containerd, then KUBE_CRIO_RUN (the
 //	                        installer, the holder DaemonSet rollout, the
-//	                        Rook-style holder) on CRI-O
+//	                        Rook-style holder, pass-through) on CRI-O
 package kube
