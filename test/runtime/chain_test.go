@@ -19,7 +19,8 @@ import (
 
 // wantAfterAdd is what each runtime sends netns-pin for a sandbox it
 // starts: CRI-O calls CHECK right after ADD and fails the sandbox when
-// CHECK fails (ocicni's SetUpPod runs checkNetwork after addToNetwork);
+// CHECK fails (server/sandbox_network.go networkStart calls ocicni's
+// GetPodNetworkStatus right after SetUpPod, and that runs CNI CHECK);
 // containerd does not call CHECK.
 var wantAfterAdd = map[string][]string{containerd: {"ADD"}, crio: {"ADD", "CHECK"}}
 
