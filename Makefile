@@ -2,9 +2,10 @@
 #
 #   make build   plugin binary: bin/netns-pin and .cache/cni/bin/netns-pin, and
 #                netns-pin-agent (-tags agent: sweep --metrics-address) beside it
-#   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, Kubernetes,
-#                etcd and the kernel-client guest (Debian's 6.1 kernel, hack/vm/)
-#                into .cache/ (cached by version; Kubernetes cold ~10 min)
+#   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, CRI-O,
+#                Kubernetes, etcd and the kernel-client guest (Debian's 6.1
+#                kernel, hack/vm/) into .cache/ (cached by version; Kubernetes
+#                cold ~10 min, CRI-O ~5 min)
 #   make demo    walk through a holder ADD / pin / netns survives / DEL (root)
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), the e2e suites under test/, both demos (root)
@@ -33,6 +34,9 @@ FUZZTIME  ?= 20s
 SOAK_STEPS ?= 5000
 E2E_RUN   ?= .
 E2E_FLAGS ?=
+# The scenarios of test/kube that run a second time with the kubelet on
+# CRI-O (docs/operating.md, "Runtime matrix").
+KUBE_CRIO_RUN ?= ^(TestInstalledByDaemonSet|TestHolderDaemonSetRollout|TestRookStyleHolder|TestNonHolderPodsPassThrough)$$
 
 # What the e2e suite (package test/) reads to find the binaries.
 E2E_ENV := NETNS_PIN_CNI_PATH=$(CNI_PATH) NETNS_PIN_CNITOOL=$(CNITOOL)
@@ -114,6 +118,7 @@ e2e: tools build e2e-run
 e2e-run:
 	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v -e '/test/ceph$$' -e '/test/kube$$' -e '/test/kernel\(/\|$$\)'))
 	$(call step,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
+	$(call step,go test ./test/kube with the kubelet on CRI-O,NETNS_PIN_KUBE_RUNTIME=crio $(E2E_ENV) $(GO) test -count=1 -timeout 20m -v -run '$(KUBE_CRIO_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
 	$(call step,go test ./test/kernel (krbd and CephFS kernel clients in a qemu guest with Debian's 6.1 kernel; hack/vm/build.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 15m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kernel/)
 

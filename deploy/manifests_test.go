@@ -275,9 +275,9 @@ func TestInstallerDaemonSet(t *testing.T) {
 		}
 	}
 	assert.Contains(t, script, "for bin in netns-pin-agent netns-pin; do", "the agent first: a new sweeper finds its agent")
-	assert.Contains(t, script, "mv -f /host/opt/cni/bin/.$bin.new /host/opt/cni/bin/$bin", "atomic install")
+	assert.Contains(t, script, "mv -f /host/cni-bin/.$bin.new /host/cni-bin/$bin", "atomic install")
 	require.Len(t, sweep, 3, "sh -c <script>")
-	assert.Contains(t, sweep[2], `exec nsenter --target="$pid" --mount -- /opt/cni/bin/netns-pin sweep --interval=10s --metrics-address=:9853`,
+	assert.Contains(t, sweep[2], `exec nsenter --target="$pid" --mount -- "$CNI_BIN_DIR/netns-pin" sweep --interval=10s --metrics-address=:9853`,
 		"the installed binary, in the host mount namespace, serving metrics")
 	var ports []any
 	for _, c := range containersOf(spec) {
@@ -390,6 +390,52 @@ func TestMonitoring(t *testing.T) {
 			assert.True(t, exported[m], "alert %s uses %s, which the agent does not export", name, m)
 		}
 	}
+}
+
+// The node's CNI bin folder is a setting of two fields, the cni-bin
+// volume's hostPath and the sweep container's CNI_BIN_DIR, marked "CNI bin
+// folder" in the manifest; they agree, and nothing else in the pod names a
+// host folder of CNI binaries, so an install into another folder
+// (OpenShift's Multus runs plugins from /var/lib/cni/bin) changes those two
+// and nothing else. hack/kube/up.sh installs this way into its own folder.
+func TestInstallerCNIBinFolderSetting(t *testing.T) {
+	raw, err := os.ReadFile("installer-daemonset.yaml")
+	require.NoError(t, err)
+	var ds *object
+	for _, o := range byKind(loadManifests(t), "DaemonSet") {
+		if o.file == "installer-daemonset.yaml" {
+			ds = &o
+		}
+	}
+	require.NotNil(t, ds)
+	spec := podSpec(*ds)
+	vols, _ := spec["volumes"].([]any)
+	require.Len(t, vols, 1)
+	hostPath := str(vols[0], "hostPath", "path")
+	var envDir string
+	for _, c := range containersOf(spec) {
+		if str(c, "name") != "sweep" {
+			continue
+		}
+		envs, _ := c["env"].([]any)
+		for _, e := range envs {
+			if str(e, "name") == "CNI_BIN_DIR" {
+				envDir = str(e, "value")
+			}
+		}
+	}
+	assert.Equal(t, "/opt/cni/bin", hostPath, "the default")
+	assert.Equal(t, hostPath, envDir, "the sweep container's CNI_BIN_DIR is the volume's host path")
+	// Outside comments, the folder is named exactly in the two fields.
+	var named []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if code, _, _ := strings.Cut(l, "#"); strings.Contains(code, "/opt/cni/bin") {
+			named = append(named, strings.TrimSpace(code))
+		}
+	}
+	assert.Equal(t, []string{"value: /opt/cni/bin", "path: /opt/cni/bin"}, named)
+	// Both fields carry the marker the documentation names.
+	assert.Equal(t, 2, strings.Count(string(raw), "# CNI bin folder"), "the two fields are marked")
 }
 
 // ceph-csi's netNamespaceFilePath is the cluster's link as netns-pin

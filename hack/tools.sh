@@ -59,6 +59,11 @@ PACKAGES=(
 	gcc:gcc
 	# the kernel-client suite's guest (hack/vm/build.sh builds the rest)
 	qemu-system-x86_64:qemu-system-x86
+	# CRI-O (hack/runtime/crio.sh): its monitor and OCI runtime, and
+	# pkg-config for its cgo parts
+	conmon:conmon
+	runc:runc
+	pkg-config:pkg-config
 )
 
 LOG_PREFIX="tools"
@@ -93,6 +98,9 @@ ensure_packages() {
 	if [[ "$(dpkg-query -W -f='${db:Status-Status}' busybox-static 2>/dev/null)" != installed ]]; then
 		missing+=(busybox-static)
 	fi
+	# CRI-O's build links libseccomp and sqlite3 (hack/runtime/crio.sh)
+	[[ -e /usr/include/seccomp.h ]] || missing+=(libseccomp-dev)
+	[[ -e /usr/include/sqlite3.h ]] || missing+=(libsqlite3-dev)
 	apt_install "${missing[@]}"
 }
 

@@ -125,21 +125,40 @@ func waitRounds(t *testing.T, c *chain, n int) {
 }
 
 // CRI-O 1.32.8+/1.33.4+/1.34+ (cri-o PR #9372, server/sandbox_network.go
-// networkStop): after one failed CNI DEL it removes its netns file and the
-// libcni result files of the sandbox, marks the network stopped and never
-// calls DEL again. Replayed here with cnitool (result cache in
-// /var/lib/cni/results): the sweeper keeps everything while the client
-// stays, then finishes the teardown, host-local lease included.
+// networkStop), replayed with cnitool (result cache in /var/lib/cni/results)
+// step by step as CRI-O v1.34.11 was measured to act with netns-pin last in
+// the chain (docs/operating.md, "Runtime matrix"):
+//
+//  1. RunPodSandbox: ADD, then CHECK right after it.
+//  2. The first StopPodSandbox: one DEL, refused (code 11); CRI-O deletes
+//     the sandbox's result file /var/lib/cni/results/<net>-<id>-<if> and
+//     marks the network stopped; removing its netns bind mount fails with
+//     EBUSY, so the runtime's netns file stays mounted.
+//  3. The kubelet's second StopPodSandbox: no DEL; CRI-O unmounts and
+//     removes its netns file and succeeds.
+//  4. RemovePodSandbox (`crictl rmp`) succeeds: no CNI call.
+//
+// The sweeper must leave the record while the runtime's netns path still
+// exists, even once nothing uses the netns (a retrying runtime would DEL
+// again through it), and finish the teardown once the path is gone and
+// nothing uses the netns: the chain's DEL (the veth goes, host-local frees
+// the lease, once), then the pin.
 func TestSweeperFinishesWhatCRIOAbandoned(t *testing.T) {
 	cniPath, calls := countingCNIPath(t)
 	c := newChain(t, chainSpec{cniPath: cniPath})
 	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), true)
+	conflist := filepath.Join(c.netconfDir, c.name+".conflist")
+
+	// 1. ADD, CHECK.
 	res := a.mustAdd(t)
 	ip := sandboxIP(t, res)
 	veth := hostVeth(t, res, c.spec.bridge)
+	require.NoError(t, a.check(), "CHECK right after ADD")
 	cl := startClient(t, c.defaultLink(), ns.ID, "")
 
+	// 2. The first stop: one DEL, refused; the result file goes; the
+	// netns file stays mounted (EBUSY).
 	r := a.cnitoolRun("del")
 	require.Error(t, r.Err, "the one DEL CRI-O sends is refused")
 	rec := readRecord(t, a.recordPath())
@@ -148,22 +167,41 @@ func TestSweeperFinishesWhatCRIOAbandoned(t *testing.T) {
 	require.NotNil(t, td, "the refusal captured what a teardown needs")
 	cacheFile := filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", c.name, a.containerID, ifName))
 	assert.Equal(t, cacheFile, td["cacheFile"])
-
-	// CRI-O's networkStop: the netns file and the result cache go, and
-	// DEL is never called again.
-	ns.Delete(t)
 	require.NoError(t, os.Remove(cacheFile))
-	a.noCleanDel = true
+	a.noCleanDel = true // CRI-O never sends DEL again
+	require.Len(t, mountsAt(t, ns.Path), 1, "the runtime's netns file is still mounted after the first stop")
 
 	sw := startSweeper(t, c)
+	waitRounds(t, c, 3)
+	assert.NotEqual(t, "true", readRecord(t, a.recordPath()).str("abandoned"), "the runtime's netns path exists: not abandoned")
+	assertNetnsKept(t, a, ip)
+
+	// The client goes while the runtime's netns file is still there:
+	// nothing uses the netns, but the sweeper leaves it (the path exists).
+	cl.stop(t)
+	waitRounds(t, c, 3)
+	rec = readRecord(t, a.recordPath())
+	assert.Equal(t, "draining", rec.str("state"), "the sweeper does not finish while the runtime's netns path exists")
+	assert.NotEqual(t, "true", rec.str("abandoned"))
+	assertNetnsKept(t, a, ip)
+	assert.True(t, host.LinkExists(veth), "the veth stays")
+	assert.Equal(t, 0, hostLocalDels(t, calls, a.containerID))
+
+	// A new client comes through the link (ceph-csi maps a volume: the
+	// link leads to the cluster's only pin, draining).
+	cl = startClient(t, c.defaultLink(), ns.ID, "")
+
+	// 3. The second stop: no DEL; the netns file is unmounted and removed.
+	ns.Delete(t)
+	// 4. rmp: no CNI call.
 	require.True(t, host.Poll(30*time.Second, 20*time.Millisecond, func() bool {
 		return readRecord(t, a.recordPath()).str("abandoned") == "true"
-	}), "the sweeper sees that the runtime abandoned the teardown")
+	}), "the sweeper sees that the runtime's netns path is gone")
 	waitRounds(t, c, 3)
 	assertNetnsKept(t, a, ip)
 	assert.True(t, host.LinkExists(veth), "the veth stays while the client does")
 	assert.Equal(t, 0, hostLocalDels(t, calls, a.containerID))
-	list := pinCLI(c, "--conf", filepath.Join(c.netconfDir, c.name+".conflist"), "list")
+	list := pinCLI(c, "--conf", conflist, "list")
 	assert.Contains(t, list.Stdout, "draining (abandoned by the runtime)")
 
 	cl.stop(t)
@@ -182,9 +220,6 @@ func TestSweeperFinishesWhatCRIOAbandoned(t *testing.T) {
 		return logLines(t, c, finished...) > 0
 	}), "the sweeper logs the finished teardown")
 	assert.Equal(t, 1, logLines(t, c, finished...))
-
-	// A runtime retry that comes after all frees nothing twice and fails
-	// nothing.
 	sw.stop(t)
 }
 

@@ -38,6 +38,10 @@ CNI_BIN_DIR="${KUBE_DIR}/cni/bin"
 CNI_CONF_DIR="${KUBE_DIR}/cni/net.d"
 KUBELET_DIR="${KUBE_DIR}/kubelet"
 CONTAINERD_SOCK="${KUBE_DIR}/containerd/containerd.sock"
+# The kubelet's runtime: containerd (Debian's), or crio (hack/runtime/crio.sh,
+# every file of it under KUBE_DIR/crio).
+KUBE_RUNTIME="${NETNS_PIN_KUBE_RUNTIME:-containerd}"
+CRIO_SOCK="${KUBE_DIR}/crio/crio.sock"
 # Host links: the default network's bridge, and a veth pair whose end is
 # the storage network's macvlan master (this kernel has no dummy links).
 BRIDGE="npkbr0"

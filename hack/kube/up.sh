@@ -3,7 +3,8 @@
 # machine, with netns-pin installed the way a user installs it.
 #
 #   1. hack/kube/build.sh: the pinned binaries and images (cached)
-#   2. its own containerd (root, state and socket under KUBE_DIR), etcd,
+#   2. its own containerd (root, state and socket under KUBE_DIR; with
+#      NETNS_PIN_KUBE_RUNTIME=crio a CRI-O, hack/runtime/crio.sh), etcd,
 #      kube-apiserver, kube-controller-manager, kube-scheduler and the
 #      kubelet, each started in the background with its PID recorded
 #   3. the node's CNI: Multus (thin) as the only configuration, with a
@@ -20,10 +21,13 @@
 #   .cache/kube/bin/kubectl --kubeconfig .cache/kube/admin.kubeconfig get nodes
 # works; .cache/kube/env has the paths for scripts and tests. Stop it with
 # hack/kube/down.sh (make kube-down). Environment: NETNS_PIN_KUBE_DIR (the
-# run folder, default /var/lib/netns-pin-kube).
+# run folder, default /var/lib/netns-pin-kube), NETNS_PIN_KUBE_RUNTIME
+# (containerd, the default, or crio; a cluster that is up keeps its own).
 set -euo pipefail
 # shellcheck source=hack/kube/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=hack/runtime/crio.sh
+source "${ROOT}/hack/runtime/crio.sh"
 
 PKI="${KUBE_DIR}/pki"
 ETCD_PORT=12379
@@ -123,6 +127,37 @@ make_pki() {
 
 # --- configuration files ----------------------------------------------
 
+# check_runtime: a cluster that is up (its run folder there) runs on the
+# runtime it was made with; asking for another is an error.
+check_runtime() {
+	local have=""
+	[[ -f "${KUBE_DIR}/runtime" ]] && have="$(cat "${KUBE_DIR}/runtime")"
+	[[ -z "${have}" || "${have}" == "${KUBE_RUNTIME}" ]] ||
+		die "the cluster in ${KUBE_DIR} runs on ${have}, not ${KUBE_RUNTIME}: hack/kube/down.sh first"
+	[[ "${KUBE_RUNTIME}" == containerd || "${KUBE_RUNTIME}" == crio ]] || die "unknown NETNS_PIN_KUBE_RUNTIME ${KUBE_RUNTIME} (containerd|crio)"
+	echo "${KUBE_RUNTIME}" >"${KUBE_DIR}/runtime"
+}
+
+# write_crio_config: the CRI-O of the runtime suite (hack/runtime/crio.sh),
+# every file of it under KUBE_DIR/crio.
+write_crio_config() {
+	crio_prepare "${KUBE_DIR}"
+	mkdir -p "${KUBE_DIR}/crio/crio.conf.d"
+	{
+		echo "# Written by hack/kube/up.sh: the node's runtime, apart from any other on the machine."
+		crio_config "${KUBE_DIR}" "${CRIO_SOCK}" "${PAUSE_IMAGE}" "${CNI_BIN_DIR}" "${CNI_CONF_DIR}"
+	} >"${KUBE_DIR}/crio/crio.conf"
+	cat >"${KUBE_DIR}/crictl.yaml" <<EOC
+runtime-endpoint: unix://${CRIO_SOCK}
+image-endpoint: unix://${CRIO_SOCK}
+timeout: 60
+EOC
+	cat >"${KUBE_DIR}/env" <<EOC
+# Written by hack/kube/up.sh; source it.
+CGROUP_PARENT=/kubepods
+EOC
+}
+
 write_containerd_config() {
 	mkdir -p "${KUBE_DIR}/containerd/root" "${KUBE_DIR}/containerd/state" "${KUBE_DIR}/run" "${KUBE_DIR}/opt"
 	{
@@ -187,7 +222,7 @@ authentication: {anonymous: {enabled: false}, webhook: {enabled: true}, x509: {c
 authorization: {mode: Webhook}
 # cgroup v1 hosts without systemd
 cgroupDriver: cgroupfs
-containerRuntimeEndpoint: unix://${CONTAINERD_SOCK}
+containerRuntimeEndpoint: unix://${RUNTIME_SOCK}
 failSwapOn: false
 address: ${NODE_IP}
 readOnlyPort: 0
@@ -216,8 +251,8 @@ start() {
 	pid_of "${name}" >/dev/null && return 0
 	setsid "$@" </dev/null >>"${KUBE_DIR}/logs/${name}.log" 2>&1 &
 	echo $! >"${KUBE_DIR}/pids/${name}"
-	# hack/runtime/teardown.sh stops containerd by this file
-	[[ "${name}" != containerd ]] || echo $! >"${KUBE_DIR}/containerd.pid"
+	# hack/runtime/teardown.sh stops the runtime by this file
+	[[ "${name}" != containerd && "${name}" != crio ]] || echo $! >"${KUBE_DIR}/${name}.pid"
 	log "${name} started (pid $!), log ${KUBE_DIR}/logs/${name}.log"
 }
 
@@ -228,6 +263,24 @@ start_containerd() {
 	for img in pause busybox netns-pin; do
 		ctr --address "${CONTAINERD_SOCK}" -n k8s.io images import "${IMAGES}/${img}.tar" >/dev/null
 	done
+}
+
+# start_crio: the images first (copyimg, before CRI-O opens its storage),
+# then CRI-O.
+start_crio() {
+	if ! pid_of crio >/dev/null; then
+		local img ref
+		for img in pause busybox netns-pin; do
+			case "${img}" in
+			pause) ref="${PAUSE_IMAGE}" ;;
+			busybox) ref="${BUSYBOX_IMAGE}" ;;
+			netns-pin) ref="${INSTALLER_IMAGE}" ;;
+			esac
+			crio_import_image "${KUBE_DIR}" "${IMAGES}/${img}.tar" "${ref}"
+		done
+	fi
+	start crio "${CRIO_BIN}/crio" --config "${KUBE_DIR}/crio/crio.conf" --config-dir "${KUBE_DIR}/crio/crio.conf.d"
+	wait_until 60 "crio" "${CACHE}/runtime/bin/crictl" --config "${KUBE_DIR}/crictl.yaml" version
 }
 
 start_control_plane() {
@@ -301,14 +354,15 @@ apply_crds() {
 }
 
 # install_netns_pin applies deploy/installer-daemonset.yaml as it is but
-# for the host path of the CNI bin folder, and waits for the copy.
+# for its CNI bin folder setting, and waits for the copy.
 install_netns_pin() {
-	# Every /opt/cni/bin: the host path, the installer's copy into it and
-	# the sweeper's binary in the host's mount namespace.
-	# The sweeper works on this node's pinDir and stateDir (the suite's
+	# The documented setting: the cni-bin volume's hostPath and the sweep
+	# container's CNI_BIN_DIR, the two fields that name /opt/cni/bin
+	# (deploy/manifests_test.go TestInstallerCNIBinFolderSetting). The
+	# sweeper works on this node's pinDir and stateDir (the suite's
 	# NetworkAttachmentDefinitions name them), as an operator's --conf would.
-	sed -e "s#/opt/cni/bin#${CNI_BIN_DIR}#g" \
-		-e "s#/netns-pin sweep #/netns-pin --pin-dir=${KUBELET_DIR}/plugins/netns-pin --state-dir=${KUBE_DIR}/lib/cni/netns-pin sweep #" \
+	sed -E -e "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#" \
+		-e "s#/netns-pin\" sweep #/netns-pin\" --pin-dir=${KUBELET_DIR}/plugins/netns-pin --state-dir=${KUBE_DIR}/lib/cni/netns-pin sweep #" \
 		"${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
 	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
@@ -333,6 +387,8 @@ KUBE_NODE=${NODE_NAME}
 KUBE_NODE_IP=${NODE_IP}
 KUBELET_DIR=${KUBELET_DIR}
 KUBE_CNI_BIN_DIR=${CNI_BIN_DIR}
+KUBE_RUNTIME=${KUBE_RUNTIME}
+KUBE_RUNTIME_SOCK=${RUNTIME_SOCK}
 KUBE_CONTAINERD_SOCK=${CONTAINERD_SOCK}
 KUBE_CRICTL_CONFIG=${KUBE_DIR}/crictl.yaml
 KUBE_STORAGE_MASTER=${STORAGE_MASTER}
@@ -352,13 +408,21 @@ main() {
 	t_build="$(now_ms)"
 	mkdir -p "${KUBE_DIR}/logs" "${KUBE_DIR}/pids" "${KUBE_DIR}/manifests"
 	chmod 0711 "${KUBE_DIR}"
+	check_runtime
 	remember_host
 	make_links
 	make_pki
-	write_containerd_config
+	if [[ "${KUBE_RUNTIME}" == crio ]]; then
+		RUNTIME_SOCK="${CRIO_SOCK}"
+		build_crio
+		write_crio_config
+	else
+		RUNTIME_SOCK="${CONTAINERD_SOCK}"
+		write_containerd_config
+	fi
 	write_cni
 	write_kubelet_config
-	start_containerd
+	if [[ "${KUBE_RUNTIME}" == crio ]]; then start_crio; else start_containerd; fi
 	start_control_plane
 	apply_rbac
 	apply_crds

@@ -9,6 +9,10 @@
 #   hack/runtime/setup.sh <dir>   tools, then a containerd whose root, state,
 #                                 socket, CNI bin and conf dirs are all under
 #                                 <dir>, started in the background
+#   hack/runtime/setup.sh <dir> crio   the same with CRI-O (hack/runtime/crio.sh:
+#                                 built from the Go module proxy, conmon and
+#                                 runc from Debian), every file of it under
+#                                 <dir>/crio
 #   hack/runtime/teardown.sh <dir>   stop and remove all of it (see there)
 #
 # Idempotent: run it twice and the second run only checks. From nothing it
@@ -23,8 +27,10 @@
 #   .cache/runtime/pause.tar    OCI archive of hack/runtime/pause (static Go), made
 #                               by hack/runtime/ociimage: no registry is reachable
 #   .cache/cni/bin/*            reference plugins + netns-pin (hack/tools.sh)
+#   .cache/crio/bin/crio, copyimg, pinns   CRI-O (hack/runtime/crio.sh)
 #
-# <dir> after a run:
+# <dir> after a run (containerd; with crio: crio/crio.conf, crio.pid,
+# crio.log, run/crio.sock, and the rest the same):
 #   env                       shell variables for the suite and for people:
 #                             `source <dir>/env; $CRICTL pods`
 #   containerd/config.toml    CRI with restrict_oom_score_adj = true,
@@ -58,6 +64,8 @@ export GOFLAGS="-buildvcs=false"
 LOG_PREFIX="runtime-setup"
 # shellcheck source=hack/lib.sh
 source "${ROOT}/hack/lib.sh"
+# shellcheck source=hack/runtime/crio.sh
+source "${ROOT}/hack/runtime/crio.sh"
 
 ensure_packages() {
 	local missing=()
@@ -128,14 +136,18 @@ tools() {
 	ensure_packages
 	ensure_cni_plugins
 	build_pause_image
-	# the two large builds run side by side
+	# CRI-O's packages first: apt must not run in two builds at once
+	stamp_ok crio "${CRIO_VERSION}-${CRIO_COMMIT:0:12}" "${CRIO_BIN}/crio" || crio_packages
+	# the large builds run side by side
 	local pids=() rc=0 p
 	build_crictl &
 	pids+=($!)
 	build_multus &
 	pids+=($!)
+	build_crio &
+	pids+=($!)
 	for p in "${pids[@]}"; do wait "${p}" || rc=1; done
-	((rc == 0)) || die "building crictl or multus failed"
+	((rc == 0)) || die "building crictl, multus or crio failed"
 }
 
 # For wait_until (hack/lib.sh): containerd must still run, and its log
@@ -158,13 +170,21 @@ write_config() {
 		echo "# Written by hack/runtime/setup.sh for the netns-pin runtime end to end suite."
 		containerd_config "${DIR}" "${DIR}/run/containerd.sock" "${PAUSE_IMAGE}" "${DIR}/cni/bin" "${DIR}/cni/net.d"
 	} >"${DIR}/containerd/config.toml"
+	write_crictl_yaml "${DIR}/run/containerd.sock"
+	link_cni_bin
+}
+
+write_crictl_yaml() {
 	cat >"${DIR}/crictl.yaml" <<EOF
-runtime-endpoint: unix://${DIR}/run/containerd.sock
-image-endpoint: unix://${DIR}/run/containerd.sock
+runtime-endpoint: unix://$1
+image-endpoint: unix://$1
 timeout: 60
 debug: false
 EOF
-	# CNI binaries: links, so a rebuilt netns-pin (make build) is picked up.
+}
+
+# CNI binaries: links, so a rebuilt netns-pin (make build) is picked up.
+link_cni_bin() {
 	local p
 	for p in "${CACHE}"/cni/bin/*; do
 		[[ "$(basename "${p}")" == netns-pin ]] && continue
@@ -208,13 +228,79 @@ import_images() {
 	done
 }
 
+# CRI-O (hack/runtime/crio.sh): the same layout, every file of CRI-O under
+# <dir>/crio, stopped by its PID in <dir>/crio.pid.
+write_config_crio() {
+	mkdir -p "${DIR}/run" "${DIR}/cni/bin" "${DIR}/cni/net.d" "${DIR}/crio/crio.conf.d"
+	chmod 0711 "${DIR}"
+	crio_prepare "${DIR}"
+	{
+		echo "# Written by hack/runtime/setup.sh for the netns-pin runtime end to end suite."
+		crio_config "${DIR}" "${DIR}/run/crio.sock" "${PAUSE_IMAGE}" "${DIR}/cni/bin" "${DIR}/cni/net.d"
+	} >"${DIR}/crio/crio.conf"
+	write_crictl_yaml "${DIR}/run/crio.sock"
+	link_cni_bin
+}
+
+crio_running() {
+	[[ -f "${DIR}/crio.pid" ]] || return 1
+	RUNTIME_PID="$(cat "${DIR}/crio.pid")"
+	kill -0 "${RUNTIME_PID}" 2>/dev/null || return 1
+	[[ "$(readlink "/proc/${RUNTIME_PID}/exe" 2>/dev/null)" == "${CRIO_BIN}/crio" ]] || return 1
+	"${RT_BIN}/crictl" --config "${DIR}/crictl.yaml" version >/dev/null 2>&1
+}
+
+crio_alive() {
+	if [[ -n "${RUNTIME_PID:-}" ]] && ! kill -0 "${RUNTIME_PID}" 2>/dev/null; then
+		tail -n 30 "${DIR}/crio.log" >&2 || true
+		die "crio (pid ${RUNTIME_PID}) exited while waiting for $1"
+	fi
+}
+crio_log() { tail -n 30 "${DIR}/crio.log" >&2 || true; }
+
+start_crio() {
+	WAIT_ALIVE=crio_alive
+	WAIT_DIAG=crio_log
+	if crio_running; then
+		log "crio already running (pid ${RUNTIME_PID})"
+		return 0
+	fi
+	RUNTIME_PID=""
+	# the pause image, from its OCI archive, before CRI-O opens the storage
+	crio_import_image "${DIR}" "${RT_CACHE}/pause.tar" "${PAUSE_IMAGE}"
+	# --config-dir: no drop-in of /etc/crio/crio.conf.d applies
+	setsid "${CRIO_BIN}/crio" --config "${DIR}/crio/crio.conf" --config-dir "${DIR}/crio/crio.conf.d" \
+		</dev/null >>"${DIR}/crio.log" 2>&1 &
+	RUNTIME_PID=$!
+	echo "${RUNTIME_PID}" >"${DIR}/crio.pid"
+	log "crio ${CRIO_VERSION} (commit ${CRIO_COMMIT:0:12}) started (pid ${RUNTIME_PID}), log ${DIR}/crio.log"
+	wait_until "${SETUP_TIMEOUT}" "crio's socket" "${RT_BIN}/crictl" --config "${DIR}/crictl.yaml" version
+}
+
 write_env() {
+	local sock=containerd.sock
+	[[ "${RUNTIME}" == crio ]] && sock=crio.sock
 	cat >"${DIR}/env" <<EOF
 # Written by hack/runtime/setup.sh; source it.
 NETNS_PIN_RT_DIR=${DIR}
+RUNTIME=${RUNTIME}
+EOF
+	if [[ "${RUNTIME}" == crio ]]; then
+		cat >>"${DIR}/env" <<EOF
+CRIO_PID=${RUNTIME_PID}
+CRIO_LOG=${DIR}/crio.log
+CRIO_CONFIG=${DIR}/crio/crio.conf
+CRIO_VERSION=${CRIO_VERSION}
+CRIO_COMMIT=${CRIO_COMMIT}
+EOF
+	else
+		cat >>"${DIR}/env" <<EOF
 CONTAINERD_PID=${CONTAINERD_PID}
 CONTAINERD_ADDRESS=${DIR}/run/containerd.sock
-CONTAINER_RUNTIME_ENDPOINT=unix://${DIR}/run/containerd.sock
+EOF
+	fi
+	cat >>"${DIR}/env" <<EOF
+CONTAINER_RUNTIME_ENDPOINT=unix://${DIR}/run/${sock}
 CRI_CONFIG_FILE=${DIR}/crictl.yaml
 CRICTL=${RT_BIN}/crictl
 CTR=$(command -v ctr)
@@ -234,7 +320,7 @@ main() {
 	start="$(now_ms)"
 	case "${arg}" in
 	"" | -h | --help | help)
-		sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		[[ -n "${arg}" ]] || exit 2
 		return 0
 		;;
@@ -244,6 +330,8 @@ main() {
 		return 0
 		;;
 	esac
+	RUNTIME="${2:-containerd}"
+	[[ "${RUNTIME}" == containerd || "${RUNTIME}" == crio ]] || die "unknown runtime ${RUNTIME} (containerd|crio)"
 	mkdir -p "${arg}"
 	DIR="$(cd "${arg}" && pwd)"
 	# the socket path must fit in sun_path (108 bytes)
@@ -251,13 +339,18 @@ main() {
 	tools
 	local t_tools
 	t_tools="$(now_ms)"
-	write_config
-	start_containerd
-	import_images
+	if [[ "${RUNTIME}" == crio ]]; then
+		write_config_crio
+		start_crio
+	else
+		write_config
+		start_containerd
+		import_images
+	fi
 	CRI_CONFIG_FILE="${DIR}/crictl.yaml" wait_until "${SETUP_TIMEOUT}" "the CRI plugin" \
 		"${RT_BIN}/crictl" --config "${DIR}/crictl.yaml" info
 	write_env
-	log "ready in $((($(now_ms) - start))) ms (tools $((t_tools - start)) ms, containerd $(($(now_ms) - t_tools)) ms): source ${DIR}/env"
+	log "ready in $((($(now_ms) - start))) ms (tools $((t_tools - start)) ms, ${RUNTIME} $(($(now_ms) - t_tools)) ms): source ${DIR}/env"
 }
 
 main "$@"

@@ -5,9 +5,11 @@
 #      whose DEL netns-pin refuses stays; step 4 takes its netns down),
 #      noting each sandbox's netns path in <dir>/netns.list;
 #   2. stop the suite's kube-apiserver and etcd (<dir>/kube-api/*.pid), and
-#      containerd by the PID in <dir>/containerd.pid (TERM, then KILL);
+#      the runtime by the PID in <dir>/containerd.pid or <dir>/crio.pid
+#      (TERM, then KILL);
 #   3. kill what is left of the shims and sandbox processes, by the PIDs in
-#      containerd's state folder, checking each is what it should be;
+#      containerd's state folder (CRI-O's: the conmon and container pid
+#      files in its runroot), checking each is what it should be;
 #   4. unmount everything under <dir> (pins, rootfs, shm) and the sandbox
 #      netns mounts listed in <dir>/netns.list; remove the cgroups made for
 #      the pods ($CGROUP_PARENT), containerd's CNI result cache entries and
@@ -40,6 +42,12 @@ if [[ -f "${DIR}/env" ]]; then
 fi
 SOCK="${DIR}/run/containerd.sock"
 PIDFILE="${DIR}/containerd.pid"
+EXE=containerd
+if [[ -f "${DIR}/crio.pid" ]]; then
+	SOCK="${DIR}/run/crio.sock"
+	PIDFILE="${DIR}/crio.pid"
+	EXE=crio
+fi
 
 alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
 
@@ -56,8 +64,8 @@ crictl_() { timeout 90 "${CRICTL}" --config "${DIR}/crictl.yaml" "$@"; }
 
 cpid=""
 [[ -f "${PIDFILE}" ]] && cpid="$(cat "${PIDFILE}")"
-if alive "${cpid}" && [[ "$(readlink "/proc/${cpid}/exe")" != */containerd ]]; then
-	log "pid ${cpid} from ${PIDFILE} is not containerd any more; not touching it"
+if alive "${cpid}" && [[ "$(readlink "/proc/${cpid}/exe")" != */"${EXE}" ]]; then
+	log "pid ${cpid} from ${PIDFILE} is not ${EXE} any more; not touching it"
 	cpid=""
 fi
 
@@ -87,14 +95,14 @@ for f in "${DIR}"/kube-api/kube-apiserver.pid "${DIR}"/kube-api/etcd.pid; do
 	wait_gone "${pid}" 10000 || kill -KILL "${pid}"
 done
 
-# containerd
+# the runtime
 if alive "${cpid}"; then
 	kill -TERM "${cpid}"
 	if ! wait_gone "${cpid}" 10000; then
-		log "containerd ${cpid} ignored SIGTERM for 10s: SIGKILL"
+		log "${EXE} ${cpid} ignored SIGTERM for 10s: SIGKILL"
 		kill -KILL "${cpid}"
 		wait_gone "${cpid}" 5000 || {
-			log "containerd ${cpid} does not die"
+			log "${EXE} ${cpid} does not die"
 			FAILED=1
 		}
 	fi
@@ -124,6 +132,28 @@ if [[ -d "${tasks}" ]]; then
 		done
 	done
 fi
+
+# CRI-O: conmon and the container's first process of each container
+# (sandboxes' infra containers among them), by the pid files in its runroot
+for d in "${DIR}"/crio/runroot/*-containers/*/userdata/; do
+	[[ -d "${d}" ]] || continue
+	id="$(basename "$(dirname "${d}")")"
+	echo "${id}" >>"${DIR}/sandboxes.list"
+	for f in pidfile conmon-pid; do
+		[[ -f "${d}${f}" ]] || continue
+		pid="$(cat "${d}${f}")"
+		alive "${pid}" || continue
+		case "${f}" in
+		conmon-pid) grep -qa -- "${id}" "/proc/${pid}/cmdline" || continue ;;
+		pidfile) grep -q -- "${id}" "/proc/${pid}/cgroup" || continue ;;
+		esac
+		kill -KILL "${pid}" 2>/dev/null
+		wait_gone "${pid}" 5000 || {
+			log "pid ${pid} (${f} of ${id}) does not die"
+			FAILED=1
+		}
+	done
+done
 
 # 4. mounts under <dir>, deepest first, then the sandboxes' netns mounts
 mapfile -t mounts < <(findmnt -rn -o TARGET | awk -v d="${DIR}/" 'index($0, d) == 1' | sort -r)

@@ -3,7 +3,7 @@
 // kube-controller-manager and kubelet, with Multus (thin) as the node's CNI.
 //
 //	kubectl -> kube-apiserver (+ etcd) -> scheduler / DaemonSet controller
-//	        -> kubelet -> containerd (CRI) -> Multus (thin)
+//	        -> kubelet -> containerd or CRI-O (CRI) -> Multus (thin)
 //	             eth0: default network, bridge + host-local
 //	             net1: the NetworkAttachmentDefinition of deploy/:
 //	                   [ macvlan + whereabouts, netns-pin ]
@@ -24,4 +24,9 @@
 //	NETNS_PIN_KUBE_KEEP=1   leave the cluster running after the suite
 //	                        (`make kube-down` removes it); a cluster that was
 //	                        already up when the suite started is always kept
+//	NETNS_PIN_KUBE_RUNTIME  the kubelet's runtime: containerd (default) or
+//	                        crio (hack/runtime/crio.sh); make test runs the
+//	                        suite on containerd, then KUBE_CRIO_RUN (the
+//	                        installer, the holder DaemonSet rollout, the
+//	                        Rook-style holder, pass-through) on CRI-O
 package kube

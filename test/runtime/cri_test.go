@@ -38,6 +38,10 @@ type netSpec struct {
 	cniArgsNamespaces []string
 	links             []string
 	cacheDirs         []string
+	// inRuntimeConf: the chain is [bridge + host-local, netns-pin] in the
+	// runtime's own CNI configuration, not a NetworkAttachmentDefinition
+	// behind Multus (chain_test.go).
+	inRuntimeConf bool
 }
 
 // storageNet is a NetworkAttachmentDefinition "ceph-public-N" in namespace
@@ -46,6 +50,7 @@ type netSpec struct {
 type storageNet struct {
 	s        *suite
 	name     string
+	ifname   string // net1 behind Multus, eth0 in the runtime's configuration
 	subnet   string
 	dir      string
 	pinDir   string
@@ -63,7 +68,7 @@ func (s *suite) newStorageNet(t *testing.T, spec netSpec) *storageNet {
 	require.Less(t, n, 250, "out of 10.98.N.0/24 subnets")
 	dir := s.testDir(t)
 	sn := &storageNet{
-		s: s, name: fmt.Sprintf("ceph-public-%d", n), subnet: fmt.Sprintf("10.98.%d.0/24", n), dir: dir,
+		s: s, name: fmt.Sprintf("ceph-public-%d", n), ifname: storageIfName, subnet: fmt.Sprintf("10.98.%d.0/24", n), dir: dir,
 		pinDir: filepath.Join(dir, "pin"), stateDir: filepath.Join(dir, "state"),
 		sysfs: filepath.Join(dir, "sys"), debugfs: filepath.Join(dir, "debugfs"),
 		ipamDir: filepath.Join(dir, "host-local"), logFile: filepath.Join(dir, "netns-pin.log"),
@@ -90,27 +95,31 @@ func (s *suite) newStorageNet(t *testing.T, spec netSpec) *storageNet {
 	if spec.cacheDirs != nil {
 		pin["cacheDirs"] = spec.cacheDirs
 	}
+	ipam := map[string]any{
+		"type": "host-local", "dataDir": sn.ipamDir,
+		"ranges": [][]map[string]any{{{"subnet": sn.subnet}}},
+	}
+	first := map[string]any{"type": "macvlan", "master": s.master, "mode": "bridge", "ipam": ipam}
+	if spec.inRuntimeConf {
+		sn.name, sn.ifname = fmt.Sprintf("chain-%d", n), "eth0"
+		first = map[string]any{"type": "bridge", "bridge": s.bridge, "ipam": ipam}
+	}
 	list := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       sn.name,
-		"plugins": []any{
-			map[string]any{
-				"type": "macvlan", "master": s.master, "mode": "bridge",
-				"ipam": map[string]any{
-					"type": "host-local", "dataDir": sn.ipamDir,
-					"ranges": [][]map[string]any{{{"subnet": sn.subnet}}},
-				},
-			},
-			pin,
-		},
+		"plugins":    []any{first, pin},
 	}
 	var err error
 	sn.conflist, err = json.MarshalIndent(list, "", "  ")
 	require.NoError(t, err)
-	require.NoError(t, s.api.putNAD(nadNamespace, sn.name, sn.conflist))
+	if spec.inRuntimeConf {
+		s.useRuntimeConf(t, sn.name, sn.conflist)
+	} else {
+		require.NoError(t, s.api.putNAD(nadNamespace, sn.name, sn.conflist))
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("NetworkAttachmentDefinition %s/%s config:\n%s", nadNamespace, sn.name, sn.conflist)
+			t.Logf("network %s config:\n%s", sn.name, sn.conflist)
 			if b, err := os.ReadFile(sn.logFile); err == nil {
 				t.Logf("netns-pin log %s:\n%s", sn.logFile, b)
 			}
@@ -136,9 +145,7 @@ func (sn *storageNet) selection(cluster string) map[string]string {
 // config is the netns-pin entry as netns-pin parses it.
 func (sn *storageNet) config(t *testing.T) *conf.Config {
 	t.Helper()
-	nad, err := sn.s.api.nadJSON(nadNamespace, sn.name)
-	require.NoError(t, err)
-	entry, err := conf.PluginEntry(nad)
+	entry, err := conf.PluginEntry(sn.conflist)
 	require.NoError(t, err)
 	c, err := conf.Parse(entry)
 	require.NoError(t, err)
@@ -184,11 +191,11 @@ func (sn *storageNet) removeRBDDevice(t *testing.T, id int) {
 }
 
 func (sn *storageNet) recordPath(sb *sandbox) string {
-	return filepath.Join(sn.stateDir, "records", sb.id+"."+storageIfName+".json")
+	return filepath.Join(sn.stateDir, "records", sb.id+"."+sn.ifname+".json")
 }
 
 func (sn *storageNet) pinPath(sb *sandbox) string {
-	return filepath.Join(sn.pinDir, "pins", sb.id+"."+storageIfName)
+	return filepath.Join(sn.pinDir, "pins", sb.id+"."+sn.ifname)
 }
 
 // readRecord returns the sandbox's record, nil when there is none.
@@ -250,7 +257,8 @@ type sandbox struct {
 	id         string
 	netnsPath  string
 	netnsID    host.NSID
-	storageIP  string // net1's address
+	ifname     string // the storage network's interface: net1, or eth0 (inRuntimeConf)
+	storageIP  string // its address
 	stopped    bool
 	removed    bool
 	podJSON    string
@@ -270,9 +278,15 @@ func (sb *sandbox) String() string {
 // kubelet would. A failed runp returns the result with sb.id empty.
 func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]string) (*sandbox, host.CmdResult) {
 	t.Helper()
+	return s.runPodIf(t, ns, name, annotations, storageIfName)
+}
+
+// runPodIf is runPod for a pod whose storage interface is ifname.
+func (s *suite) runPodIf(t *testing.T, ns, name string, annotations map[string]string, ifname string) (*sandbox, host.CmdResult) {
+	t.Helper()
 	uid, err := s.api.createPod(ns, name, annotations)
 	require.NoError(t, err)
-	sb := &sandbox{s: s, ns: ns, name: name, uid: uid, annotation: annotations}
+	sb := &sandbox{s: s, ns: ns, name: name, uid: uid, annotation: annotations, ifname: ifname}
 	dir := filepath.Join(s.work, "pods")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	sb.podJSON = filepath.Join(dir, ns+"_"+name+"_"+sb.uid+".json")
@@ -300,8 +314,8 @@ func (s *suite) runPod(t *testing.T, ns, name string, annotations map[string]str
 	require.NotEmpty(t, sb.netnsPath, "no network namespace path in crictl inspectp %s", sb.id)
 	sb.defaultIP = st.Status.Network.IP
 	sb.netnsID = hosttest.StatNS(t, sb.netnsPath)
-	addrs := hosttest.AddrsIn(t, sb.netnsPath, storageIfName)
-	require.Len(t, addrs, 1, "%s: addresses of %s", sb, storageIfName)
+	addrs := hosttest.AddrsIn(t, sb.netnsPath, ifname)
+	require.Len(t, addrs, 1, "%s: addresses of %s", sb, ifname)
 	sb.storageIP = addrs[0]
 	return sb, r
 }
@@ -410,9 +424,7 @@ func (sn *storageNet) hostLocalHas(ip string) bool {
 // string; this shows the code the plugin itself returns.
 func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniError, host.CmdResult) {
 	t.Helper()
-	nad, err := sn.s.api.nadJSON(nadNamespace, sn.name)
-	require.NoError(t, err)
-	entry, err := conf.PluginEntry(nad)
+	entry, err := conf.PluginEntry(sn.conflist)
 	require.NoError(t, err)
 	if pinCluster != "" {
 		var m map[string]any
@@ -425,7 +437,7 @@ func (sn *storageNet) pinDEL(t *testing.T, sb *sandbox, pinCluster string) (cniE
 		"CNI_COMMAND=DEL",
 		"CNI_CONTAINERID=" + sb.id,
 		"CNI_NETNS=" + sb.netnsPath,
-		"CNI_IFNAME=" + storageIfName,
+		"CNI_IFNAME=" + sn.ifname,
 		"CNI_PATH=" + sn.s.cniBin,
 		fmt.Sprintf("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_INFRA_CONTAINER_ID=%s;K8S_POD_UID=%s", sb.ns, sb.name, sb.id, sb.uid),
 	}
@@ -459,4 +471,10 @@ type cniError struct {
 	Code       int    `json:"code"`
 	Msg        string `json:"msg"`
 	Details    string `json:"details"`
+}
+
+// pathExists reports whether anything is at path (Lstat).
+func pathExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

@@ -2,6 +2,8 @@
 // real CRI runtime calling Multus calling the storage network's chain.
 //
 //	crictl -> containerd (CRI, Debian's 1.6) -> runc + the local pause image
+//	       or CRI-O (github.com/cri-o/cri-o@v1.34.0 of the module proxy,
+//	          commit 5dd0877c; conmon and runc from Debian)
 //	       -> Multus (thin plugin, v4.2.3; thick_test.go: multus-shim ->
 //	          multus-daemon in a privileged hostPID container, the upstream
 //	          volumes, pinDir as a Bidirectional volume or not)
@@ -12,6 +14,12 @@
 //	kube-apiserver (and etcd) on 127.0.0.1, the binaries hack/kube/build.sh
 //	builds, and writes the pods' network-status back to it. There is no
 //	kubelet here: test/kube is the suite with one.
+//
+// Every scenario runs on both runtimes, as subtests named containerd and
+// crio (each runtime is set up on first use, so -run 'TestX/crio' makes
+// only CRI-O), but Multus thick (thick_test.go), which runs on containerd.
+// chain_test.go puts the chain in the runtime's own CNI configuration,
+// where CRI-O's CHECK right after ADD reaches netns-pin.
 //
 // The tests start pod sandboxes with `crictl runp` and stop them with
 // `crictl stopp` / `crictl rmp`, exactly as kubelet drives the runtime, and
@@ -26,8 +34,9 @@
 //
 //	NETNS_PIN_CNI_PATH        folder with netns-pin and the reference plugins
 //	                          (default <repo>/.cache/cni/bin, as for test/)
-//	NETNS_PIN_RUNTIME_DIR     where setup.sh puts containerd's root, state and
-//	                          socket (default a new /tmp/netns-pin-rt.*)
+//	NETNS_PIN_RUNTIME_DIR     where setup.sh puts each runtime's root, state and
+//	                          socket (<dir>/containerd, <dir>/crio; default a
+//	                          new /tmp/netns-pin-rt.* each)
 //	NETNS_PIN_RUNTIME_KEEP=1  leave the runtime running and the folder in
 //	                          place after the suite, for a look around
 //

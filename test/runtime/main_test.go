@@ -16,11 +16,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/host"
-	"github.com/netns-pin/netns-pin/internal/hosttest"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 )
@@ -35,8 +35,19 @@ const (
 	defaultSubnet = "10.98.0.0/24"
 )
 
-// suite is the running runtime shared by every test.
+// The runtimes the suite runs its scenarios on (hack/runtime/setup.sh
+// <dir> <runtime>): each scenario is a subtest per runtime, named by it, so
+// `-run 'TestX/crio'` runs one and sets up only that runtime.
+const (
+	containerd = "containerd" // Debian's 1.6
+	crio       = "crio"       // hack/runtime/crio.sh: the module proxy's v1.34.0 (commit 5dd0877c)
+)
+
+var runtimes = []string{containerd, crio}
+
+// suite is one running runtime shared by every test.
 type suite struct {
+	runtime      string // containerd or crio
 	repo         string
 	dir          string // setup.sh's folder
 	work         string // per-test folders
@@ -45,38 +56,107 @@ type suite struct {
 	cniBin       string
 	cniConf      string
 	cgroupParent string
-	pinBin       string // the netns-pin binary containerd runs (through cni/bin)
-	api          *kubeAPI
-	bridge       string // default network's bridge
-	master       string // veth end, macvlan master of the storage networks
-	peer         string // the veth's other end
+	pinBin       string   // the netns-pin binary the runtime runs (through cni/bin)
+	calls        string   // what the runtime and Multus ran netns-pin for (installCallLog)
+	runtimeLog   string   // crio.log (CRI-O)
+	api          *kubeAPI // shared by the runtimes
+	bridge       string   // default network's bridge
+	master       string   // veth end, macvlan master of the storage networks
+	peer         string   // the veth's other end
 	setupTime    time.Duration
 	// noRetryOnError: Multus without "retryDeleteOnError" (see
 	// setRetryDeleteOnError).
 	noRetryOnError bool
 }
 
-// shared is the runtime every test uses.
-var shared hosttest.Shared[suite]
-
-func TestMain(m *testing.M) { shared.Main(m, "runtime", (*suite).close) }
-
-// requireRuntime returns the running runtime, setting it up on first use.
-// It fails (never skips) the test when that is impossible.
-func requireRuntime(t *testing.T) *suite {
-	t.Helper()
-	return shared.Get(t, "runtime end to end suite", newSuite)
+// fixture is a runtime (or the kube-apiserver) made on first use and
+// torn down when the tests end.
+type fixture[T any] struct {
+	once sync.Once
+	v    *T
+	err  error
 }
 
-func newSuite() (*suite, error) {
+func (f *fixture[T]) get(make func() (*T, error)) (*T, error) {
+	f.once.Do(func() { f.v, f.err = make() })
+	return f.v, f.err
+}
+
+// shared is each runtime the tests use; sharedAPI the kube-apiserver their
+// Multus reads, in apiDir.
+var (
+	shared    = map[string]*fixture[suite]{containerd: {}, crio: {}}
+	sharedAPI fixture[kubeAPI]
+	apiDir    string
+)
+
+// TestMain runs the tests, then tears down each runtime that was made, and
+// the kube-apiserver; a teardown that fails fails the run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	var errs []error
+	for _, rt := range runtimes {
+		if s := shared[rt].v; s != nil {
+			errs = append(errs, s.close())
+		}
+	}
+	if k := sharedAPI.v; k != nil {
+		k.Close()
+	}
+	if apiDir != "" && os.Getenv("NETNS_PIN_RUNTIME_KEEP") != "1" {
+		errs = append(errs, teardown(filepath.Join("..", ".."), apiDir))
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintf(os.Stderr, "runtime teardown: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// forEachRuntime runs the scenario as one subtest per runtime, named by it.
+func forEachRuntime(t *testing.T, scenario func(t *testing.T, s *suite)) {
+	t.Helper()
+	for _, rt := range runtimes {
+		t.Run(rt, func(t *testing.T) { scenario(t, requireRuntime(t, rt)) })
+	}
+}
+
+// requireRuntime returns the running runtime rt, setting it up on first
+// use. It fails (never skips) the test when that is impossible.
+func requireRuntime(t *testing.T, rt string) *suite {
+	t.Helper()
+	s, err := shared[rt].get(func() (*suite, error) { return newSuite(rt) })
+	if err != nil {
+		t.Fatalf("runtime end to end suite on %s cannot run: %v", rt, err)
+	}
+	return s
+}
+
+// requireAPI returns the kube-apiserver, starting it on first use.
+func requireAPI(repo string) (*kubeAPI, error) {
+	return sharedAPI.get(func() (*kubeAPI, error) {
+		var err error
+		if apiDir, err = os.MkdirTemp("/tmp", "netns-pin-rt.api-"); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(apiDir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return nil, err
+		}
+		return startKubeAPI(repo, filepath.Join(apiDir, "kube-api"))
+	})
+}
+
+func newSuite(rt string) (*suite, error) {
 	if os.Geteuid() != 0 {
-		return nil, errors.New("it needs root (containerd, network namespaces, mounts): run `make test` or `go test ./test/runtime/` as root")
+		return nil, errors.New("it needs root (the runtime, network namespaces, mounts): run `make test` or `go test ./test/runtime/` as root")
 	}
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		return nil, err
 	}
-	s := &suite{repo: repo}
+	s := &suite{runtime: rt, repo: repo}
 	cniPath := os.Getenv("NETNS_PIN_CNI_PATH")
 	if cniPath == "" {
 		cniPath = filepath.Join(repo, ".cache", "cni", "bin")
@@ -89,11 +169,12 @@ func newSuite() (*suite, error) {
 		return nil, fmt.Errorf("%s is missing: run `make build` (hack/tools.sh plugin) or set NETNS_PIN_CNI_PATH", s.pinBin)
 	}
 	reapStale()
-	s.dir = os.Getenv("NETNS_PIN_RUNTIME_DIR")
-	if s.dir == "" {
-		if s.dir, err = os.MkdirTemp("/tmp", "netns-pin-rt."); err != nil {
-			return nil, err
-		}
+	if d := os.Getenv("NETNS_PIN_RUNTIME_DIR"); d != "" {
+		s.dir = filepath.Join(d, rt)
+	} else if s.dir, err = os.MkdirTemp("/tmp", "netns-pin-rt."); err != nil {
+		// (no runtime in the name: the thick tests' multus socket under
+		// it must fit in sun_path; <dir>/env says RUNTIME=)
+		return nil, err
 	}
 	// From here on, what newSuite returns with an error is torn down too.
 	if err := os.MkdirAll(s.dir, 0o711); err != nil {
@@ -105,13 +186,13 @@ func newSuite() (*suite, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "runtime", "setup.sh"), s.dir)
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "hack", "runtime", "setup.sh"), s.dir, rt)
 	cmd.Env = append(os.Environ(), "NETNS_PIN_BIN="+s.pinBin)
 	out, err := cmd.CombinedOutput()
 	s.setupTime = time.Since(start)
-	fmt.Fprintf(os.Stderr, "runtime setup (%s):\n%s", s.setupTime.Round(time.Millisecond), out)
+	fmt.Fprintf(os.Stderr, "runtime setup, %s (%s):\n%s", rt, s.setupTime.Round(time.Millisecond), out)
 	if err != nil {
-		return s, fmt.Errorf("hack/runtime/setup.sh %s: %v", s.dir, err)
+		return s, fmt.Errorf("hack/runtime/setup.sh %s %s: %v", s.dir, rt, err)
 	}
 	env, err := host.ReadEnvFile(filepath.Join(s.dir, "env"), "CRICTL", "CRI_CONFIG_FILE", "CNI_BIN_DIR", "CNI_CONF_DIR", "CGROUP_PARENT")
 	if err != nil {
@@ -119,6 +200,12 @@ func newSuite() (*suite, error) {
 	}
 	s.crictl, s.criConfig = env["CRICTL"], env["CRI_CONFIG_FILE"]
 	s.cniBin, s.cniConf, s.cgroupParent = env["CNI_BIN_DIR"], env["CNI_CONF_DIR"], env["CGROUP_PARENT"]
+	if rt == crio {
+		s.runtimeLog = filepath.Join(s.dir, "crio.log")
+	}
+	if err := s.installCallLog(); err != nil {
+		return s, err
+	}
 	s.work = filepath.Join(s.dir, "tests")
 	if err := os.MkdirAll(s.work, 0o755); err != nil {
 		return s, err
@@ -126,13 +213,55 @@ func newSuite() (*suite, error) {
 	if err := s.makeLinks(); err != nil {
 		return s, err
 	}
-	if s.api, err = startKubeAPI(repo, filepath.Join(s.dir, "kube-api")); err != nil {
+	if s.api, err = requireAPI(repo); err != nil {
 		return s, fmt.Errorf("kube-apiserver for Multus: %w", err)
 	}
 	if err := s.writeMultusConfig(); err != nil {
 		return s, err
 	}
 	return s, s.waitNetworkReady()
+}
+
+// installCallLog puts a wrapper in the runtime's CNI bin folder in place of
+// netns-pin that appends "<command> <container id> <ifname>" to s.calls
+// and execs the real binary: which commands a runtime sends (CRI-O calls
+// CHECK right after ADD, and DEL again at every stop) is what the
+// scenarios compare.
+func (s *suite) installCallLog() error {
+	s.calls = filepath.Join(s.dir, "netns-pin.calls")
+	script := fmt.Sprintf("#!/bin/sh\necho \"$CNI_COMMAND $CNI_CONTAINERID $CNI_IFNAME\" >>%s\nexec %s \"$@\"\n", s.calls, s.pinBin)
+	wrapper := filepath.Join(s.cniBin, "netns-pin")
+	if err := os.Remove(wrapper); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return os.WriteFile(wrapper, []byte(script), 0o755)
+}
+
+// callsOf returns the commands netns-pin was run for with this container
+// ID and interface, in order ("ADD", "CHECK", "DEL").
+func (s *suite) callsOf(id, ifname string) []string {
+	b, _ := os.ReadFile(s.calls)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 3 && f[1] == id && f[2] == ifname {
+			out = append(out, f[0])
+		}
+	}
+	return out
+}
+
+// teardown runs hack/runtime/teardown.sh on dir.
+func teardown(repo, dir string) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(repo, "hack", "runtime", "teardown.sh"), dir).CombinedOutput()
+	fmt.Fprintf(os.Stderr, "runtime teardown of %s (%s):\n%s", dir, time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		return fmt.Errorf("hack/runtime/teardown.sh %s: %v", dir, err)
+	}
+	return nil
 }
 
 // reapStale tears down runtimes of earlier runs that died without their
@@ -247,22 +376,75 @@ func (s *suite) writeMultusConfig() error {
 
 // setRetryDeleteOnError rewrites Multus' configuration with
 // retryDeleteOnError on or off until the test ends, and waits until
-// containerd has loaded it.
+// the runtime has loaded it.
 func (s *suite) setRetryDeleteOnError(t *testing.T, on bool) {
 	t.Helper()
 	set := func(on bool) error {
 		s.noRetryOnError = !on
+		mark := s.logMark()
 		if err := s.writeMultusConfig(); err != nil {
 			return err
 		}
 		want := regexp.MustCompile(fmt.Sprintf(`retryDeleteOnError\\?"\s*:\s*%v`, on))
-		if !host.Poll(readyTimeout, 50*time.Millisecond, func() bool { return want.MatchString(s.crictlRun("info").Stdout) }) {
-			return fmt.Errorf("containerd did not load Multus' configuration with retryDeleteOnError %v", on)
-		}
-		return nil
+		return s.waitConfLoaded(mark, "00-multus.conf", "multus-cni-network", func(info string) bool { return want.MatchString(info) })
 	}
 	require.NoError(t, set(on))
 	t.Cleanup(func() { require.NoError(t, set(true)) })
+}
+
+// logMark is where the runtime's log ends now (CRI-O; 0 for containerd):
+// waitConfLoaded looks for CRI-O's reload after it.
+func (s *suite) logMark() int64 {
+	if s.runtimeLog == "" {
+		return 0
+	}
+	st, err := os.Stat(s.runtimeLog)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// crioEvent is ocicni's log line for a change of a file in the CNI conf
+// folder (logrus quotes the fsnotify event's quoted name);
+// crioReloaded is its line after it loaded the folder again.
+var (
+	crioEvent    = regexp.MustCompile(`CNI monitoring event \S+\s+\\?"([^"\\]+)\\?"`)
+	crioReloaded = regexp.MustCompile(`Updated default CNI network name to (\S+?)"?$`)
+)
+
+// waitConfLoaded waits until the runtime has loaded the CNI configuration
+// file (a name in its conf folder) written after mark, making network the
+// default. containerd shows its configuration in `crictl info` (want
+// checks it); CRI-O does not, and its log (ocicni) says when it loaded the
+// folder again after an event of that file.
+func (s *suite) waitConfLoaded(mark int64, file, network string, want func(info string) bool) error {
+	if s.runtime != crio {
+		if !host.Poll(readyTimeout, 50*time.Millisecond, func() bool { return want(s.crictlRun("info").Stdout) }) {
+			return fmt.Errorf("%s did not load the CNI configuration %s", s.runtime, file)
+		}
+		return nil
+	}
+	ok := host.Poll(readyTimeout, 50*time.Millisecond, func() bool {
+		b, err := os.ReadFile(s.runtimeLog)
+		if err != nil || int64(len(b)) < mark {
+			return false
+		}
+		seen := false
+		for _, l := range strings.Split(string(b[mark:]), "\n") {
+			if m := crioEvent.FindStringSubmatch(l); m != nil && filepath.Base(m[1]) == file {
+				seen = true
+			} else if m := crioReloaded.FindStringSubmatch(l); seen && m != nil && m[1] == network {
+				return true
+			}
+		}
+		return false
+	})
+	if !ok {
+		b, _ := os.ReadFile(s.runtimeLog)
+		return fmt.Errorf("CRI-O did not load the CNI configuration %s (network %s) after %s:\n%s", file, network, readyTimeout, host.Tail(string(b[min(int64(len(b)), mark):]), 20))
+	}
+	return nil
 }
 
 // waitNetworkReady polls the CRI status until containerd has loaded the
@@ -304,22 +486,12 @@ func (s *suite) waitNetworkReady() error {
 
 func (s *suite) close() error {
 	var errs []error
-	if s.api != nil {
-		s.api.Close()
-	}
 	if os.Getenv("NETNS_PIN_RUNTIME_KEEP") == "1" {
-		fmt.Fprintf(os.Stderr, "NETNS_PIN_RUNTIME_KEEP=1: runtime left running in %s (hack/runtime/teardown.sh %s removes it)\n", s.dir, s.dir)
+		fmt.Fprintf(os.Stderr, "NETNS_PIN_RUNTIME_KEEP=1: %s left running in %s (hack/runtime/teardown.sh %s removes it)\n", s.runtime, s.dir, s.dir)
 		return nil
 	}
 	if s.dir != "" {
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, filepath.Join(s.repo, "hack", "runtime", "teardown.sh"), s.dir).CombinedOutput()
-		fmt.Fprintf(os.Stderr, "runtime teardown (%s):\n%s", time.Since(start).Round(time.Millisecond), out)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("hack/runtime/teardown.sh: %v", err))
-		}
+		errs = append(errs, teardown(s.repo, s.dir))
 	}
 	for _, n := range []string{s.bridge, s.master} {
 		if n == "" {
@@ -357,4 +529,26 @@ func (s *suite) testDir(t *testing.T) string {
 	d := filepath.Join(s.work, name+"-"+host.RandHex(4))
 	require.NoError(t, os.MkdirAll(d, 0o755))
 	return d
+}
+
+// useRuntimeConf makes conflist (network name) the runtime's CNI
+// configuration until the test ends: its file sorts before Multus' and is
+// the one containerd loads (max_conf_num 1) and CRI-O's default network.
+// Then Multus' is the runtime's configuration again.
+func (s *suite) useRuntimeConf(t *testing.T, name string, conflist []byte) {
+	t.Helper()
+	const file = "00-chain.conflist"
+	path := filepath.Join(s.cniConf, file)
+	has := func(info string) bool {
+		return strings.Contains(info, `\"name\": \"`+name+`\"`) || strings.Contains(info, `"name": "`+name+`"`)
+	}
+	mark := s.logMark()
+	require.NoError(t, os.WriteFile(path+".tmp", conflist, 0o644))
+	require.NoError(t, os.Rename(path+".tmp", path))
+	t.Cleanup(func() {
+		mark := s.logMark()
+		require.NoError(t, os.Remove(path))
+		require.NoError(t, s.waitConfLoaded(mark, file, "multus-cni-network", func(info string) bool { return !has(info) && strings.Contains(info, "multus-cni-network") }))
+	})
+	require.NoError(t, s.waitConfLoaded(mark, file, name, has))
 }

@@ -298,7 +298,7 @@ func (s *suite) thickNet(t *testing.T, cluster string, cacheDirs []string) *stor
 // keeps the pod's interface in it; a later DEL, run by the daemon again,
 // releases and the unmount reaches the host and the other container.
 func TestThickMultusHolderPinReachesHost(t *testing.T) {
-	s := requireRuntime(t)
+	s := requireRuntime(t, containerd) // multus-daemon runs in a container of containerd
 	const cluster = "rook-ceph/thick-a"
 	sn := s.thickNet(t, cluster, nil)
 	link := sn.link(t, cluster)
@@ -364,7 +364,7 @@ func TestThickMultusHolderPinReachesHost(t *testing.T) {
 // Under Multus thick without the pinDir volume, a holder's ADD fails with
 // the error that names the volume to add, and nothing is left on the host.
 func TestThickMultusWithoutPinDirVolume(t *testing.T) {
-	s := requireRuntime(t)
+	s := requireRuntime(t, containerd) // multus-daemon runs in a container of containerd
 	const cluster = "rook-ceph/thick-b"
 	sn := s.thickNet(t, cluster, nil)
 	multus := s.startThickMultus(t, "", "")
@@ -394,7 +394,7 @@ func TestThickMultusWithoutPinDirVolume(t *testing.T) {
 // libcni cache entry the refusal captured, and the release reaches the
 // daemon's container.
 func TestThickMultusSweeperFinishes(t *testing.T) {
-	s := requireRuntime(t)
+	s := requireRuntime(t, containerd) // multus-daemon runs in a container of containerd
 	const cluster = "rook-ceph/thick-c"
 	cache := filepath.Join(s.testDir(t), "multus-cache")
 	sn := s.thickNet(t, cluster, []string{cache})
