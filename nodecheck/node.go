@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/netns-pin/netns-pin/internal/human"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -292,7 +293,7 @@ func (c *checker) sweeper(pinned bool) {
 			Fix:  "install the netns-pin-installer DaemonSet (deploy/), whose sweep container runs netns-pin sweep, with this configuration's --conf"})
 		return
 	case !st.Stopped.IsZero():
-		c.r.add(Finding{Check: "sweeper", Level: Error, Where: where, What: fmt.Sprintf("the sweeper (pid %d) stopped %s ago", st.PID, ago(now.Sub(st.Stopped))),
+		c.r.add(Finding{Check: "sweeper", Level: Error, Where: where, What: fmt.Sprintf("the sweeper (pid %d) stopped %s ago", st.PID, human.Age(now.Sub(st.Stopped))),
 			Fix: "check the sweep container of the netns-pin-installer pod on this node"})
 		return
 	}
@@ -300,14 +301,14 @@ func (c *checker) sweeper(pinned bool) {
 	age := now.Sub(st.LastRound)
 	switch {
 	case age > late:
-		c.r.add(Finding{Check: "sweeper", Level: Error, Where: where, What: fmt.Sprintf("the sweeper's last round was %s ago (every %s expected)", ago(age), st.Interval),
+		c.r.add(Finding{Check: "sweeper", Level: Error, Where: where, What: fmt.Sprintf("the sweeper's last round was %s ago (every %s expected)", human.Age(age), st.Interval),
 			Fix: "check the sweep container of the netns-pin-installer pod on this node (stuck on the store's lock, or gone)"})
 	case st.Error != "":
-		c.r.add(Finding{Check: "sweeper", Level: Warning, Where: where, What: fmt.Sprintf("the sweeper's last round (%s ago) failed: %s", ago(age), st.Error),
+		c.r.add(Finding{Check: "sweeper", Level: Warning, Where: where, What: fmt.Sprintf("the sweeper's last round (%s ago) failed: %s", human.Age(age), st.Error),
 			Fix: "see its log (the sweep container, or the configuration's logFile)"})
 	case st.Interval == 0:
-		c.r.add(Finding{Check: "sweeper", Level: OK, Where: where, What: fmt.Sprintf("netns-pin sweep --once (pid %d) ran a round %s ago", st.PID, ago(age))})
+		c.r.add(Finding{Check: "sweeper", Level: OK, Where: where, What: fmt.Sprintf("netns-pin sweep --once (pid %d) ran a round %s ago", st.PID, human.Age(age))})
 	default:
-		c.r.add(Finding{Check: "sweeper", Level: OK, Where: where, What: fmt.Sprintf("running (pid %d, every %s), last round %s ago", st.PID, st.Interval, ago(age))})
+		c.r.add(Finding{Check: "sweeper", Level: OK, Where: where, What: fmt.Sprintf("running (pid %d, every %s), last round %s ago", st.PID, st.Interval, human.Age(age))})
 	}
 }

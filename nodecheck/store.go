@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/netns-pin/netns-pin/internal/human"
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
@@ -151,7 +152,7 @@ func (c *checker) store() {
 			continue
 		}
 		if r.State == netnsstore.StateDraining {
-			what := fmt.Sprintf("draining for %s, held by %s", ago(now.Sub(r.DrainingSince)), quoteList(r.References))
+			what := fmt.Sprintf("draining for %s, held by %s", human.Age(now.Sub(r.DrainingSince)), quoteList(r.References))
 			if r.Abandoned {
 				what += "; the runtime gave up on its teardown, the sweeper finishes it once nothing uses the netns"
 			}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/internal/human"
 	"github.com/netns-pin/netns-pin/inuse"
 	"github.com/netns-pin/netns-pin/netnsstore"
 	"github.com/netns-pin/netns-pin/nodecheck"
@@ -292,7 +293,7 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 			state += " (abandoned by the runtime)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Attachment, r.PodNS, r.PodName, state,
-			age(r.Created), r.NetnsID(), strings.Join(r.IPs, ","), held)
+			human.Age(time.Since(r.Created)), r.NetnsID(), strings.Join(r.IPs, ","), held)
 	}
 	return errors.Join(tw.Flush(), err)
 }
@@ -579,17 +580,4 @@ func openSweptStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error)
 		return nil, nil
 	}
 	return openStore(c, log, netnsstore.BySweeper)
-}
-
-func age(t time.Time) string {
-	d := time.Since(t).Round(time.Second)
-	switch {
-	case d < time.Minute:
-		return d.String()
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }

@@ -92,40 +92,6 @@ func (sw *metricsSweeper) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	return mfs
 }
 
-// metricValue is the value of the series of name with exactly the given
-// labels (gauge, counter, or a histogram's count); false when absent.
-func metricValue(mfs map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	mf := mfs[name]
-	if mf == nil {
-		return 0, false
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	for _, m := range mf.GetMetric() {
-		if len(m.GetLabel()) != len(want) {
-			continue
-		}
-		match := true
-		for _, l := range m.GetLabel() {
-			match = match && want[l.GetName()] == l.GetValue()
-		}
-		if !match {
-			continue
-		}
-		switch {
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue(), true
-		case m.Counter != nil:
-			return m.GetCounter().GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		}
-	}
-	return 0, false
-}
-
 // waitMetric polls /metrics until the series satisfies cond.
 func (sw *metricsSweeper) waitMetric(t *testing.T, what string, cond func(v float64) bool, name string, labels ...string) float64 {
 	t.Helper()
@@ -134,7 +100,7 @@ func (sw *metricsSweeper) waitMetric(t *testing.T, what string, cond func(v floa
 	var last map[string]*dto.MetricFamily
 	if !host.Poll(30*time.Second, 50*time.Millisecond, func() bool {
 		last = sw.scrape(t)
-		v, ok = metricValue(last, name, labels...)
+		v, ok = hosttest.MetricValue(last, name, labels...)
 		return ok && cond(v)
 	}) {
 		t.Fatalf("%s: %s%v is %v (present: %v)", what, name, labels, v, ok)
@@ -198,10 +164,10 @@ func TestSweeperMetricsOfAHolderRollout(t *testing.T) {
 	assert.Equal(t, 1, hostLocalDels(t, calls, gone.containerID), "the lease is freed once")
 
 	mfs := sw.scrape(t)
-	v, ok := metricValue(mfs, "netns_pin_sweep_errors_total")
+	v, ok := hosttest.MetricValue(mfs, "netns_pin_sweep_errors_total")
 	assert.True(t, ok)
 	assert.Zero(t, v, "no round failed")
-	_, ok = metricValue(mfs, "process_resident_memory_bytes")
+	_, ok = hosttest.MetricValue(mfs, "process_resident_memory_bytes")
 	assert.True(t, ok, "the agent exports its own process metrics")
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // metricsPort is deploy/installer-daemonset.yaml's --metrics-address port.
@@ -45,38 +46,6 @@ func (c *cluster) scrapeInstaller(t *testing.T) map[string]*dto.MetricFamily {
 	return mfs
 }
 
-// seriesValue is the value of name with exactly the given labels (a
-// gauge or a counter); false when absent.
-func seriesValue(mfs map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	mf := mfs[name]
-	if mf == nil {
-		return 0, false
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	for _, m := range mf.GetMetric() {
-		if len(m.GetLabel()) != len(want) {
-			continue
-		}
-		match := true
-		for _, l := range m.GetLabel() {
-			match = match && want[l.GetName()] == l.GetValue()
-		}
-		if !match {
-			continue
-		}
-		if m.Gauge != nil {
-			return m.GetGauge().GetValue(), true
-		}
-		if m.Counter != nil {
-			return m.GetCounter().GetValue(), true
-		}
-	}
-	return 0, false
-}
-
 // waitSeries polls the installer's /metrics until the series satisfies
 // cond; the sweeper updates them each round (10 s).
 func (c *cluster) waitSeries(t *testing.T, what string, cond func(float64) bool, name string, labels ...string) float64 {
@@ -84,7 +53,7 @@ func (c *cluster) waitSeries(t *testing.T, what string, cond func(float64) bool,
 	var v float64
 	var ok bool
 	if !host.Poll(releaseTimeout, time.Second, func() bool {
-		v, ok = seriesValue(c.scrapeInstaller(t), name, labels...)
+		v, ok = hosttest.MetricValue(c.scrapeInstaller(t), name, labels...)
 		return ok && cond(v)
 	}) {
 		t.Fatalf("%s: %s%v is %v (present: %v)", what, name, labels, v, ok)
@@ -118,10 +87,10 @@ func TestInstallerMetricsDuringAHolderRollout(t *testing.T) {
 	c.waitSeries(t, "nothing drains", func(v float64) bool { return v == 0 }, "netns_pin_pins", append(cl, "state", "draining")...)
 	h.requireLinkTo(t, next)
 	mfs := c.scrapeInstaller(t)
-	last, ok := seriesValue(mfs, "netns_pin_last_sweep_timestamp_seconds")
+	last, ok := hosttest.MetricValue(mfs, "netns_pin_last_sweep_timestamp_seconds")
 	require.True(t, ok)
 	assert.InDelta(t, float64(time.Now().Unix()), last, 60, "the sweeper swept within the last minute")
-	errs, _ := seriesValue(mfs, "netns_pin_sweep_errors_total")
+	errs, _ := hosttest.MetricValue(mfs, "netns_pin_sweep_errors_total")
 	assert.Zero(t, errs, "no round failed")
 }
 
