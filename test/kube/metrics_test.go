@@ -47,7 +47,8 @@ func (c *cluster) scrapeInstaller(t *testing.T) map[string]*dto.MetricFamily {
 }
 
 // waitSeries polls the installer's /metrics until the series satisfies
-// cond; the sweeper updates them each round (10 s).
+// cond; the sweeper updates them each round (every 2 s in this suite:
+// hack/kube/up.sh).
 func (c *cluster) waitSeries(t *testing.T, what string, cond func(float64) bool, name string, labels ...string) float64 {
 	t.Helper()
 	var v float64
