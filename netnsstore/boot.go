@@ -27,17 +27,27 @@ const bootMarker = "boot-id"
 // markBoot runs under the lock at the start of every operation that may
 // write. When the marker names another boot, the records that cannot be
 // decoded are that boot's and are dropped with what they left; then the
-// marker is rewritten for this boot. A missing marker (a new stateDir, or
-// one of a netns-pin that synced every record) drops nothing.
+// marker is rewritten for this boot. The marker also names the pinDir its
+// records were made under: a store with another pinDir drops nothing (it
+// would look for their pins and links in the wrong place) and refuses while
+// the stateDir holds records, as it does for a readable record of another
+// pinDir. A missing marker (a new stateDir, or one of a netns-pin that
+// synced every record) drops nothing.
 func (s *Store) markBoot(v *view) error {
 	if s.readOnly {
 		return nil
 	}
-	prev, err := s.markedBoot()
-	if err != nil || prev == s.bootID {
+	prev, prevPinDir, err := s.markedBoot()
+	switch {
+	case err != nil:
 		return err
+	case prev == s.bootID && prevPinDir == s.PinDir:
+		return nil
+	case prevPinDir != "" && prevPinDir != s.PinDir && (len(v.recs) > 0 || len(v.bad) > 0):
+		return fmt.Errorf("%w: %s/%s says its records were made under pinDir %s, this store's pinDir is %s",
+			ErrOtherPinDir, s.StateDir, bootMarker, prevPinDir, s.PinDir)
 	}
-	for _, n := range s.tornOf(v, prev) {
+	for _, n := range s.tornOf(v, prev, prevPinDir) {
 		if err := errors.Join(s.removeLinksInto(v, n), s.removeRecord(n)); err != nil {
 			s.log.Error("drop a torn record of an earlier boot", "attachment", n, "error", err)
 			continue
@@ -46,7 +56,7 @@ func (s *Store) markBoot(v *view) error {
 		s.log.Warn("dropped a record left empty or torn by a power loss", "attachment", n, "bootID", prev)
 		v.repaired = append(v.repaired, tornFinding(n, prev))
 	}
-	if err := s.replaceFile(s.stateFd, bootMarker, []byte(s.bootID+"\n"), true); err != nil {
+	if err := s.replaceFile(s.stateFd, bootMarker, []byte(s.bootID+"\n"+s.PinDir+"\n"), true); err != nil {
 		return fmt.Errorf("write %s/%s: %w", s.StateDir, bootMarker, err)
 	}
 	if err := unix.Fsync(s.stateFd); err != nil {
@@ -55,30 +65,33 @@ func (s *Store) markBoot(v *view) error {
 	return nil
 }
 
-// markedBoot is the boot the marker names, "" when there is none.
-func (s *Store) markedBoot() (string, error) {
+// markedBoot is the boot and the pinDir the marker names, "" when there is
+// no marker (or it names no pinDir).
+func (s *Store) markedBoot() (boot, pinDir string, err error) {
 	fd, err := openat2(s.stateFd, bootMarker, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
-		return "", nil
+		return "", "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read %s/%s: %w", s.StateDir, bootMarker, err)
+		return "", "", fmt.Errorf("read %s/%s: %w", s.StateDir, bootMarker, err)
 	}
 	defer unix.Close(fd)
 	data, err := readAllFd(fd, 4096)
 	if err != nil {
-		return "", fmt.Errorf("read %s/%s: %w", s.StateDir, bootMarker, err)
+		return "", "", fmt.Errorf("read %s/%s: %w", s.StateDir, bootMarker, err)
 	}
-	return strings.TrimSpace(string(data)), nil
+	boot, pinDir, _ = strings.Cut(strings.TrimSpace(string(data)), "\n")
+	return strings.TrimSpace(boot), strings.TrimSpace(pinDir), nil
 }
 
 // tornOf lists the records of v that a power loss in boot prev left empty
-// or torn, when prev is an earlier boot the marker names: their pin file,
+// or torn, when prev is an earlier boot the marker names and pinDir, the
+// marker's, is this store's: their pin file,
 // which no mount outlives, is then a plain file without a record, which
 // repair removes. A torn record whose pin is a mount after all (it cannot
 // be of a dead boot) is not listed, and keeps blocking.
-func (s *Store) tornOf(v *view, prev string) []string {
-	if prev == "" || prev == s.bootID {
+func (s *Store) tornOf(v *view, prev, pinDir string) []string {
+	if prev == "" || prev == s.bootID || pinDir != s.PinDir {
 		return nil
 	}
 	var names []string

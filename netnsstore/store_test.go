@@ -1102,5 +1102,33 @@ func readMarker(t *testing.T, s *Store) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(s.StateDir, bootMarker))
 	require.NoError(t, err)
-	return strings.TrimSpace(string(data))
+	boot, pinDir, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
+	assert.Equal(t, s.PinDir, pinDir, "the marker names the pinDir")
+	return boot
+}
+
+// A store with another pinDir (an operator's wrong --pin-dir) cannot tell
+// whose a torn record is, nor find its pin and links: it refuses and drops
+// nothing, and the store of the records' own pinDir drops it.
+func TestTornRecordIsNotDroppedByAnotherPinDir(t *testing.T) {
+	s := testStore(t)
+	torn, err := s.Pin(pinReq(s, "c1", "ns/cl", testNetns(t, "10.98.23.5/24").Path))
+	require.NoError(t, err)
+	powerLoss(t, s, 0, torn)
+	record := filepath.Join(s.StateDir, "records", "c1.net1.json")
+
+	other, err := Open(filepath.Join(filepath.Dir(s.StateDir), "other-pins"), s.StateDir, Options{InUse: notInUse})
+	require.NoError(t, err)
+	defer other.Close()
+	other.bootID = s.bootID
+	_, err = other.Sweep(false)
+	require.ErrorIs(t, err, ErrOtherPinDir)
+	assert.FileExists(t, record, "nothing dropped")
+	_, err = os.Lstat(torn.Links[0])
+	require.NoError(t, err, "its link stays")
+
+	_, err = s.Sweep(false)
+	require.NoError(t, err)
+	assert.NoFileExists(t, record)
+	assert.NoFileExists(t, torn.PinPath)
 }

@@ -43,11 +43,11 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 	defer func() { s.readOnly = false }()
 	err := s.locked(func(v *view) error {
 		var errs []error
-		prev, err := s.markedBoot()
+		prev, prevPinDir, err := s.markedBoot()
 		if err != nil {
 			return err
 		}
-		for _, n := range s.tornOf(v, prev) {
+		for _, n := range s.tornOf(v, prev, prevPinDir) {
 			// What the first operation of this boot drops (markBoot).
 			out = append(out, tornFinding(n, prev))
 			delete(v.bad, n)

@@ -828,6 +828,7 @@ func (d *driver) orphanRelease() bool {
 		args = append(args, "--force")
 	}
 	r := d.e.cli(d.e.pinDir, "", args...)
+	d.repaired = true // the command's repair settles unpinned records too
 	_, ownerErr := os.Stat(owner)
 	d.logf("pin %s without a record (pinDir owned: %v, used by a process: %v), netns-pin %s -> %s", name, ownerErr == nil, p != nil, strings.Join(args, " "), r)
 	d.count("I5")
