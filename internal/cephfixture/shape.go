@@ -1,6 +1,7 @@
 package cephfixture
 
 import (
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -19,11 +20,23 @@ var (
 	nameRE  = regexp.MustCompile(`name=[^,\s]+`)
 	fsRE    = regexp.MustCompile(`(<uuid>)\.[A-Za-z][A-Za-z0-9_-]*=`)
 	mountRE = regexp.MustCompile(`^(\S+ \S+ \S+ )\S+ \S+ (\S+)(?: [^-]\S*)* - `)
+	// every field of /proc/net/tcp{,6} is hex, and a value may have no
+	// decimal digit at all (port 0xCAAA)
+	hexRE = regexp.MustCompile(`\b[0-9A-Fa-f]+\b`)
 )
 
 // FileShape is Shape, and for a file named mountinfo* (lines of
-// /proc/<pid>/mountinfo) also takes the mount's root and mount point out.
+// /proc/<pid>/mountinfo) also takes the mount's root and mount point out;
+// for one named proc_net_tcp* every hex value below the header is a
+// number, whether or not it has a decimal digit.
 func FileShape(name, content string) string {
+	if strings.HasPrefix(filepath.Base(name), "proc_net_tcp") {
+		lines := strings.Split(content, "\n")
+		for i := 1; i < len(lines); i++ {
+			lines[i] = hexRE.ReplaceAllString(lines[i], "#")
+		}
+		content = strings.Join(lines, "\n")
+	}
 	if strings.HasPrefix(name, "mountinfo") {
 		lines := strings.Split(content, "\n")
 		for i, l := range lines {
