@@ -121,8 +121,8 @@ func eachMember(raw []byte, at string, fn func(key string, val []byte) error) er
 	i := skipSpace(raw, 0)
 	switch {
 	case i < len(raw) && raw[i] == '{':
-	case string(raw[i:]) == "null":
-		return nil
+	case string(raw[i:skipValue(raw, i)]) == "null" && skipSpace(raw, skipValue(raw, i)) == len(raw):
+		return nil // also "null\n", a whole entry of null: encoding/json takes it
 	default:
 		return errAt(at, fmt.Errorf("want an object, got %s", kindAt(raw, i)))
 	}

@@ -28,6 +28,9 @@ var decodeSeeds = []string{
 	`{"args":{"cni":{"pinCluster":7}}}`,
 	`[]`,
 	`{"pinDir":"/a"`,
+	"null\n", // a CI run's fuzzing found null with a space after it refused
+	" null ",
+	`{"args":null }`,
 }
 
 // refusedOnPurpose tells decode's errors for what encoding/json takes: a
