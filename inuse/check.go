@@ -265,7 +265,7 @@ func (c *checker) ceph() error {
 	if dfd < 0 {
 		// Read in the pass over the processes (processes): one mountinfo
 		// per mount namespace, told by the same look at each process.
-		c.scanMounts = true
+		c.scanMounts = c.cephFSRegistered()
 		return nil
 	}
 	c.progress.set("stat debugfs client directories in " + cephDir)
@@ -500,6 +500,32 @@ func (c *checker) rbdClient(raw string, ok bool) Reference {
 		return Reference{Kind: kindRBD, ClientAddr: raw, Addr: ca.AddrPort.Addr().Unmap()}
 	}
 	return Reference{}
+}
+
+// cephFSRegistered reports whether the kernel has the ceph file system
+// type, from <proc>/filesystems; true when that cannot be read. Without it
+// no CephFS kernel mount can exist: the type is registered when the ceph
+// module is loaded (or at boot when built in), and the module cannot be
+// unloaded while a superblock of the type exists. So the pass over every
+// mount namespace's mountinfo, the costliest part of a check without
+// debugfs, is skipped exactly when it could find nothing. A node that
+// mounts CephFS without debugfs still reads every mountinfo.
+func (c *checker) cephFSRegistered() bool {
+	path := filepath.Join(c.o.Proc, "filesystems")
+	c.progress.set("read " + path)
+	data, err := readFileAll(path)
+	return err != nil || hasCephFS(data) // unreadable: not known to be absent, look
+}
+
+// hasCephFS reports whether a /proc/filesystems text lists the ceph type.
+func hasCephFS(filesystems []byte) bool {
+	for line := range linesOf(filesystems) {
+		// "nodev\tceph": the type is the last field.
+		if f := bytes.Fields(line); len(f) > 0 && string(f[len(f)-1]) == "ceph" {
+			return true
+		}
+	}
+	return false
 }
 
 // mountinfoOf reports the CephFS kernel mounts of every mount namespace

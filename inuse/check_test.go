@@ -248,6 +248,38 @@ func TestCheckMountinfoUnreadable(t *testing.T) {
 	assert.Empty(t, check(t, f.target(ourIP4), f.options(policyIgnore)))
 }
 
+// Without the ceph file system type no CephFS kernel mount can exist, and
+// no mountinfo is read: an unreadable one (a directory) does not fail the
+// check. With the type, or when /proc/filesystems cannot be read, every
+// mountinfo is read as before.
+func TestCheckMountinfoOnlyWithCephFSRegistered(t *testing.T) {
+	f := newFixture(t)
+	f.noDebugfs()
+	mi := filepath.Join(f.proc, "1", "mountinfo")
+	require.NoError(t, os.Remove(mi))
+	require.NoError(t, os.Mkdir(mi, 0o755))
+	f.noCephFS()
+	assert.Empty(t, check(t, f.target(ourIP4), f.options(PolicyBlock)), "no ceph type: mountinfo not read")
+
+	for name, fs := range map[string]func(){
+		"ceph registered":              func() { f.write(filepath.Join(f.proc, "filesystems"), cephfixture.Filesystems(true)) },
+		"/proc/filesystems unreadable": func() { require.NoError(t, os.Remove(filepath.Join(f.proc, "filesystems"))) },
+	} {
+		fs()
+		_, err := Check(f.target(ourIP4), f.options(PolicyBlock))
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), mi, name)
+	}
+
+	// A ceph mount in mountinfo is found once the type is registered.
+	require.NoError(t, os.Remove(mi))
+	f.mountinfo(mountOld)
+	f.noCephFS()
+	assert.Empty(t, check(t, f.target(ourIP4), f.options(PolicyBlock)))
+	f.write(filepath.Join(f.proc, "filesystems"), cephfixture.Filesystems(true))
+	require.Len(t, check(t, f.target(ourIP4), f.options(PolicyBlock)), 1)
+}
+
 // Hole: without debugfs only PID 1's mountinfo was searched, so a CephFS
 // mount made in a container's mount namespace (ceph-csi's node plugin)
 // was missed. Every distinct mount namespace is read, once.

@@ -18,7 +18,7 @@ import (
 // under a temporary directory (sysfs and debugfs with package cephfixture):
 //
 //	sys/..., debug/ceph/...
-//	proc/1/mountinfo
+//	proc/filesystems, proc/1/mountinfo
 //	proc/<pid>/{comm,cgroup,ns/net -> <netns>,fd/<n> -> socket:[ino]}
 //	proc/thread-self/net/{tcp,tcp6}
 type fixture struct {
@@ -57,8 +57,9 @@ func newFixture(tb testing.TB) *fixture {
 	// Every /proc has these; the checker must skip non-numeric entries.
 	f.write(filepath.Join(f.proc, "sys", "kernel", "ostype"), "Linux\n")
 	f.write(filepath.Join(f.proc, "1", "mountinfo"), baseMountinfo)
-	// debugfs mounted and libceph loaded; see noDebugfs.
+	// debugfs mounted and libceph and ceph loaded; see noDebugfs and noCephFS.
 	require.NoError(tb, os.MkdirAll(filepath.Join(f.debugfs, "ceph"), 0o755))
+	f.write(filepath.Join(f.proc, "filesystems"), cephfixture.Filesystems(true))
 	return f
 }
 
@@ -100,6 +101,13 @@ func cephfsStatus(gid int, addr string) string { return cephfixture.CephFSStatus
 func (f *fixture) noDebugfs() {
 	f.tb.Helper()
 	require.NoError(f.tb, os.RemoveAll(filepath.Join(f.debugfs, "ceph")))
+}
+
+// noCephFS writes a /proc/filesystems without the ceph type, as on a node
+// where the ceph module is not loaded.
+func (f *fixture) noCephFS() {
+	f.tb.Helper()
+	f.write(filepath.Join(f.proc, "filesystems"), cephfixture.Filesystems(false))
 }
 
 func (f *fixture) mountinfo(lines ...string) {

@@ -74,6 +74,13 @@ func TestKernelFilesParse(t *testing.T) {
 		assert.True(t, strings.HasSuffix(monIP, ":3300"), "msgr2 monitor %q", monIP)
 	}
 
+	// /proc/filesystems with the ceph module loaded: mountinfo is read
+	// (without debugfs); without the ceph line it is not
+	filesystems := kernelFile(t, "proc_filesystems")
+	assert.True(t, hasCephFS([]byte(filesystems)), filesystems)
+	assert.False(t, hasCephFS([]byte(strings.Replace(filesystems, "nodev\tceph\n", "", 1))), "without its ceph line")
+	assert.False(t, hasCephFS([]byte("nodev\tfuse\nnodev\tfuse.ceph-fuse\n")), "ceph-fuse mounts are fuse's")
+
 	// /proc/net/tcp of the client's netns: the kernel sockets of the rbd
 	// client, from its address to the monitor and the OSD, ESTABLISHED
 	lines := strings.Split(strings.TrimRight(kernelFile(t, "proc_net_tcp"), "\n"), "\n")
@@ -179,6 +186,14 @@ func TestFixturesMatchKernel(t *testing.T) {
 			"rw,name=admin,secret=<hidden>,ms_mode=prefer-crc,acl,mon_addr=10.0.0.1:3300"),
 	} {
 		assert.Equal(t, shape(name, kernelFile(t, name)), shape(name, line+"\n"), "%s: fixture %q, kernel %q", name, line, kernelFile(t, name))
+	}
+
+	// /proc/filesystems: every line the fixture writes, the kernel printed
+	kernelFS := strings.Split(kernelFile(t, "proc_filesystems"), "\n")
+	for _, ceph := range []bool{false, true} {
+		for _, l := range strings.Split(strings.TrimSuffix(cephfixture.Filesystems(ceph), "\n"), "\n") {
+			assert.Contains(t, kernelFS, l, "/proc/filesystems line %q", l)
+		}
 	}
 
 	// /proc/net/tcp: header and lines, byte for byte in width

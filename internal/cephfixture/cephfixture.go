@@ -125,6 +125,17 @@ func CephMountinfo(id, minor int, mountpoint, source, superOptions string) strin
 	return fmt.Sprintf("%d 22 0:%d / %s rw,relatime shared:%d - ceph %s %s", id, minor, mountpoint, id, source, superOptions)
 }
 
+// Filesystems is /proc/filesystems (fs/filesystems.c filesystems_proc_show)
+// of a kernel with the ceph module loaded, or without it when ceph is
+// false: one registered type per line, "nodev" or nothing, a tab, the name.
+func Filesystems(ceph bool) string {
+	s := "nodev\tsysfs\nnodev\ttmpfs\nnodev\tproc\nnodev\tcgroup2\nnodev\tdevtmpfs\nnodev\tdebugfs\nnodev\tmqueue\n"
+	if ceph {
+		s += "nodev\tceph\n"
+	}
+	return s
+}
+
 // TCPHeader is the first line of /proc/net/tcp (net/ipv4/tcp_ipv4.c
 // tcp4_seq_show), padded like every line of that file to 149 columns.
 var TCPHeader = pad149("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode")

@@ -347,7 +347,10 @@ func scenarioParsers(s *S) {
 	}
 	r, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	s.capture("kernel_release", string(r))
-	err := filepath.WalkDir(filepath.Join(out, "capture"), func(p string, d os.DirEntry, err error) error {
+	fs, err := os.ReadFile("/proc/filesystems")
+	s.mustOK(err, "read /proc/filesystems")
+	s.capture("proc_filesystems", string(fs)) // with the ceph module loaded
+	err = filepath.WalkDir(filepath.Join(out, "capture"), func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
