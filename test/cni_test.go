@@ -221,6 +221,12 @@ type recExec struct {
 }
 
 func (r *recExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
+	out, _, err := r.run(ctx, pluginPath, stdin, environ)
+	return out, err
+}
+
+// run is ExecPlugin, returning what the plugin wrote to stderr too.
+func (r *recExec) run(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, string, error) {
 	var stderr strings.Builder
 	raw := &invoke.RawExec{Stderr: &stderr}
 	out, err := raw.ExecPlugin(ctx, pluginPath, stdin, environ)
@@ -233,7 +239,7 @@ func (r *recExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byt
 	r.mu.Lock()
 	r.calls = append(r.calls, call)
 	r.mu.Unlock()
-	return out, err
+	return out, call.stderr, err
 }
 
 func (r *recExec) FindInPath(plugin string, paths []string) (string, error) {
@@ -387,6 +393,14 @@ func (a *attachment) del() error {
 // environment and the given prevResult, the way libcni runs a chained plugin.
 func (a *attachment) execPin(t *testing.T, verb string, prevResult types.Result) ([]byte, error) {
 	t.Helper()
+	out, _, err := a.execPinEnv(t, verb, prevResult)
+	return out, err
+}
+
+// execPinEnv is execPin with env added to (and replacing in) the
+// plugin's environment; it returns what the plugin wrote to stderr too.
+func (a *attachment) execPinEnv(t *testing.T, verb string, prevResult types.Result, env ...string) (stdout []byte, stderr string, err error) {
+	t.Helper()
 	require.NotNil(t, a.c.pinEntry, "chain has no netns-pin entry")
 	conf := map[string]any{}
 	for k, v := range a.c.pinEntry {
@@ -403,9 +417,12 @@ func (a *attachment) execPin(t *testing.T, verb string, prevResult types.Result)
 		Command: verb, ContainerID: a.containerID, NetNS: a.netns.Path,
 		PluginArgs: a.args, IfName: ifName, Path: a.c.env.cniPath,
 	}
+	environ := slices.DeleteFunc(args.AsEnv(), func(kv string) bool {
+		return slices.ContainsFunc(env, func(e string) bool { k, _, _ := strings.Cut(e, "="); return strings.HasPrefix(kv, k+"=") })
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	return a.c.exec.ExecPlugin(ctx, filepath.Join(a.c.env.cniPath, "netns-pin"), stdin, args.AsEnv())
+	return a.c.exec.run(ctx, filepath.Join(a.c.env.cniPath, "netns-pin"), stdin, append(environ, env...))
 }
 
 // sandboxIP returns the first address of the result's sandbox interface.
