@@ -13,8 +13,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // processesAndSockets runs the process and kernel-socket signals in one pass
@@ -60,19 +61,19 @@ func (c *checker) processesAndSockets() error {
 // whose remote port is a Ceph port, not LISTEN, with a nonzero inode (TIME_WAIT
 // and orphaned sockets have none; nothing can hold them and they hold no
 // client). /proc/thread-self/net follows the calling thread's netns, unlike
-// /proc/self/net, which follows the thread-group leader's; ns.NetNS.Do runs
-// the read on a locked OS thread that has entered the netns and restores it
-// (or lets the thread die) afterwards.
+// /proc/self/net, which follows the thread-group leader's; nsinfo.InNetns
+// runs the read on a locked OS thread that has entered the netns and
+// returns it (or lets the thread die) afterwards.
 func (c *checker) readSockets() ([]tcpSocket, error) {
 	c.progress.set("open netns " + c.t.NetnsPath)
-	netns, err := ns.GetNS(c.t.NetnsPath)
+	fd, err := openNetns(c.t.NetnsPath)
 	if err != nil {
-		return nil, fmt.Errorf("open netns %s: %w", c.t.NetnsPath, err)
+		return nil, err
 	}
-	defer netns.Close()
+	defer unix.Close(fd)
 	if c.t.Dev != 0 || c.t.Ino != 0 {
 		var st unix.Stat_t
-		if err := unix.Fstat(int(netns.Fd()), &st); err != nil {
+		if err := unix.Fstat(fd, &st); err != nil {
 			return nil, fmt.Errorf("stat netns %s: %w", c.t.NetnsPath, err)
 		}
 		if uint64(st.Dev) != c.t.Dev || st.Ino != c.t.Ino {
@@ -85,7 +86,7 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 		filepath.Join(c.o.Proc, "thread-self", "net", "tcp"),
 		filepath.Join(c.o.Proc, "thread-self", "net", "tcp6"),
 	}
-	err = netns.Do(func(ns.NetNS) error {
+	err = nsinfo.InNetns(fd, func() error {
 		var st unix.Stat_t
 		if unix.Stat(filepath.Join(c.o.Proc, "thread-self", "net", "dev"), &st) == nil {
 			c.targetNetDev = st.Ino
@@ -106,7 +107,7 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("netns %s: %w", c.t.NetnsPath, err)
 	}
 	var cands []tcpSocket
 	for i, data := range tables {
@@ -129,6 +130,24 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 		}
 	}
 	return cands, nil
+}
+
+// openNetns opens path, which must be a namespace file (nsfs), for setns.
+func openNetns(path string) (int, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("statfs netns %s: %w", path, err)
+	}
+	if sfs.Type != unix.NSFS_MAGIC {
+		unix.Close(fd)
+		return -1, fmt.Errorf("open netns %s: not a namespace file (file system 0x%x)", path, sfs.Type)
+	}
+	return fd, nil
 }
 
 // noTCPSockets reports whether the netns of the calling thread has no TCP
@@ -428,7 +447,41 @@ func socketInode(l []byte) (uint64, bool) {
 	return n, true
 }
 
-func readFileAll(path string) ([]byte, error) { return os.ReadFile(path) }
+// readFileAll reads a whole file, to the read that returns nothing: the
+// seq_files it is for (mountinfo, the TCP tables) are produced a buffer at
+// a time. Without an os.File, whose open registers the descriptor with the
+// runtime's network poller (procfs files accept it, and each registration
+// wakes the poller's thread).
+func readFileAll(path string) ([]byte, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 0, 4<<10)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, cap(buf))
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		case n == 0:
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
 
 // linesOf yields the lines of data without their newline.
 func linesOf(data []byte) iter.Seq[[]byte] {

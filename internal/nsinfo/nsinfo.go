@@ -91,48 +91,55 @@ func dumpAddrs(sock int, seq uint32, buf []byte) (out []netip.Addr, whole bool, 
 }
 
 // routeSocketIn makes a NETLINK_ROUTE socket inside the netns open at fd;
-// a socket stays in the netns it was made in. The thread that enters the
-// netns is a goroutine's own, locked to it: should it fail to return to
-// this process's netns, the goroutine ends locked and the runtime ends the
-// thread with it, so no other goroutine ever runs in the wrong netns (the
-// guarantee of plugins/pkg/ns's Do, without its opens and stats of the
-// netns files, which cost a holder's ADD and DEL about 50 µs each).
+// a socket stays in the netns it was made in.
 func routeSocketIn(fd int) (int, error) {
-	type result struct {
-		sock int
-		err  error
+	sock := -1
+	err := InNetns(fd, func() error {
+		s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+		if err != nil {
+			return fmt.Errorf("netlink socket: %w", err)
+		}
+		sock = s
+		return nil
+	})
+	if err != nil && sock >= 0 {
+		unix.Close(sock)
+		sock = -1
 	}
-	done := make(chan result, 1)
+	return sock, err
+}
+
+// InNetns runs fn on an OS thread that has entered the netns open at fd.
+// The thread is a goroutine's own, locked to it: should it fail to return
+// to this process's netns, the goroutine ends locked and the runtime ends
+// the thread with it, so no other goroutine ever runs in the wrong netns
+// (the guarantee of plugins/pkg/ns's Do, without its opens and stats of
+// the netns files, which cost a holder's ADD and DEL about 50 µs each).
+func InNetns(fd int, fn func() error) error {
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		back, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			runtime.UnlockOSThread()
-			done <- result{-1, fmt.Errorf("open this thread's netns: %w", err)}
+			done <- fmt.Errorf("open this thread's netns: %w", err)
 			return
 		}
 		defer unix.Close(back)
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			done <- result{-1, fmt.Errorf("setns: %w", err)}
+			done <- fmt.Errorf("setns: %w", err)
 			return
 		}
-		sock, serr := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+		ferr := fn()
 		if err := unix.Setns(back, unix.CLONE_NEWNET); err != nil {
-			if serr == nil {
-				unix.Close(sock)
-			}
-			done <- result{-1, fmt.Errorf("setns back: %w", err)} // the thread ends with this goroutine
+			done <- errors.Join(ferr, fmt.Errorf("setns back: %w", err)) // the thread ends with this goroutine
 			return
 		}
 		runtime.UnlockOSThread()
-		if serr != nil {
-			serr = fmt.Errorf("netlink socket: %w", serr)
-		}
-		done <- result{sock, serr}
+		done <- ferr
 	}()
-	r := <-done
-	return r.sock, r.err
+	return <-done
 }
 
 // netlinkError is the error an NLMSG_ERROR message carries.
