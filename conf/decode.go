@@ -1,11 +1,12 @@
 package conf
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/netns-pin/netns-pin/internal/jsonscan"
 )
 
 // decode fills c from a plugin entry. The CNI library's part
@@ -71,7 +72,7 @@ func (c *Config) decodeHolders(raw []byte, at string) error {
 // decodeArgs reads args.cni.pinCluster; args and args.cni are shared with
 // the runtime and other plugins, whose keys are theirs.
 func (c *Config) decodeArgs(raw []byte, at string) error {
-	if isNull(raw) {
+	if jsonscan.IsNull(raw) {
 		c.Args = nil
 		return nil
 	}
@@ -112,104 +113,21 @@ func decodeObject(raw []byte, at string, ms []member) error {
 	})
 }
 
-// eachMember calls fn with each member of the object raw, in order: its
-// key unquoted and its value as raw JSON. raw must be valid JSON; null is
-// an object without members. A scan of its own rather than
-// json.Decoder's tokens, whose code every pod's ADD and DEL would load
-// for these few keys (docs/performance.md).
+// eachMember calls fn with each member of the object raw (see
+// jsonscan.Members), its own errors prefixed with at.
 func eachMember(raw []byte, at string, fn func(key string, val []byte) error) error {
-	i := skipSpace(raw, 0)
-	switch {
-	case i < len(raw) && raw[i] == '{':
-	case string(raw[i:skipValue(raw, i)]) == "null" && skipSpace(raw, skipValue(raw, i)) == len(raw):
-		return nil // also "null\n", a whole entry of null: encoding/json takes it
-	default:
-		return errAt(at, fmt.Errorf("want an object, got %s", kindAt(raw, i)))
-	}
-	i = skipSpace(raw, i+1)
-	for i < len(raw) && raw[i] == '"' {
-		end := skipValue(raw, i)
-		key, err := unquote(raw[i:end])
-		if err != nil {
-			return errAt(at, err)
-		}
-		i = skipSpace(raw, end)
-		i = skipSpace(raw, i+1) // the colon
-		end = skipValue(raw, i)
-		if err := fn(key, raw[i:end]); err != nil {
+	var ownErr error
+	err := jsonscan.Members(raw, func(key string, val []byte) error {
+		if err := fn(key, val); err != nil {
+			ownErr = err
 			return err
 		}
-		i = skipSpace(raw, end)
-		if i < len(raw) && raw[i] == ',' {
-			i = skipSpace(raw, i+1)
-		}
+		return nil
+	})
+	if err != nil && err != ownErr {
+		return errAt(at, err)
 	}
-	return nil
-}
-
-// skipValue returns the end of the valid JSON value that starts at i.
-func skipValue(raw []byte, i int) int {
-	depth := 0
-	for ; i < len(raw); i++ {
-		switch raw[i] {
-		case '"':
-			for i++; i < len(raw) && raw[i] != '"'; i++ {
-				if raw[i] == '\\' {
-					i++
-				}
-			}
-			if depth == 0 {
-				return i + 1
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 { // the end of the object or array around a scalar
-				return i
-			}
-			if depth--; depth == 0 {
-				return i + 1
-			}
-		case ',', ' ', '\t', '\n', '\r':
-			if depth == 0 {
-				return i
-			}
-		}
-	}
-	return i
-}
-
-func skipSpace(raw []byte, i int) int {
-	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// unquote returns the string of a JSON string literal.
-func unquote(lit []byte) (string, error) {
-	if bytes.IndexByte(lit, '\\') < 0 {
-		return string(lit[1 : len(lit)-1]), nil
-	}
-	var s string
-	err := json.Unmarshal(lit, &s)
-	return s, err
-}
-
-// kindAt names the JSON kind of the value that starts at i.
-func kindAt(raw []byte, i int) string {
-	if i >= len(raw) {
-		return "nothing"
-	}
-	switch raw[i] {
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "bool"
-	}
-	return "number"
+	return err
 }
 
 // findMember finds key's member, or one whose key differs only in case.
@@ -268,5 +186,3 @@ func unmarshalAt(raw []byte, at string, v any) error {
 	}
 	return nil
 }
-
-func isNull(raw []byte) bool { return string(raw) == "null" }

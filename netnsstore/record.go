@@ -125,7 +125,7 @@ const (
 func (s *Store) writeRecord(r *Record) error {
 	r.Updated = time.Now().UTC()
 	r.Format, r.Writer, r.PinDir = recordFormat, s.writer, s.PinDir
-	data, err := json.MarshalIndent(r, "", "  ")
+	data, err := encodeRecord(r)
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func (s *Store) readRecord(attachment string) (*Record, error) {
 		return nil, fmt.Errorf("read record %s: %w", attachment, err)
 	}
 	r := &Record{}
-	if err := json.Unmarshal(data, r); err != nil {
+	if err := decodeRecord(data, r); err != nil {
 		// Empty or cut short: what a power loss leaves of a record written
 		// without fsync (see markBoot); any other decoding failure too.
 		return nil, fmt.Errorf("decode record %s (%d bytes): %w: %w", attachment, len(data), errTornRecord, err)

@@ -20,8 +20,10 @@ func inUseTarget(r *netnsstore.Record, netnsPath string) inuse.Target {
 	return t
 }
 
-// inUseChecker adapts the in-use check with opts to the store.
+// inUseChecker adapts the in-use check with opts to the store; a large
+// node's check tightens the memory limit (tightenForLargeNode).
 func inUseChecker(opts inuse.Options) netnsstore.InUseFunc {
+	opts.Listed = tightenForLargeNode
 	return func(r *netnsstore.Record, netnsPath string) ([]netnsstore.Use, error) {
 		refs, err := inuse.Check(inUseTarget(r, netnsPath), opts)
 		if err != nil {
