@@ -66,7 +66,7 @@ func (c *checker) processesAndSockets() error {
 // returns it (or lets the thread die) afterwards.
 func (c *checker) readSockets() ([]tcpSocket, error) {
 	c.progress.set("open netns " + c.t.NetnsPath)
-	fd, err := openNetns(c.t.NetnsPath)
+	fd, err := nsinfo.OpenNetns(c.t.NetnsPath)
 	if err != nil {
 		return nil, err
 	}
@@ -130,24 +130,6 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 		}
 	}
 	return cands, nil
-}
-
-// openNetns opens path, which must be a namespace file (nsfs), for setns.
-func openNetns(path string) (int, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open netns %s: %w", path, err)
-	}
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(fd, &sfs); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("statfs netns %s: %w", path, err)
-	}
-	if sfs.Type != unix.NSFS_MAGIC {
-		unix.Close(fd)
-		return -1, fmt.Errorf("open netns %s: not a namespace file (file system 0x%x)", path, sfs.Type)
-	}
-	return fd, nil
 }
 
 // noTCPSockets reports whether the netns of the calling thread has no TCP
