@@ -240,121 +240,68 @@ func decodeRecord(data []byte, r *Record) error {
 }
 
 func decodeRecordMembers(data []byte, r *Record) error {
-	if i := bytes.IndexFunc(data, func(c rune) bool { return c != ' ' && c != '\t' && c != '\n' && c != '\r' }); i < 0 || data[i] != '{' {
-		return errSlowPath // null, or no object: encoding/json says what it is
+	fields := []field{
+		{"format", &r.Format}, {"writer", &r.Writer}, {"attachment", &r.Attachment},
+		{"containerID", &r.ContainerID}, {"ifName", &r.IfName}, {"network", &r.Network},
+		{"cluster", &r.Cluster}, {"podNamespace", &r.PodNS}, {"podName", &r.PodName},
+		{"podUID", &r.PodUID}, {"netnsPath", &r.NetnsPath}, {"pinDir", &r.PinDir},
+		{"pinPath", &r.PinPath}, {"netnsDev", &r.NetnsDev}, {"netnsIno", &r.NetnsIno},
+		{"ips", &r.IPs}, {"inUse", &r.InUse}, {"links", &r.Links}, {"bootID", &r.BootID},
+		{"state", (*string)(&r.State)}, {"created", &r.Created}, {"updated", &r.Updated},
+		{"references", &r.References}, {"drainingSince", &r.DrainingSince},
+		{"teardown", nil}, {"abandoned", &r.Abandoned},
 	}
-	return jsonscan.Members(data, func(key string, val []byte) error {
-		var v any
-		switch key {
-		case "format":
-			v = &r.Format
-		case "writer":
-			v = &r.Writer
-		case "attachment":
-			v = &r.Attachment
-		case "containerID":
-			v = &r.ContainerID
-		case "ifName":
-			v = &r.IfName
-		case "network":
-			v = &r.Network
-		case "cluster":
-			v = &r.Cluster
-		case "podNamespace":
-			v = &r.PodNS
-		case "podName":
-			v = &r.PodName
-		case "podUID":
-			v = &r.PodUID
-		case "netnsPath":
-			v = &r.NetnsPath
-		case "pinDir":
-			v = &r.PinDir
-		case "pinPath":
-			v = &r.PinPath
-		case "netnsDev":
-			v = &r.NetnsDev
-		case "netnsIno":
-			v = &r.NetnsIno
-		case "ips":
-			v = &r.IPs
-		case "inUse":
-			v = &r.InUse
-		case "links":
-			v = &r.Links
-		case "bootID":
-			v = &r.BootID
-		case "state":
-			v = (*string)(&r.State)
-		case "created":
-			v = &r.Created
-		case "updated":
-			v = &r.Updated
-		case "references":
-			v = &r.References
-		case "drainingSince":
-			v = &r.DrainingSince
-		case "abandoned":
-			v = &r.Abandoned
-		case "teardown":
-			if jsonscan.IsNull(val) {
-				r.Teardown = nil
-				return nil
-			}
-			if r.Teardown == nil {
-				r.Teardown = &Teardown{}
-			}
-			return decodeTeardownMembers(val, r.Teardown)
-		default:
-			return unknownKey(key, recordKeys)
+	return decodeMembers(data, fields, func(val []byte) error {
+		if jsonscan.IsNull(val) {
+			r.Teardown = nil
+			return nil
 		}
-		return json.Unmarshal(val, v)
+		if r.Teardown == nil {
+			r.Teardown = &Teardown{}
+		}
+		t := r.Teardown
+		return decodeMembers(val, []field{
+			{"netns", &t.Netns}, {"cniPath", &t.CNIPath}, {"cacheFile", &t.CacheFile}, {"cache", &t.Cache},
+		}, nil)
 	})
 }
 
-func decodeTeardownMembers(val []byte, t *Teardown) error {
-	if val[0] != '{' {
-		return errSlowPath
-	}
-	return jsonscan.Members(val, func(key string, val []byte) error {
-		var v any
-		switch key {
-		case "netns":
-			v = &t.Netns
-		case "cniPath":
-			v = &t.CNIPath
-		case "cacheFile":
-			v = &t.CacheFile
-		case "cache":
-			v = &t.Cache
-		default:
-			return unknownKey(key, teardownKeys)
-		}
-		return json.Unmarshal(val, v)
-	})
+// field is a member of a JSON object and the Go value it decodes into; a
+// nil value is the one member decodeMembers hands to its nested function.
+type field struct {
+	key string
+	val any
 }
 
-var (
-	recordKeys = []string{"format", "writer", "attachment", "containerID", "ifName", "network", "cluster",
-		"podNamespace", "podName", "podUID", "netnsPath", "pinDir", "pinPath", "netnsDev", "netnsIno", "ips",
-		"inUse", "links", "bootID", "state", "created", "updated", "references", "drainingSince", "teardown", "abandoned"}
-	teardownKeys = []string{"netns", "cniPath", "cacheFile", "cache"}
-)
-
-// unknownKey lets a key that is none of keys pass, unless encoding/json
-// might take it for one of them: it matches keys without regard to case,
-// with Unicode folding (K, the Kelvin sign, is k), so a key of another
-// case or with a byte outside ASCII goes to encoding/json.
-func unknownKey(key string, keys []string) error {
-	for i := 0; i < len(key); i++ {
-		if key[i] >= utf8.RuneSelf {
-			return errSlowPath
+// decodeMembers decodes the members of the object raw into fields, each
+// value with json.Unmarshal; nested decodes the member whose value is nil.
+// Anything encoding/json might read otherwise is an error, which sends the
+// record to encoding/json: raw being no object (jsonscan.Members' error),
+// a value of another type (json.Unmarshal's), or a key that is none of
+// fields but that encoding/json, which matches keys without regard to case
+// and with Unicode folding (K, the Kelvin sign, is k), might take for one:
+// a key of another case, or with a byte outside ASCII (errSlowPath).
+func decodeMembers(raw []byte, fields []field, nested func(val []byte) error) error {
+	return jsonscan.Members(raw, func(key string, val []byte) error {
+		for _, f := range fields {
+			if f.key != key {
+				continue
+			}
+			if f.val == nil {
+				return nested(val)
+			}
+			return json.Unmarshal(val, f.val)
 		}
-	}
-	for _, k := range keys {
-		if strings.EqualFold(k, key) {
-			return errSlowPath
+		for i := 0; i < len(key); i++ {
+			if key[i] >= utf8.RuneSelf {
+				return errSlowPath
+			}
 		}
-	}
-	return nil
+		for _, f := range fields {
+			if strings.EqualFold(f.key, key) {
+				return errSlowPath
+			}
+		}
+		return nil // a key of no field: encoding/json ignores it too
+	})
 }
