@@ -68,15 +68,7 @@ func (s *Store) markBoot(v *view) error {
 // markedBoot is the boot and the pinDir the marker names, "" when there is
 // no marker (or it names no pinDir).
 func (s *Store) markedBoot() (boot, pinDir string, err error) {
-	fd, err := openat2(s.stateFd, bootMarker, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return "", "", nil
-	}
-	if err != nil {
-		return "", "", fmt.Errorf("read %s/%s: %w", s.StateDir, bootMarker, err)
-	}
-	defer unix.Close(fd)
-	data, err := readAllFd(fd, 4096)
+	data, _, err := readFileAt(s.stateFd, bootMarker, 4096)
 	if err != nil {
 		return "", "", fmt.Errorf("read %s/%s: %w", s.StateDir, bootMarker, err)
 	}
@@ -122,15 +114,7 @@ const linkDirsFile = "link-dirs"
 
 // linkDirs is the folders of linkDirsFile; none when it does not exist.
 func (s *Store) linkDirs() ([]string, error) {
-	fd, err := openat2(s.stateFd, linkDirsFile, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s/%s: %w", s.StateDir, linkDirsFile, err)
-	}
-	defer unix.Close(fd)
-	data, err := readAllFd(fd, 1<<20)
+	data, _, err := readFileAt(s.stateFd, linkDirsFile, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("read %s/%s: %w", s.StateDir, linkDirsFile, err)
 	}

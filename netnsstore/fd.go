@@ -27,6 +27,23 @@ func readAllFd(fd int, limit int64) ([]byte, error) {
 	return data, nil
 }
 
+// readFileAt reads the file name of dirfd whole, up to limit bytes,
+// without following a symlink; ok is false when it does not exist.
+func readFileAt(dirfd int, name string, limit int64) (data []byte, ok bool, err error) {
+	fd, err := openat2(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer unix.Close(fd)
+	if data, err = readAllFd(fd, limit); err != nil {
+		return nil, false, err
+	}
+	return data, true, nil
+}
+
 // readFile reads a small file without os.Open, whose os.File of a regular
 // file starts the runtime's network poller, which an ADD or DEL does not
 // need otherwise.

@@ -180,12 +180,7 @@ func (s *Store) Inspect() (*Snapshot, error) {
 
 // readOwner is pinDir's owner file as it stands ("" when none).
 func (s *Store) readOwner() string {
-	fd, err := openat2(s.pinDirFd, ownerFile, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return ""
-	}
-	defer unix.Close(fd)
-	data, _ := readAllFd(fd, 4096)
+	data, _, _ := readFileAt(s.pinDirFd, ownerFile, 4096)
 	return strings.TrimSuffix(string(data), "\n")
 }
 

@@ -24,15 +24,7 @@ var ErrOtherStateDir = errors.New("the pins were made under another stateDir")
 // false when pinDir has none yet (an empty pinDir, or one of an earlier
 // version), ErrOtherStateDir when it is another.
 func (s *Store) checkOwner() (bool, error) {
-	fd, err := openat2(s.pinDirFd, ownerFile, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read %s/%s: %w", s.PinDir, ownerFile, err)
-	}
-	defer unix.Close(fd)
-	data, err := readAllFd(fd, 4096)
+	data, _, err := readFileAt(s.pinDirFd, ownerFile, 4096)
 	if err != nil {
 		return false, fmt.Errorf("read %s/%s: %w", s.PinDir, ownerFile, err)
 	}

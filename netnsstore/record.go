@@ -186,17 +186,12 @@ func HasRecord(stateDir, attachment string) (bool, error) {
 // of another pinDir is ErrOtherPinDir and one of a newer format
 // errNewerFormat, both untouched.
 func (s *Store) readRecord(attachment string) (*Record, error) {
-	fd, err := openat2(s.recordsFd, attachment+recordSuffix, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if errors.Is(err, unix.ENOENT) {
+	data, ok, err := readFileAt(s.recordsFd, attachment+recordSuffix, 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("read record %s: %w", attachment, err)
+	}
+	if !ok {
 		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read record %s: %w", attachment, err)
-	}
-	defer unix.Close(fd)
-	data, err := readAllFd(fd, 1<<20)
-	if err != nil {
-		return nil, fmt.Errorf("read record %s: %w", attachment, err)
 	}
 	r := &Record{}
 	if err := decodeRecord(data, r); err != nil {
