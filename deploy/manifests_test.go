@@ -60,6 +60,19 @@ func loadManifests(t *testing.T) []object {
 	return objs
 }
 
+// inFile is the object of kind ("": of any kind) in the manifest file; the
+// test fails when there is none.
+func inFile(t *testing.T, objs []object, kind, file string) object {
+	t.Helper()
+	for _, o := range objs {
+		if o.file == file && (kind == "" || o.kind() == kind) {
+			return o
+		}
+	}
+	require.FailNow(t, "no object of kind "+kind+" in "+file)
+	return object{}
+}
+
 func byKind(objs []object, kind string) []object {
 	var out []object
 	for _, o := range objs {
@@ -130,14 +143,8 @@ func TestNetworkAttachmentDefinitionsValidate(t *testing.T) {
 
 // The Rook-compatible variant keeps Rook's holder paths up to date.
 func TestRookLinks(t *testing.T) {
-	var nad *object
-	for _, o := range byKind(loadManifests(t), "NetworkAttachmentDefinition") {
-		if o.file == "network-attachment-definition-rook-links.yaml" {
-			nad = &o
-		}
-	}
-	require.NotNil(t, nad)
-	c := nadConfig(t, *nad, nil)
+	nad := inFile(t, loadManifests(t), "NetworkAttachmentDefinition", "network-attachment-definition-rook-links.yaml")
+	c := nadConfig(t, nad, nil)
 	cl, err := conf.ParseCluster("rook-ceph/my-cluster")
 	require.NoError(t, err)
 	links, err := c.LinkPaths(cl)
@@ -172,18 +179,12 @@ func containersOf(spec map[string]any) []map[string]any {
 // DaemonSet is unprivileged and rolls surge-first.
 func TestHolderDaemonSet(t *testing.T) {
 	objs := loadManifests(t)
-	var ds *object
-	for _, o := range byKind(objs, "DaemonSet") {
-		if o.file == "holder-daemonset.yaml" {
-			ds = &o
-		}
-	}
-	require.NotNil(t, ds)
+	ds := inFile(t, objs, "DaemonSet", "holder-daemonset.yaml")
 	assert.Equal(t, "RollingUpdate", str(ds.raw, "spec", "updateStrategy", "type"))
 	assert.Equal(t, 1, get(ds.raw, "spec", "updateStrategy", "rollingUpdate", "maxSurge"))
 	assert.Equal(t, 0, get(ds.raw, "spec", "updateStrategy", "rollingUpdate", "maxUnavailable"))
 
-	spec := podSpec(*ds)
+	spec := podSpec(ds)
 	require.NotNil(t, spec)
 	for _, k := range []string{"hostPID", "hostNetwork", "hostIPC"} {
 		assert.NotEqual(t, true, spec[k], "holder must not use %s", k)
@@ -237,14 +238,8 @@ func TestHolderDaemonSet(t *testing.T) {
 // The installer writes the binary into /opt/cni/bin and touches nothing else
 // on the host; the sweeper runs that binary in the host's mount namespace.
 func TestInstallerDaemonSet(t *testing.T) {
-	var ds *object
-	for _, o := range byKind(loadManifests(t), "DaemonSet") {
-		if o.file == "installer-daemonset.yaml" {
-			ds = &o
-		}
-	}
-	require.NotNil(t, ds)
-	spec := podSpec(*ds)
+	ds := inFile(t, loadManifests(t), "DaemonSet", "installer-daemonset.yaml")
+	spec := podSpec(ds)
 	assert.Equal(t, true, spec["hostPID"], "the sweeper enters PID 1's mount namespace")
 	for _, k := range []string{"hostNetwork", "hostIPC"} {
 		assert.NotEqual(t, true, spec[k], "installer must not use %s", k)
@@ -350,13 +345,7 @@ func TestMonitoring(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pm, 1)
 	assert.Equal(t, "PodMonitor", str(pm[0], "kind"))
-	var installer *object
-	for _, o := range byKind(loadManifests(t), "DaemonSet") {
-		if o.file == "installer-daemonset.yaml" {
-			installer = &o
-		}
-	}
-	require.NotNil(t, installer)
+	installer := inFile(t, loadManifests(t), "DaemonSet", "installer-daemonset.yaml")
 	sel, _ := get(pm[0], "spec", "selector", "matchLabels").(map[string]any)
 	require.NotEmpty(t, sel)
 	for k, v := range sel {
@@ -401,14 +390,8 @@ func TestMonitoring(t *testing.T) {
 func TestInstallerCNIBinFolderSetting(t *testing.T) {
 	raw, err := os.ReadFile("installer-daemonset.yaml")
 	require.NoError(t, err)
-	var ds *object
-	for _, o := range byKind(loadManifests(t), "DaemonSet") {
-		if o.file == "installer-daemonset.yaml" {
-			ds = &o
-		}
-	}
-	require.NotNil(t, ds)
-	spec := podSpec(*ds)
+	ds := inFile(t, loadManifests(t), "DaemonSet", "installer-daemonset.yaml")
+	spec := podSpec(ds)
 	vols, _ := spec["volumes"].([]any)
 	require.Len(t, vols, 1)
 	hostPath := str(vols[0], "hostPath", "path")
@@ -471,13 +454,7 @@ func TestCephCSIConfigPointsAtLink(t *testing.T) {
 // /hostroot + pinDir (its chrootDir) with Bidirectional propagation, the
 // volume netns-pin's check names when it is missing.
 func TestMultusThickPatch(t *testing.T) {
-	var ds *object
-	for _, o := range loadManifests(t) {
-		if o.file == "multus-thick-patch.yaml" {
-			ds = &o
-		}
-	}
-	require.NotNil(t, ds, "multus-thick-patch.yaml")
+	ds := inFile(t, loadManifests(t), "", "multus-thick-patch.yaml")
 	assert.Equal(t, "DaemonSet kube-system/kube-multus-ds", ds.kind()+" "+ds.namespace()+"/"+ds.name(), "Multus' own DaemonSet")
 	containers, _ := get(ds.raw, "spec", "template", "spec", "containers").([]any)
 	require.Len(t, containers, 1)
