@@ -125,9 +125,9 @@ const (
 func (s *Store) writeRecord(r *Record) error {
 	r.Updated = time.Now().UTC()
 	r.Format, r.Writer, r.PinDir = recordFormat, s.writer, s.PinDir
-	data, err := encodeRecord(r)
+	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("encode record %s: %w", r.Attachment, err)
 	}
 	name := r.Attachment + recordSuffix
 	durable := r.Teardown != nil
@@ -194,7 +194,7 @@ func (s *Store) readRecord(attachment string) (*Record, error) {
 		return nil, nil
 	}
 	r := &Record{}
-	if err := decodeRecord(data, r); err != nil {
+	if err := json.Unmarshal(data, r); err != nil {
 		// Empty or cut short: what a power loss leaves of a record written
 		// without fsync (see markBoot); any other decoding failure too.
 		return nil, fmt.Errorf("decode record %s (%d bytes): %w: %w", attachment, len(data), errTornRecord, err)
