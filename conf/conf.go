@@ -3,6 +3,8 @@
 package conf
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -38,8 +40,7 @@ const (
 var defaultCacheDirs = []string{"/var/lib/cni", "/var/lib/cni/multus"}
 
 // Config is the plugin's entry in a conflist, after defaults. The json
-// tags name the keys; decode reads them without reflection, and
-// FuzzDecodeMatchesEncodingJSON holds it to json.Unmarshal with these tags.
+// tags name the keys (docs/design.md §3); see decode.
 type Config struct {
 	types.PluginConf
 
@@ -57,7 +58,10 @@ type Config struct {
 	// cni-args of a pod's network selection element.
 	Args *Args `json:"args,omitempty"`
 
-	entry []byte // as given, for PrevResultAsGiven
+	// prevResult is the entry's "prevResult" as given, and prevResults
+	// how many keys the library reads as prevResult (of any case).
+	prevResult  []byte
+	prevResults int
 
 	links     []linkTemplate
 	rules     []compiledRule
@@ -98,7 +102,6 @@ func ParseWith(data []byte, overrides map[string]string) (*Config, error) {
 	if err := c.decode(data); err != nil {
 		return nil, fmt.Errorf("parse configuration: %w", err)
 	}
-	c.entry = data
 	for _, ps := range PathSettings {
 		if v := overrides[ps.Key]; v != "" {
 			*ps.Field(c) = v
@@ -119,25 +122,20 @@ func ParseWith(data []byte, overrides map[string]string) (*Config, error) {
 // given without decoding it: fields this CNI library does not know
 // survive, and a pod that is no holder pays for no more than it uses.
 func (c *Config) PrevResultAsGiven() []byte {
-	var given []byte
-	members := 0 // of any spelling: the library reads them all
-	_ = eachMember(c.entry, "", func(key string, val []byte) error {
-		if strings.EqualFold(key, "prevResult") {
-			members++
-			if key == "prevResult" {
-				given = val
-			}
+	if c.prevResults != 1 || c.prevResult == nil || c.CNIVersion == "" {
+		return nil
+	}
+	// Its version as the library reads it, from the decoded prevResult:
+	// exactly that key, and no other spelling of it.
+	for k, v := range c.RawPrevResult {
+		if strings.EqualFold(k, "cniVersion") && (k != "cniVersion" || v != c.CNIVersion) {
+			return nil
 		}
-		return nil
-	})
-	if members != 1 || given == nil || c.CNIVersion == "" {
+	}
+	if _, ok := c.RawPrevResult["cniVersion"]; !ok {
 		return nil
 	}
-	var v string
-	if err := decodeObject(given, "", []member{{"cniVersion", str(&v)}}); err != nil || v != c.CNIVersion {
-		return nil
-	}
-	return given
+	return c.prevResult
 }
 
 // ParsePrevResult decodes prevResult with the CNI library, for a result
@@ -203,14 +201,26 @@ func setDefault(field *string, value string) {
 	}
 }
 
-func (c *Config) validate() error {
+// cleanPaths requires each path setting whose key starts with prefix to be
+// absolute, and cleans it.
+func (c *Config) cleanPaths(prefix string) error {
 	for _, ps := range PathSettings {
-		field, p := ps.Key, ps.Field(c)
+		if !strings.HasPrefix(ps.Key, prefix) {
+			continue
+		}
+		p := ps.Field(c)
 		clean, err := absPath(*p)
 		if err != nil {
-			return fmt.Errorf("%s %q: %w", field, *p, err)
+			return fmt.Errorf("%s %q: %w", ps.Key, *p, err)
 		}
 		*p = clean
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	if err := c.cleanPaths(""); err != nil {
+		return err
 	}
 	for i, d := range c.CacheDirs {
 		clean, err := absPath(d)
@@ -280,13 +290,7 @@ func within(p, dir string) bool {
 
 // InUseOptions is the in-use check's configuration.
 func (c *Config) InUseOptions() inuse.Options {
-	return inuse.Options{
-		Sysfs:        c.InUse.Sysfs,
-		Debugfs:      c.InUse.Debugfs,
-		Proc:         c.InUse.Proc,
-		CephPorts:    c.cephPorts,
-		Unattributed: c.policy,
-	}
+	return inuse.Options{Sysfs: c.InUse.Sysfs, Debugfs: c.InUse.Debugfs, Proc: c.InUse.Proc, CephPorts: c.cephPorts, Unattributed: c.policy}
 }
 
 func (u InUse) parse() (policy inuse.Policy, ports inuse.Ports, err error) {
@@ -300,12 +304,31 @@ func (u InUse) parse() (policy inuse.Policy, ports inuse.Ports, err error) {
 }
 
 // InUseSettings is what c's in-use check looks at and how it decides,
-// as recorded with each pin (docs/design.md §15): a release also checks
+// as recorded with each pin (docs/design.md §15.6): a release also checks
 // with the settings a pin was made with, so that a command run with other
-// roots or another policy cannot find a used netns unused.
+// roots or another policy cannot find a used netns unused. Their keys are
+// the json tags of InUse, the configuration's own.
 func (c *Config) InUseSettings() map[string]string {
-	return map[string]string{"sysfs": c.InUse.Sysfs, "debugfs": c.InUse.Debugfs, "proc": c.InUse.Proc,
-		"cephPorts": c.InUse.CephPorts, "unattributed": c.InUse.Unattributed}
+	m := map[string]string{}
+	data, _ := json.Marshal(c.InUse) // strings only: cannot fail
+	_ = json.Unmarshal(data, &m)
+	return m
+}
+
+// inUseOf is recorded settings as the configuration's InUse; a key that is
+// none of its tags is an error.
+func inUseOf(settings map[string]string) (InUse, error) {
+	var u InUse
+	data, err := json.Marshal(settings)
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&u)
+	}
+	if err != nil {
+		return u, fmt.Errorf("in-use settings %v: %w", settings, err)
+	}
+	return u, nil
 }
 
 // InUseCovers reports whether a check with the settings own finds every
@@ -315,49 +338,28 @@ func (c *Config) InUseSettings() map[string]string {
 // operator does who follows the advice of an unreadable debugfs under
 // "ignore": the pins made before must not stay blocked by the old check.
 func InUseCovers(own, recorded map[string]string) bool {
-	if own["unattributed"] != string(inuse.PolicyBlock) || recorded["unattributed"] != "ignore" || len(own) != len(recorded) {
+	o, oerr := inUseOf(own)
+	r, rerr := inUseOf(recorded)
+	if oerr != nil || rerr != nil || o.Unattributed != string(inuse.PolicyBlock) || r.Unattributed != "ignore" {
 		return false
 	}
-	for k, v := range recorded {
-		if k != "unattributed" && own[k] != v {
-			return false
-		}
-	}
-	return true
+	o.Unattributed = r.Unattributed
+	return o == r
 }
 
 // InUseOptionsOf is the in-use check's configuration from recorded
 // InUseSettings, validated as the configuration was.
 func InUseOptionsOf(settings map[string]string) (inuse.Options, error) {
-	var u InUse
-	for k, v := range settings {
-		var field *string
-		switch k {
-		case "sysfs":
-			field = &u.Sysfs
-		case "debugfs":
-			field = &u.Debugfs
-		case "proc":
-			field = &u.Proc
-		case "cephPorts":
-			field = &u.CephPorts
-		case "unattributed":
-			field = &u.Unattributed
-		default:
-			return inuse.Options{}, fmt.Errorf("unknown in-use setting %q", k)
-		}
-		*field = v
-	}
-	for key, p := range map[string]*string{"sysfs": &u.Sysfs, "debugfs": &u.Debugfs, "proc": &u.Proc} {
-		clean, err := absPath(*p)
-		if err != nil {
-			return inuse.Options{}, fmt.Errorf("inUse.%s %q: %w", key, *p, err)
-		}
-		*p = clean
-	}
-	policy, ports, err := u.parse()
+	u, err := inUseOf(settings)
 	if err != nil {
 		return inuse.Options{}, err
 	}
-	return inuse.Options{Sysfs: u.Sysfs, Debugfs: u.Debugfs, Proc: u.Proc, CephPorts: ports, Unattributed: policy}, nil
+	c := &Config{InUse: u}
+	if err := c.cleanPaths("inUse."); err != nil {
+		return inuse.Options{}, err
+	}
+	if c.policy, c.cephPorts, err = c.InUse.parse(); err != nil {
+		return inuse.Options{}, err
+	}
+	return c.InUseOptions(), nil
 }

@@ -1,155 +1,172 @@
 package conf
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
-
-	"github.com/netns-pin/netns-pin/internal/jsonscan"
 )
 
-// decode fills c from a plugin entry. The CNI library's part
-// (types.PluginConf) is decoded by the library, as in every chained
-// plugin; netns-pin's own keys are picked from the entry's members one by
-// one, into strings and lists of strings. Not json.Unmarshal into Config:
-// encoding/json builds its cache of a struct type's fields on first use,
-// in every process anew, and for this configuration's types that cache
-// cost each pod's ADD and DEL about 50 µs, most of what a pod that is no
-// holder paid over any other chained plugin (docs/performance.md).
-//
-// Keys are those of docs/design.md §3, matched exactly. A key that
-// differs from one of them only in case ("pindir") is an error naming the
-// key it resembles, rather than a setting that is silently ignored; other
-// keys are left to the runtime and other plugins, as before. So is a key
-// given twice, which encoding/json took without a word.
+// decode fills c from a plugin entry: json.Unmarshal into Config, which
+// embeds the CNI library's types.PluginConf, as the reference chained
+// plugins (tuning, portmap) read theirs. Then one pass over the entry's
+// tokens holds netns-pin's own keys (the json tags of Config and of the
+// types below it: the only schema) to what docs/design.md §3 asks and
+// encoding/json does not: a key that differs from one of them only in case
+// ("pindir") is an error naming the key it resembles, where encoding/json
+// would have taken it; so is one given twice, of which it keeps the last.
+// The pass also checks each value's kind, so that an error names the
+// key's whole path (holders[1].podName), and finds prevResult as given.
+// Other keys are the library's, the runtime's and other plugins', read by
+// encoding/json as for any plugin, and unknown keys are left alone.
 func (c *Config) decode(data []byte) error {
-	if err := json.Unmarshal(data, &c.PluginConf); err != nil {
+	uerr := json.Unmarshal(data, c)
+	var te *json.UnmarshalTypeError
+	if uerr != nil && !errors.As(uerr, &te) {
+		return uerr // not JSON: as encoding/json says it
+	}
+	p := keyPass{dec: json.NewDecoder(bytes.NewReader(data))}
+	if err := p.value("", configType); err != nil {
 		return err
 	}
-	return decodeObject(data, "", []member{
-		{"pinDir", str(&c.PinDir)},
-		{"stateDir", str(&c.StateDir)},
-		{"links", strs(&c.Links)},
-		{"holders", c.decodeHolders},
-		{"cniArgsNamespaces", strs(&c.CNIArgsNamespaces)},
-		{"inUse", func(raw []byte, at string) error {
-			return decodeObject(raw, at, []member{
-				{"sysfs", str(&c.InUse.Sysfs)},
-				{"debugfs", str(&c.InUse.Debugfs)},
-				{"proc", str(&c.InUse.Proc)},
-				{"cephPorts", str(&c.InUse.CephPorts)},
-				{"unattributed", str(&c.InUse.Unattributed)},
-			})
-		}},
-		{"cacheDirs", strs(&c.CacheDirs)},
-		{"logFile", str(&c.LogFile)},
-		{"logLevel", str(&c.LogLevel)},
-		{"args", c.decodeArgs},
-	})
+	c.prevResult, c.prevResults = p.prevResult, p.prevResults
+	return uerr // a type error in the library's keys (name, ipam, ...)
 }
 
-func (c *Config) decodeHolders(raw []byte, at string) error {
-	var items []json.RawMessage
-	if err := unmarshalAt(raw, at, &items); err != nil || items == nil { // null: no rules
-		c.Holders = nil
-		return err
+var configType = reflect.TypeFor[Config]()
+
+// keyPass walks one valid JSON value with the Go type it decodes into.
+type keyPass struct {
+	dec         *json.Decoder
+	prevResult  json.RawMessage // the top-level "prevResult"
+	prevResults int             // top-level keys of any case that the library reads as prevResult
+}
+
+// value reads the next value, of Go type t, at path at.
+func (p *keyPass) value(at string, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
 	}
-	c.Holders = make([]HolderRule, len(items))
-	for i, item := range items {
-		r := &c.Holders[i]
-		if err := decodeObject(item, fmt.Sprintf("%s[%d]", at, i), []member{
-			{"podNamespace", str(&r.PodNamespace)},
-			{"podName", str(&r.PodName)},
-			{"cluster", str(&r.Cluster)},
-		}); err != nil {
-			return err
+	tok, err := p.dec.Token()
+	if err != nil || tok == nil {
+		return err // null: the field stays as it is, as for encoding/json
+	}
+	switch d, _ := tok.(json.Delim); {
+	case t.Kind() == reflect.String:
+		if _, ok := tok.(string); !ok {
+			return errAt(at, "want a string, got %s", kindOf(tok))
 		}
+	case t.Kind() == reflect.Slice && d == '[':
+		for i := 0; p.dec.More(); i++ {
+			elem := at // a list of strings names the list, as before
+			if t.Elem().Kind() == reflect.Struct {
+				elem = fmt.Sprintf("%s[%d]", at, i)
+			}
+			if err := p.value(elem, t.Elem()); err != nil {
+				return err
+			}
+		}
+		_, err = p.dec.Token()
+	case t.Kind() == reflect.Slice:
+		want := "a list"
+		if t.Elem().Kind() == reflect.String {
+			want = "a list of strings"
+		}
+		return errAt(at, "want %s, got %s", want, kindOf(tok))
+	case d == '{':
+		err = p.object(at, t)
+	default:
+		return errAt(at, "want an object, got %s", kindOf(tok))
 	}
-	return nil
-}
-
-// decodeArgs reads args.cni.pinCluster; args and args.cni are shared with
-// the runtime and other plugins, whose keys are theirs.
-func (c *Config) decodeArgs(raw []byte, at string) error {
-	if jsonscan.IsNull(raw) {
-		c.Args = nil
-		return nil
-	}
-	a := &Args{}
-	err := decodeObject(raw, at, []member{{"cni", func(raw []byte, at string) error {
-		return decodeObject(raw, at, []member{{"pinCluster", str(&a.CNI.PinCluster)}})
-	}}})
-	c.Args = a
 	return err
 }
 
-// member is one key of a JSON object and what decodes its value; at is
-// the key's path in the configuration, for errors.
-type member struct {
-	key    string
-	decode func(raw []byte, at string) error
-}
-
-// decodeObject decodes the members of the JSON object raw (at is its
-// path, "" for the entry itself) that ms name; null is an absent object.
-// A key of ms given twice is an error: encoding/json would take the last
-// value, or merge two objects, and neither is what the author meant.
-// raw is valid JSON: decode checked the whole entry first.
-func decodeObject(raw []byte, at string, ms []member) error {
-	var seen uint64 // members decoded, by index in ms
-	return eachMember(raw, at, func(key string, val []byte) error {
-		i, ok := findMember(ms, key)
+// object reads the members of an object of struct type t whose '{' was read.
+func (p *keyPass) object(at string, t reflect.Type) error {
+	var seen []string
+	for p.dec.More() {
+		tok, err := p.dec.Token()
+		if err != nil {
+			return err
+		}
+		key := tok.(string)
+		if at == "" && strings.EqualFold(key, "prevResult") {
+			p.prevResults++
+			if key == "prevResult" {
+				p.prevResult = nil
+				if err := p.dec.Decode(&p.prevResult); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		f, ok := field(t, key)
 		switch {
 		case !ok:
-			return nil
-		case ms[i].key != key:
-			return fmt.Errorf("%s: unknown key; keys are case-sensitive: did you mean %q?", join(at, key), ms[i].key)
-		case seen&(1<<i) != 0:
+			var skip json.RawMessage // not netns-pin's
+			err = p.dec.Decode(&skip)
+		case f.name != key:
+			return fmt.Errorf("%s: unknown key; keys are case-sensitive: did you mean %q?", join(at, key), f.name)
+		case slices.Contains(seen, key):
 			return fmt.Errorf("%s: given twice", join(at, key))
+		default:
+			seen = append(seen, key)
+			err = p.value(join(at, key), f.typ)
 		}
-		seen |= 1 << i
-		return ms[i].decode(val, join(at, key))
-	})
-}
-
-// eachMember calls fn with each member of the object raw (see
-// jsonscan.Members), its own errors prefixed with at.
-func eachMember(raw []byte, at string, fn func(key string, val []byte) error) error {
-	var ownErr error
-	err := jsonscan.Members(raw, func(key string, val []byte) error {
-		if err := fn(key, val); err != nil {
-			ownErr = err
+		if err != nil {
 			return err
 		}
-		return nil
-	})
-	if err != nil && err != ownErr {
-		return errAt(at, err)
 	}
+	_, err := p.dec.Token()
 	return err
 }
 
-// findMember finds key's member, or one whose key differs only in case.
-func findMember(ms []member, key string) (int, bool) {
-	for i, m := range ms {
-		if m.key == key {
-			return i, true
+// field finds the field of struct type t that key names by its json tag,
+// or one whose tag differs from key only in case. Embedded structs (the
+// library's PluginConf) are not netns-pin's keys.
+func field(t reflect.Type, key string) (f struct {
+	name string
+	typ  reflect.Type
+}, ok bool) {
+	for _, exact := range []bool{true, false} {
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+			if sf.Anonymous || name == "" || name == "-" || (exact && name != key) || !strings.EqualFold(name, key) {
+				continue
+			}
+			f.name, f.typ = name, sf.Type
+			return f, true
 		}
 	}
-	for i, m := range ms {
-		if strings.EqualFold(m.key, key) {
-			return i, true
-		}
-	}
-	return 0, false
+	return f, false
 }
 
-func errAt(at string, err error) error {
-	if at == "" {
-		return err
+// kindOf names a token's JSON kind as encoding/json's errors do.
+func kindOf(tok json.Token) string {
+	switch tok.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	case float64:
+		return "number"
 	}
-	return fmt.Errorf("%s: %w", at, err)
+	if tok == json.Delim('[') {
+		return "array"
+	}
+	return "object"
+}
+
+// errAt is an error of the value at path at ("" for the entry itself).
+func errAt(at, format string, a ...any) error {
+	if at == "" {
+		return fmt.Errorf(format, a...)
+	}
+	return fmt.Errorf("%s: "+format, append([]any{at}, a...)...)
 }
 
 func join(at, key string) string {
@@ -157,32 +174,4 @@ func join(at, key string) string {
 		return key
 	}
 	return at + "." + key
-}
-
-// str and strs decode a string and a list of strings; null leaves the
-// field as it is, as encoding/json does.
-func str(p *string) func([]byte, string) error {
-	return func(raw []byte, at string) error { return unmarshalAt(raw, at, p) }
-}
-
-func strs(p *[]string) func([]byte, string) error {
-	return func(raw []byte, at string) error { return unmarshalAt(raw, at, p) }
-}
-
-func unmarshalAt(raw []byte, at string, v any) error {
-	if err := json.Unmarshal(raw, v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			want := "a list"
-			switch te.Type.String() {
-			case "string":
-				want = "a string"
-			case "[]string":
-				want = "a list of strings"
-			}
-			return fmt.Errorf("%s: want %s, got %s", at, want, te.Value)
-		}
-		return errAt(at, err)
-	}
-	return nil
 }
