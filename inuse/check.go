@@ -45,6 +45,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // Options configures a check. The zero value means the defaults.
@@ -532,7 +534,7 @@ func (c *checker) rbdClient(raw string, ok bool) Reference {
 func (c *checker) cephFSRegistered() bool {
 	path := filepath.Join(c.o.Proc, "filesystems")
 	c.progress.set("read " + path)
-	data, err := readFileAll(path)
+	data, err := smallfile.ReadPath(path, maxTable)
 	return err != nil || hasCephFS(data) // unreadable: not known to be absent, look
 }
 
@@ -569,7 +571,7 @@ func (c *checker) mountinfoOf(procfd int, pids []string, procs []procResult) err
 		}
 		path := filepath.Join(c.o.Proc, pid, "mountinfo")
 		c.progress.set("read " + path)
-		data, err := readFileAll(path)
+		data, err := smallfile.ReadPath(path, maxTable)
 		if isGone(err) || errors.Is(err, unix.EINVAL) {
 			// EINVAL: the process is exiting and has left its mount
 			// namespace (fs/proc_namespace.c mounts_open_common).

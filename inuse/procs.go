@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"iter"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // processesAndSockets runs the process and kernel-socket signals in one pass
@@ -95,7 +95,7 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 			return nil
 		}
 		for i, p := range paths {
-			data, err := readFileAll(p)
+			data, err := smallfile.ReadPath(p, maxTable)
 			if i == 1 && errors.Is(err, unix.ENOENT) {
 				continue // IPv6 disabled
 			}
@@ -139,7 +139,7 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 // costs nothing. When sockstat cannot be read the tables are read.
 func (c *checker) noTCPSockets() bool {
 	for _, f := range []struct{ name, key string }{{"sockstat", "TCP:"}, {"sockstat6", "TCP6:"}} {
-		data, err := readFileAll(filepath.Join(c.o.Proc, "thread-self", "net", f.name))
+		data, err := smallfile.ReadPath(filepath.Join(c.o.Proc, "thread-self", "net", f.name), maxSmallFile)
 		if f.name == "sockstat6" && errors.Is(err, unix.ENOENT) {
 			continue // IPv6 disabled
 		}
@@ -428,42 +428,6 @@ func socketInode(l []byte) (uint64, bool) {
 		n = n*10 + d
 	}
 	return n, true
-}
-
-// readFileAll reads a whole file, to the read that returns nothing: the
-// seq_files it is for (mountinfo, the TCP tables) are produced a buffer at
-// a time. Without an os.File, whose open registers the descriptor with the
-// runtime's network poller (procfs files accept it, and each registration
-// wakes the poller's thread).
-func readFileAll(path string) ([]byte, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 0, 4<<10)
-	for {
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, cap(buf))
-		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		case n == 0:
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
 }
 
 // linesOf yields the lines of data without their newline.

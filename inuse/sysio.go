@@ -9,23 +9,19 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // Small, allocation-free file system helpers. The check reads thousands of
 // tiny sysfs, debugfs and procfs files on every holder DEL; os.ReadFile costs
 // open, an epoll registration attempt, fstat, two reads and close per file,
 // these helpers open (relative to an open directory, so the kernel does not
-// walk the whole path again), read once and close.
+// walk the whole path again), read once and close, through smallfile.
 
 // openDir opens a directory for getdents and *at calls.
 func openDir(path string) (int, error) {
-	for {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		return fd, err
-	}
+	return smallfile.Retry(func() (int, error) { return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) })
 }
 
 // walkDir calls fn with the name and d_type of every entry of the open
@@ -33,10 +29,7 @@ func openDir(path string) (int, error) {
 // during the call. fn returning an error stops the walk.
 func walkDir(fd int, buf []byte, fn func(name []byte, typ uint8) error) error {
 	for {
-		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
+		n, err := smallfile.Retry(func() (int, error) { return unix.Getdents(fd, buf) })
 		if err != nil {
 			return err
 		}
@@ -65,51 +58,31 @@ func walkDir(fd int, buf []byte, fn func(name []byte, typ uint8) error) error {
 	}
 }
 
-// readAt reads the file name (relative to dirfd) into buf and returns the
-// bytes read, which alias buf. sysfs attributes and single_open seq_files
-// produce their whole content in one read, so a read that does not fill the
-// buffer is the whole file; when it fills, reading continues into a grown
-// copy. The returned slice is valid until buf is reused.
+// readAt reads the procfs, sysfs or debugfs file name (relative to dirfd)
+// into buf and returns the bytes read, which alias buf until it is reused
+// (smallfile's fast path: one read, no allocation, no stat).
 func readAt(dirfd int, name string, buf []byte) ([]byte, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := smallfile.OpenIn(dirfd, name)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	total := 0
-	for {
-		n, err := unix.Read(fd, buf[total:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		total += n
-		if n == 0 || total < len(buf) {
-			return buf[:total], nil
-		}
-		buf = append(buf[:total], make([]byte, len(buf))...)
-		buf = buf[:cap(buf)]
-	}
+	return smallfile.Read(fd, buf[:cap(buf)], maxSmallFile, true)
 }
+
+// maxSmallFile bounds a sysfs attribute, a debugfs status or a process's
+// cgroup and comm (a page, or a few).
+const maxSmallFile = 1 << 20
+
+// maxTable bounds a file that grows with the node: a mountinfo, a TCP
+// table.
+const maxTable = 64 << 20
 
 // statAt stats name relative to dirfd, following symlinks (the ns/net links
 // in procfs resolve to the nsfs inode).
 func statAt(dirfd int, name string, st *unix.Stat_t) error {
-	for {
-		err := unix.Fstatat(dirfd, name, st, 0)
-		if err != unix.EINTR {
-			return err
-		}
-	}
+	_, err := smallfile.Retry(func() (int, error) { return 0, unix.Fstatat(dirfd, name, st, 0) })
+	return err
 }
 
 // nsLinkIno reads the namespace inode a procfs ns link (/proc/<pid>/ns/net)
@@ -119,13 +92,7 @@ func statAt(dirfd int, name string, st *unix.Stat_t) error {
 // plain file): then the caller stats. nsfs is one file system, so the
 // inode alone tells namespaces apart; a match is confirmed by stat.
 func nsLinkIno(dirfd int, name, kind string, buf []byte) (ino uint64, ok bool, err error) {
-	var n int
-	for {
-		n, err = unix.Readlinkat(dirfd, name, buf)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	n, err := smallfile.Retry(func() (int, error) { return unix.Readlinkat(dirfd, name, buf) })
 	if err != nil {
 		if errors.Is(err, unix.EINVAL) {
 			return 0, false, nil

@@ -70,32 +70,6 @@ func TestParallelVisitsEveryItemOnce(t *testing.T) {
 	assert.Less(t, calls.Load(), int64(4096), "workers stop after the first error")
 }
 
-// readFileAll reads a file larger than its first buffer whole, and names
-// the path in its errors.
-func TestReadFileAll(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "f")
-	want := make([]byte, 40<<10+3)
-	for i := range want {
-		want[i] = byte('a' + i%26)
-	}
-	require.NoError(t, os.WriteFile(p, want, 0o644))
-	got, err := readFileAll(p)
-	require.NoError(t, err)
-	assert.Equal(t, want, got)
-
-	mi, err := readFileAll("/proc/self/mountinfo")
-	require.NoError(t, err)
-	want, err = os.ReadFile("/proc/self/mountinfo")
-	require.NoError(t, err)
-	assert.Equal(t, want, mi, "a seq_file, read to its end")
-
-	_, err = readFileAll(filepath.Join(t.TempDir(), "none"))
-	require.ErrorIs(t, err, os.ErrNotExist)
-	assert.Contains(t, err.Error(), "none")
-	_, err = readFileAll(t.TempDir())
-	assert.Error(t, err, "a directory")
-}
-
 // Listed hears the running count of entries after each directory a check
 // lists: debugfs clients, rbd devices, then processes.
 func TestCheckListedCountsEntries(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // bootMarker is the file in stateDir that names the boot whose operations
@@ -68,8 +70,8 @@ func (s *Store) markBoot(v *view) error {
 // markedBoot is the boot and the pinDir the marker names, "" when there is
 // no marker (or it names no pinDir).
 func (s *Store) markedBoot() (boot, pinDir string, err error) {
-	data, _, err := readFileAt(s.stateFd, bootMarker, 4096)
-	if err != nil {
+	data, err := smallfile.ReadAt(s.stateFd, bootMarker, 4096)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", "", fmt.Errorf("read %s/%s: %w", s.StateDir, bootMarker, err)
 	}
 	boot, pinDir, _ = strings.Cut(strings.TrimSpace(string(data)), "\n")
@@ -114,8 +116,8 @@ const linkDirsFile = "link-dirs"
 
 // linkDirs is the folders of linkDirsFile; none when it does not exist.
 func (s *Store) linkDirs() ([]string, error) {
-	data, _, err := readFileAt(s.stateFd, linkDirsFile, 1<<20)
-	if err != nil {
+	data, err := smallfile.ReadAt(s.stateFd, linkDirsFile, 1<<20)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("read %s/%s: %w", s.StateDir, linkDirsFile, err)
 	}
 	return strings.Fields(string(data)), nil

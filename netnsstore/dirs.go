@@ -9,12 +9,9 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-)
 
-// resolveStrict is how every path below pinDir or stateDir is resolved:
-// never above the directory, never through a symlink, so a link planted by
-// anyone cannot redirect a write or a mount.
-const resolveStrict = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+	"github.com/netns-pin/netns-pin/internal/smallfile"
+)
 
 // ensureTrustedDir creates dir (and missing parents) and checks that dir
 // itself is a real directory owned by root and not writable by group or
@@ -75,13 +72,13 @@ func openDirBeneath(root int, rel string, create bool, mode uint32) (int, error)
 			unix.Close(fd)
 			return -1, fmt.Errorf("path %q leaves its directory", rel)
 		}
-		next, err := openat2(fd, part, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		next, err := smallfile.OpenAt(fd, part, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if errors.Is(err, unix.ENOENT) && create {
 			if err := unix.Mkdirat(fd, part, mode); err != nil && !errors.Is(err, unix.EEXIST) {
 				unix.Close(fd)
 				return -1, fmt.Errorf("mkdir %s: %w", part, err)
 			}
-			next, err = openat2(fd, part, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			next, err = smallfile.OpenAt(fd, part, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		}
 		unix.Close(fd)
 		if err != nil {
@@ -90,16 +87,6 @@ func openDirBeneath(root int, rel string, create bool, mode uint32) (int, error)
 		fd = next
 	}
 	return fd, nil
-}
-
-func openat2(dirfd int, name string, flags uint64, mode uint64) (int, error) {
-	for {
-		fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: flags, Mode: mode, Resolve: resolveStrict})
-		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
-			continue // EAGAIN: a concurrent rename; openat2 asks to retry
-		}
-		return fd, err
-	}
 }
 
 // openRootDir opens an absolute directory that was checked by

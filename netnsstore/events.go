@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // The events file counts what happens in short-lived processes (a runtime's
@@ -115,7 +117,7 @@ func (s *Store) note(e Event) {
 	if e.By == "" {
 		e.By = ByRepair
 	}
-	fd, err := openat2(s.stateFd, eventsFile, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	fd, err := smallfile.OpenAt(s.stateFd, eventsFile, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err == nil {
 		_, err = unix.Write(fd, []byte(e.line()))
 		unix.Close(fd)
@@ -208,7 +210,7 @@ func (s *Store) Events(from, foldOver int64) (events []Event, next int64, reset 
 		b.WriteString(Event{Kind: k[0], By: k[1], Cluster: k[2], Count: sums[k]}.line())
 	}
 	tmp := tmpPrefix + eventsFile
-	fd, err := openat2(s.stateFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	fd, err := smallfile.OpenAt(s.stateFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return events, next, reset, fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
 	}

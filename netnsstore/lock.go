@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 const lockFile = "lock"
@@ -26,7 +28,7 @@ var ErrLockTimeout = errors.New("timed out waiting for the lock")
 // by the next process possible. Taking the lock also reopens pinDir (see
 // openPinDir).
 func (s *Store) lock() (unlock func(), err error) {
-	fd, err := openat2(s.stateFd, lockFile, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	fd, err := smallfile.OpenAt(s.stateFd, lockFile, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s/%s: %w", s.StateDir, lockFile, err)
 	}

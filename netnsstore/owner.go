@@ -3,10 +3,13 @@ package netnsstore
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // ownerFile, in pinDir, names the stateDir whose records own the pins.
@@ -24,8 +27,8 @@ var ErrOtherStateDir = errors.New("the pins were made under another stateDir")
 // false when pinDir has none yet (an empty pinDir, or one of an earlier
 // version), ErrOtherStateDir when it is another.
 func (s *Store) checkOwner() (bool, error) {
-	data, _, err := readFileAt(s.pinDirFd, ownerFile, 4096)
-	if err != nil {
+	data, err := smallfile.ReadAt(s.pinDirFd, ownerFile, 4096)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("read %s/%s: %w", s.PinDir, ownerFile, err)
 	}
 	switch owner := strings.TrimSuffix(string(data), "\n"); owner {
@@ -51,7 +54,7 @@ func (s *Store) claimPinDir(v *view) error {
 		return err
 	}
 	tmp := tmpPrefix + ownerFile + "." + strconv.Itoa(unix.Getpid())
-	fd, err := openat2(s.pinDirFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+	fd, err := smallfile.OpenAt(s.pinDirFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fmt.Errorf("claim pinDir %s: %w", s.PinDir, err)
 	}

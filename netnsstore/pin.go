@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // pinPath is where the pin of an attachment lives.
@@ -28,7 +30,7 @@ func (s *Store) mountPin(src *os.File, srcID NetnsID, name string) error {
 	case mounted:
 		return fmt.Errorf("pin %s is already a mount of another namespace %v", s.pinPath(name), id)
 	}
-	fd, err := openat2(s.pinsFd, name, unix.O_CREAT|unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o444)
+	fd, err := smallfile.OpenAt(s.pinsFd, name, unix.O_CREAT|unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o444)
 	if err != nil {
 		return fmt.Errorf("create pin %s: %w", s.pinPath(name), err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // State is where an attachment is in its life (docs/design.md §7). An
@@ -147,7 +150,7 @@ func (s *Store) writeRecord(r *Record) error {
 // durable syncs the file before the rename (the folder is the caller's).
 func (s *Store) replaceFile(dirfd int, name string, data []byte, durable bool) error {
 	tmp := tmpPrefix + name
-	fd, err := openat2(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	fd, err := smallfile.OpenAt(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
@@ -186,12 +189,12 @@ func HasRecord(stateDir, attachment string) (bool, error) {
 // of another pinDir is ErrOtherPinDir and one of a newer format
 // errNewerFormat, both untouched.
 func (s *Store) readRecord(attachment string) (*Record, error) {
-	data, ok, err := readFileAt(s.recordsFd, attachment+recordSuffix, 1<<20)
+	data, err := smallfile.ReadAt(s.recordsFd, attachment+recordSuffix, 1<<20)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read record %s: %w", attachment, err)
-	}
-	if !ok {
-		return nil, nil
 	}
 	r := &Record{}
 	if err := json.Unmarshal(data, r); err != nil {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // sweepStatusFile, in stateDir, is the node sweeper's account of its last
@@ -39,7 +41,7 @@ func (s *Store) WriteSweepStatus(st SweepStatus) error {
 		return err
 	}
 	tmp := tmpPrefix + sweepStatusFile
-	fd, err := openat2(s.stateFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	fd, err := smallfile.OpenAt(s.stateFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("write %s/%s: %w", s.StateDir, sweepStatusFile, err)
 	}
@@ -57,7 +59,7 @@ func (s *Store) WriteSweepStatus(st SweepStatus) error {
 // ReadSweepStatus reads the sweeper's status file of stateDir; nil, nil
 // when no sweeper ever ran a round there.
 func ReadSweepStatus(stateDir string) (*SweepStatus, error) {
-	data, err := os.ReadFile(filepath.Join(stateDir, sweepStatusFile))
+	data, err := smallfile.ReadPath(filepath.Join(stateDir, sweepStatusFile), 1<<20)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

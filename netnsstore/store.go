@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/failpoint"
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // PinsSubdir is the folder under pinDir that holds the pins.
@@ -134,7 +135,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 var errNoCheck = errors.New("no in-use check configured")
 
 func (s *Store) open() error {
-	boot, err := readFile(failpoint.BootIDPath(bootIDPath), 4096)
+	boot, err := smallfile.ReadPath(failpoint.BootIDPath(bootIDPath), 4096)
 	if err != nil {
 		return fmt.Errorf("read boot id: %w", err)
 	}

@@ -10,7 +10,8 @@ import (
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
-	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // The host's mount namespace is PID 1's; where /proc/1/ns is unreadable
@@ -78,16 +79,8 @@ func hostMountNS() (ref string, same bool, err error) {
 }
 
 func isKthreadd() bool {
-	// unix.Open, not os.ReadFile: an os.File of a regular file starts the
-	// runtime's network poller, which nothing else on a holder's ADD needs.
-	fd, err := unix.Open("/proc/2/comm", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	var b [32]byte
-	n, err := unix.Read(fd, b[:])
-	return err == nil && strings.TrimSpace(string(b[:max(n, 0)])) == "kthreadd"
+	comm, err := smallfile.ReadPath("/proc/2/comm", 64)
+	return err == nil && strings.TrimSpace(string(comm)) == "kthreadd"
 }
 
 func readMounts(path string) ([]*mountinfo.Info, error) {
