@@ -36,7 +36,7 @@ const bootMarker = "boot-id"
 // pinDir. A missing marker (a new stateDir, or one of a netns-pin that
 // synced every record) drops nothing.
 func (s *Store) markBoot(v *view) error {
-	if s.readOnly {
+	if v.readOnly {
 		return nil
 	}
 	prev, prevPinDir, err := s.markedBoot()

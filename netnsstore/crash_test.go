@@ -184,7 +184,7 @@ func TestCrashThenClientKeepsTheNetns(t *testing.T) {
 // countTeardowns is a teardown that appends the attachment to file: the
 // chain DEL it stands for is idempotent, so it may run more than once, but
 // it must have run before the pin is gone.
-func countTeardowns(file string) TeardownFunc {
+func countTeardowns(file string) teardownFunc {
 	return func(r *Record) error {
 		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 		if err != nil {
@@ -263,7 +263,7 @@ func assertConsistent(t *testing.T, s *Store) {
 	unlock, err := s.lock()
 	require.NoError(t, err)
 	defer unlock()
-	rs, bad, err := s.records()
+	rs, bad, err := s.records(true)
 	require.NoError(t, err)
 	require.Empty(t, bad)
 	owned := map[string]*Record{}

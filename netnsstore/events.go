@@ -111,9 +111,6 @@ func (s *Store) noteRelease(r *Record, force bool) {
 // note appends e to the events file. Counting never fails an operation:
 // an error is logged.
 func (s *Store) note(e Event) {
-	if s.readOnly {
-		return
-	}
 	if e.By == "" {
 		e.By = ByRepair
 	}
@@ -127,11 +124,11 @@ func (s *Store) note(e Event) {
 	}
 }
 
-// ReadEvents reads the events of stateDir's events file from offset from
+// readEvents reads the events of stateDir's events file from offset from
 // to its last whole line, and returns them with the offset to read on
 // from. A file shorter than from was folded or replaced: read it again
 // from 0 (reset reports that). No file: no events.
-func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
+func readEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
 	f, err := os.Open(filepath.Join(stateDir, eventsFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0, from > 0, nil
@@ -168,12 +165,12 @@ func readEventsFrom(f *os.File, from int64) ([]Event, int64, bool, error) {
 	return out, from + int64(whole), reset, sc.Err()
 }
 
-// Events is ReadEvents for the node agent, which also keeps the file small:
+// Events is readEvents for the node agent, which also keeps the file small:
 // past foldOver bytes it reads the rest and folds the file into one line
 // per counter, under the lock (appenders hold it), and returns the offset
 // of the folded file's end.
 func (s *Store) Events(from, foldOver int64) (events []Event, next int64, reset bool, err error) {
-	events, next, reset, err = ReadEvents(s.StateDir, from)
+	events, next, reset, err = readEvents(s.StateDir, from)
 	if err != nil || next <= foldOver {
 		return events, next, reset, err
 	}

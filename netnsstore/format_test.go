@@ -64,7 +64,7 @@ func TestStoreReadsTheFilesOf3819815(t *testing.T) {
 	}
 	place("netns-pin-state-dir", s.pinDirFd, ownerFile)
 
-	rs, bad, err := s.records()
+	rs, bad, err := s.records(true)
 	require.NoError(t, err)
 	require.Empty(t, bad)
 	require.Len(t, rs, 3)
@@ -107,7 +107,7 @@ func TestStoreReadsTheFilesOf3819815(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, owned)
 
-	events, _, _, err := ReadEvents(s.StateDir, 0)
+	events, _, _, err := readEvents(s.StateDir, 0)
 	require.NoError(t, err)
 	assert.Equal(t, map[[3]string]uint64{
 		{EventRefusal, ByDEL, "rook-ceph/my-cluster"}:       1,

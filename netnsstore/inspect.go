@@ -93,9 +93,7 @@ type Snapshot struct {
 // the node.
 func (s *Store) Inspect() (*Snapshot, error) {
 	snap := &Snapshot{Unreadable: map[string]string{}, BootID: s.bootID}
-	s.readOnly = true
-	defer func() { s.readOnly = false }()
-	err := s.locked(func(v *view) error {
+	err := s.locked(true, func(v *view) error {
 		snap.Records = v.recs
 		for n, err := range v.bad {
 			snap.Unreadable[n] = err.Error()
@@ -109,7 +107,7 @@ func (s *Store) Inspect() (*Snapshot, error) {
 		snap.OwnerErr = err
 		// locked stops at the owner: read the rest without the lock's
 		// view, as a refused operation would have seen it.
-		v, lerr := s.load()
+		v, lerr := s.load(true)
 		if lerr != nil {
 			return nil, lerr
 		}

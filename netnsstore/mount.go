@@ -75,7 +75,7 @@ func isShared(m *mountinfo.Info) bool { return nsinfo.PeerGroup(m) != 0 }
 // no less in use. "" when none.
 func FindPin(attachment, netnsPath string) (string, error) {
 	root := ""
-	if f, id, err := OpenNetns(netnsPath); err == nil {
+	if f, id, err := openNetns(netnsPath); err == nil {
 		f.Close()
 		root = fmt.Sprintf("net:[%d]", id.Ino)
 	}

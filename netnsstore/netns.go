@@ -20,15 +20,11 @@ type NetnsID struct {
 
 func (id NetnsID) String() string { return "net:[" + strconv.FormatUint(id.Ino, 10) + "]" }
 
-// ErrNotNetns is wrapped by OpenNetns for paths that are no network
-// namespace file.
-var ErrNotNetns = nsinfo.ErrNotNetns
-
-// OpenNetns opens path as a network namespace and returns it with its ID.
+// openNetns opens path as a network namespace and returns it with its ID.
 // It refuses anything that is not an nsfs file of type CLONE_NEWNET (a
 // regular file, a directory, a mount or pid namespace: nsinfo.OpenNetns)
 // and the caller's own network namespace, which would pin the host's.
-func OpenNetns(path string) (*os.File, NetnsID, error) {
+func openNetns(path string) (*os.File, NetnsID, error) {
 	fd, err := nsinfo.OpenNetns(path)
 	if err != nil {
 		return nil, NetnsID{}, err
@@ -46,7 +42,7 @@ func OpenNetns(path string) (*os.File, NetnsID, error) {
 	}
 	if id == own {
 		f.Close()
-		return nil, NetnsID{}, fmt.Errorf("netns %s: %w: it is the plugin's own (host) network namespace", path, ErrNotNetns)
+		return nil, NetnsID{}, fmt.Errorf("netns %s: %w: it is the plugin's own (host) network namespace", path, nsinfo.ErrNotNetns)
 	}
 	return f, id, nil
 }

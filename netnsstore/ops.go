@@ -41,6 +41,8 @@ type view struct {
 	// owned: pinDir names this store's stateDir as its owner, so a pin
 	// without a record here is an orphan of this store (see ownerFile).
 	owned bool
+	// readOnly: the operation writes nothing (see locked).
+	readOnly bool
 }
 
 func (v *view) get(attachment string) *Record {
@@ -91,15 +93,17 @@ func (v *view) badErrs() []error {
 // attachment fn itself settles. This is the preamble of every operation
 // that may change the store.
 func (s *Store) op(skip string, fn func(v *view) error) error {
-	return s.locked(func(v *view) error {
+	return s.locked(false, func(v *view) error {
 		s.repair(v, skip)
 		s.steps.mark("repair")
 		return fn(v)
 	})
 }
 
-// locked runs fn under the store's lock with every record read.
-func (s *Store) locked(fn func(v *view) error) error {
+// locked runs fn under the store's lock with every record read. A
+// readOnly operation (Inspect, a dry run) reads records as they are and
+// writes nothing: no upgrade of an old record, no boot marker.
+func (s *Store) locked(readOnly bool, fn func(v *view) error) error {
 	s.steps.start()
 	unlock, err := s.lock()
 	if err != nil {
@@ -107,7 +111,7 @@ func (s *Store) locked(fn func(v *view) error) error {
 	}
 	defer unlock()
 	s.steps.mark("lock")
-	v, err := s.load()
+	v, err := s.load(readOnly)
 	if err != nil {
 		return err
 	}
@@ -124,12 +128,12 @@ func (s *Store) locked(fn func(v *view) error) error {
 	return err
 }
 
-func (s *Store) load() (*view, error) {
-	rs, bad, err := s.records()
+func (s *Store) load(readOnly bool) (*view, error) {
+	rs, bad, err := s.records(readOnly)
 	if err != nil {
 		return nil, err
 	}
-	return &view{recs: rs, bad: bad}, nil
+	return &view{recs: rs, bad: bad, readOnly: readOnly}, nil
 }
 
 // Pin pins the netns of an attachment and points the cluster's links at
@@ -142,7 +146,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, srcID, err := OpenNetns(req.NetnsPath)
+	src, srcID, err := openNetns(req.NetnsPath)
 	if err != nil {
 		return nil, err
 	}
@@ -610,7 +614,7 @@ func (s *Store) List() ([]*Record, error) {
 // is active or draining, its pin is a mount of the netns at netnsPath, and
 // every link of its cluster follows the link rule.
 func (s *Store) Check(attachment, netnsPath string) error {
-	return s.locked(func(v *view) error { return s.check(v, attachment, netnsPath) })
+	return s.locked(false, func(v *view) error { return s.check(v, attachment, netnsPath) })
 }
 
 func (s *Store) check(v *view, attachment, netnsPath string) error {
@@ -638,7 +642,7 @@ func (s *Store) check(v *view, attachment, netnsPath string) error {
 		return fmt.Errorf("pin %s holds %v, record says %v", s.pinPath(attachment), id, r.NetnsID())
 	}
 	if netnsPath != "" {
-		f, cur, err := OpenNetns(netnsPath)
+		f, cur, err := openNetns(netnsPath)
 		if err != nil {
 			return err
 		}

@@ -51,7 +51,7 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 	}
 	if mounted && id == r.NetnsID() {
 		p := s.pinPath(r.Attachment)
-		f, fid, err := OpenNetns(p)
+		f, fid, err := openNetns(p)
 		if err != nil {
 			return nil, fmt.Errorf("open pin: %w", err)
 		}
@@ -70,9 +70,9 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 		if p == "" {
 			continue
 		}
-		f, id, err := OpenNetns(p)
+		f, id, err := openNetns(p)
 		switch {
-		case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, ErrNotNetns):
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, nsinfo.ErrNotNetns):
 			continue // a runtime's path may be gone, or be something else now
 		case err != nil:
 			errs = append(errs, err) // it may lead to the netns: no proof that nothing does
@@ -137,7 +137,7 @@ func (s *Store) reachByProcess(r *Record, uses []Use) *handleFile {
 			continue
 		}
 		p := "/proc/" + strconv.Itoa(u.PID) + "/ns/net"
-		f, id, err := OpenNetns(p)
+		f, id, err := openNetns(p)
 		if err != nil {
 			continue
 		}

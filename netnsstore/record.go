@@ -187,8 +187,9 @@ func HasRecord(stateDir, attachment string) (bool, error) {
 // readRecord returns the record of an attachment, or nil when none exists.
 // A record of format 1 is upgraded in place (the caller holds the lock); one
 // of another pinDir is ErrOtherPinDir and one of a newer format
-// errNewerFormat, both untouched.
-func (s *Store) readRecord(attachment string) (*Record, error) {
+// errNewerFormat, both untouched. readOnly reads a record of format 1 as
+// it is.
+func (s *Store) readRecord(attachment string, readOnly bool) (*Record, error) {
 	data, err := smallfile.ReadAt(s.recordsFd, attachment+recordSuffix, 1<<20)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -221,7 +222,7 @@ func (s *Store) readRecord(attachment string) (*Record, error) {
 	if r.PinDir != s.PinDir {
 		return nil, fmt.Errorf("%w: record %s was made under pinDir %s, this store's pinDir is %s", ErrOtherPinDir, attachment, r.PinDir, s.PinDir)
 	}
-	if old && !s.readOnly {
+	if old && !readOnly {
 		if err := s.writeRecord(r); err != nil {
 			return nil, fmt.Errorf("upgrade record %s: %w", attachment, err)
 		}
@@ -250,7 +251,7 @@ func (s *Store) removeRecord(attachment string) error {
 // reason, so that one bad file cannot stop the others' operations, and so
 // that nothing its pin may serve is taken away. A record of another pinDir
 // fails the whole listing (ErrOtherPinDir).
-func (s *Store) records() (rs []*Record, bad map[string]error, err error) {
+func (s *Store) records(readOnly bool) (rs []*Record, bad map[string]error, err error) {
 	names, err := readDirNames(s.recordsFd)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s/%s: %w", s.StateDir, recordsSubdir, err)
@@ -262,7 +263,7 @@ func (s *Store) records() (rs []*Record, bad map[string]error, err error) {
 			// is still whole, so the leftover is just removed. It is no
 			// record: one that cannot be removed is left for the next
 			// listing, and the error does not count.
-			if !s.readOnly {
+			if !readOnly {
 				_ = unix.Unlinkat(s.recordsFd, n, 0)
 			}
 			continue
@@ -271,7 +272,7 @@ func (s *Store) records() (rs []*Record, bad map[string]error, err error) {
 		if !ok {
 			continue
 		}
-		r, err := s.readRecord(att)
+		r, err := s.readRecord(att, readOnly)
 		switch {
 		case errors.Is(err, ErrOtherPinDir):
 			return nil, nil, err

@@ -7,27 +7,27 @@ import (
 	"strings"
 )
 
-// Action is what an operation does, or would do, with a pinned attachment.
-type Action string
+// What an operation does, or would do, with a pinned attachment
+// (Finding.Action).
 
 const (
 	// ActionDrop: a record of an earlier boot; its netns died with the boot.
-	ActionDrop Action = "drop"
+	ActionDrop = "drop"
 	// ActionRelease: the in-use check found nothing; the pin goes.
-	ActionRelease Action = "release"
+	ActionRelease = "release"
 	// ActionKeep: in use (or not known to be unused); the pin stays.
-	ActionKeep Action = "keep"
+	ActionKeep = "keep"
 	// ActionSettle: an interrupted or broken entry that the in-use check
 	// will decide on (dry runs only).
-	ActionSettle Action = "settle"
+	ActionSettle = "settle"
 	// ActionRepin: a pin unmounted from outside whose netns is still
 	// reachable; it is pinned again.
-	ActionRepin Action = "repin"
+	ActionRepin = "repin"
 )
 
 // diagnosis is what repair must do with a record, and why.
 type diagnosis struct {
-	action Action // "" when the record is whole
+	action string // "" when the record is whole
 	reason string
 }
 

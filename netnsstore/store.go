@@ -34,15 +34,14 @@ type Store struct {
 
 	log         *slog.Logger
 	lockTimeout time.Duration
-	inUse       InUseFunc
+	inUse       inUseFunc
 	inUseConfig map[string]string
-	inUseFor    func(settings map[string]string) (InUseFunc, error)
-	teardown    TeardownFunc
+	inUseFor    func(settings map[string]string) (inUseFunc, error)
+	teardown    teardownFunc
 	writer      string
 	actor       string        // Options.Actor, for the events file
 	lastCheck   time.Duration // of the last in-use check (the events file)
 
-	readOnly  bool // a dry run: read records as they are, write nothing
 	bootID    string
 	pinDirFd  int
 	pinsFd    int
@@ -87,7 +86,7 @@ type Options struct {
 	LockTimeout time.Duration
 	// InUse is the in-use check run before any pin is released, by DEL,
 	// GC and the repair of interrupted operations alike.
-	InUse InUseFunc
+	InUse inUseFunc
 	// InUseSettings describes what InUse looks at and how it decides
 	// (opaque to the store). Each new record keeps them, and a record made
 	// with other settings is checked with those too (InUseFor): a command
@@ -96,11 +95,11 @@ type Options struct {
 	InUseSettings map[string]string
 	// InUseFor returns the in-use check of recorded settings, or nil when
 	// InUse finds every reference it would.
-	InUseFor func(settings map[string]string) (InUseFunc, error)
+	InUseFor func(settings map[string]string) (inUseFunc, error)
 	// Teardown finishes the teardown of an abandoned attachment before its
 	// pin is unmounted: the DEL of the chain's plugins before netns-pin,
 	// with CNI_NETNS set to the pin. nil leaves that to the runtime.
-	Teardown TeardownFunc
+	Teardown teardownFunc
 	// Writer names the program version recorded in the records it writes,
 	// so that a record of a newer format can say who wrote it.
 	Writer string
@@ -219,8 +218,8 @@ func AttachmentName(containerID, ifName string) (string, error) {
 	return name, nil
 }
 
-// ErrInUse is wrapped by Release when the in-use check found references.
-var ErrInUse = errors.New("still in use")
+// errInUse is what an *InUseError unwraps to: Release the in-use check found references.
+var errInUse = errors.New("still in use")
 
 // errCheckFailed is wrapped by Release when the in-use check could not
 // tell that the netns is unused (it failed, timed out, or a record it
@@ -240,10 +239,10 @@ type InUseError struct {
 }
 
 func (e *InUseError) Error() string {
-	return fmt.Sprintf("netns pin %s of cluster %s is %v: %s", e.Record.Attachment, e.Record.Cluster, ErrInUse, strings.Join(e.References, "; "))
+	return fmt.Sprintf("netns pin %s of cluster %s is %v: %s", e.Record.Attachment, e.Record.Cluster, errInUse, strings.Join(e.References, "; "))
 }
 
-func (e *InUseError) Unwrap() error { return ErrInUse }
+func (e *InUseError) Unwrap() error { return errInUse }
 
 // Use is one thing found using a pinned netns.
 type Use struct {
@@ -256,16 +255,16 @@ type Use struct {
 	Detail any
 }
 
-// TeardownFunc runs the DEL that a runtime abandoned, for record r whose
+// teardownFunc runs the DEL that a runtime abandoned, for record r whose
 // pin is still mounted at r.PinPath. It must be idempotent: a crash may
 // make it run again.
-type TeardownFunc func(r *Record) error
+type teardownFunc = func(r *Record) error
 
-// InUseFunc returns every use of the netns recorded in r (none when it is
+// inUseFunc returns every use of the netns recorded in r (none when it is
 // unused). netnsPath, when not empty, is a file that is that netns (the pin,
 // or the runtime's handle when the pin was lost); an error means the check
 // could not tell, and the netns is kept as if in use.
-type InUseFunc func(r *Record, netnsPath string) ([]Use, error)
+type inUseFunc = func(r *Record, netnsPath string) ([]Use, error)
 
 // uses is the in-use check of r: with this store's settings, and with
 // those r was pinned with when they differ (an operator's --sysfs, another

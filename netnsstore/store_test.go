@@ -65,7 +65,7 @@ func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
 	// What the pin is for: the original name goes, the netns with its
 	// interface and address stays.
 	n.Delete(t)
-	f, id, err := OpenNetns(link)
+	f, id, err := openNetns(link)
 	require.NoError(t, err)
 	addrs, err := nsinfo.GlobalAddrs(int(f.Fd()))
 	f.Close()
@@ -117,7 +117,7 @@ func TestReleaseRefusedWhileInUse(t *testing.T) {
 	_, err = s.Release("c1.net1", nil)
 	var iu *InUseError
 	require.ErrorAs(t, err, &iu)
-	assert.ErrorIs(t, err, ErrInUse)
+	assert.ErrorIs(t, err, errInUse)
 	assert.Equal(t, refs, iu.References)
 	assert.Equal(t, []string{"10.98.2.5"}, seen.IPs)
 	r, err := s.Get("c1.net1")
@@ -158,10 +158,10 @@ func TestLinksFollowNewestActivePin(t *testing.T) {
 
 	s.inUse = func(*Record, string) ([]Use, error) { return uses("process 1 (x)"), nil }
 	_, err = s.Release("a.net1", nil)
-	require.ErrorIs(t, err, ErrInUse)
+	require.ErrorIs(t, err, errInUse)
 	assert.Equal(t, "../pins/b.net1", readLink(t, link), "draining A does not take the link from active B")
 	_, err = s.Release("b.net1", nil)
-	require.ErrorIs(t, err, ErrInUse)
+	require.ErrorIs(t, err, errInUse)
 	assert.Equal(t, "../pins/b.net1", readLink(t, link), "both draining: newest draining")
 	s.inUse = notInUse
 	_, err = s.Release("b.net1", nil)
@@ -208,7 +208,7 @@ func TestOpenNetnsRefusesWhatIsNoNetns(t *testing.T) {
 		"/proc/self/ns/net":           "host",
 		filepath.Join(dir, "missing"): "no such file",
 	} {
-		f, _, err := OpenNetns(path)
+		f, _, err := openNetns(path)
 		assert.ErrorContains(t, err, want, path)
 		assert.Nil(t, f)
 	}
@@ -584,7 +584,7 @@ func TestReleaseOfAPinInUseNeverMovesItsLinks(t *testing.T) {
 	}
 	for range 3 {
 		_, err = s.Release("a.net1", nil)
-		require.ErrorIs(t, err, ErrInUse)
+		require.ErrorIs(t, err, errInUse)
 	}
 	assert.Equal(t, []string{"a.net1 -> ../pins/a.net1", "a.net1 -> ../pins/a.net1", "a.net1 -> ../pins/a.net1"}, during,
 		"the only pin, draining and in use: one check each time, with its link in place")
@@ -599,7 +599,7 @@ func TestReleaseOfAPinInUseNeverMovesItsLinks(t *testing.T) {
 		return uses("process 7 (ceph-fuse)"), nil
 	}
 	_, err = s.Release("b.net1", nil)
-	require.ErrorIs(t, err, ErrInUse)
+	require.ErrorIs(t, err, errInUse)
 	assert.Equal(t, []string{"b.net1 -> ../pins/b.net1"}, during)
 	assert.Equal(t, "../pins/b.net1", readLink(t, link), "the newest draining pin keeps the link")
 	assert.Equal(t, 3, checks)
@@ -738,7 +738,7 @@ func TestReleaseAlsoChecksWithThePinsSettings(t *testing.T) {
 	n := testNetns(t, "10.98.2.6/24")
 	var asked []map[string]string
 	s.inUseConfig = map[string]string{"sysfs": "/sys"}
-	s.inUseFor = func(settings map[string]string) (InUseFunc, error) {
+	s.inUseFor = func(settings map[string]string) (inUseFunc, error) {
 		asked = append(asked, settings)
 		switch settings["sysfs"] {
 		case "/sys":
@@ -777,7 +777,7 @@ func TestReleaseAlsoChecksWithThePinsSettings(t *testing.T) {
 
 	// Settings the store's own check covers (InUseFor says so with nil):
 	// its check alone decides.
-	s.inUseFor = func(map[string]string) (InUseFunc, error) { return nil, nil }
+	s.inUseFor = func(map[string]string) (inUseFunc, error) { return nil, nil }
 	rewriteInUse(t, s, r, map[string]string{"sysfs": "/broken"})
 	found, err = s.UsesNow(r)
 	require.NoError(t, err)
@@ -794,7 +794,7 @@ func TestReleaseAlsoChecksWithThePinsSettings(t *testing.T) {
 // rewriteInUse sets the in-use settings kept in r's record.
 func rewriteInUse(t *testing.T, s *Store, r *Record, settings map[string]string) {
 	t.Helper()
-	require.NoError(t, s.locked(func(v *view) error {
+	require.NoError(t, s.locked(false, func(v *view) error {
 		rec := v.get(r.Attachment)
 		rec.InUse = settings
 		return s.writeRecord(rec)

@@ -6,13 +6,15 @@ import (
 	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // Finding is one thing a sweep changed, or would change with a dry run.
 type Finding struct {
 	Attachment string   `json:"attachment"`
 	Cluster    string   `json:"cluster,omitempty"`
-	Action     Action   `json:"action"`
+	Action     string   `json:"action"`
 	Reason     string   `json:"reason"`
 	References []string `json:"references,omitempty"`
 }
@@ -39,9 +41,7 @@ func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
 // would check (checkTarget).
 func (s *Store) sweepDryRun() ([]Finding, error) {
 	var out []Finding
-	s.readOnly = true
-	defer func() { s.readOnly = false }()
-	err := s.locked(func(v *view) error {
+	err := s.locked(true, func(v *view) error {
 		var errs []error
 		prev, prevPinDir, err := s.markedBoot()
 		if err != nil {
@@ -185,12 +185,12 @@ func (s *Store) runtimeGone(r *Record) bool {
 	if r.Teardown != nil && r.Teardown.Netns != "" {
 		path = r.Teardown.Netns
 	}
-	f, id, err := OpenNetns(path)
+	f, id, err := openNetns(path)
 	switch {
 	case err == nil:
 		f.Close()
 		return id != r.NetnsID()
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, ErrNotNetns):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, nsinfo.ErrNotNetns):
 		return true
 	}
 	return false

@@ -367,10 +367,10 @@ func cliGC(s *netnsstore.Store, dryRun bool, w io.Writer, asJSON bool) error {
 		}
 		return err
 	}
-	verb := map[netnsstore.Action]string{netnsstore.ActionDrop: "dropped", netnsstore.ActionRelease: "released",
+	verb := map[string]string{netnsstore.ActionDrop: "dropped", netnsstore.ActionRelease: "released",
 		netnsstore.ActionKeep: "kept", netnsstore.ActionRepin: "pinned again", netnsstore.ActionSettle: "checked"}
 	if dryRun {
-		verb = map[netnsstore.Action]string{netnsstore.ActionDrop: "would drop", netnsstore.ActionRelease: "would release",
+		verb = map[string]string{netnsstore.ActionDrop: "would drop", netnsstore.ActionRelease: "would release",
 			netnsstore.ActionKeep: "would keep", netnsstore.ActionRepin: "would pin again", netnsstore.ActionSettle: "would check"}
 	}
 	if len(findings) == 0 {

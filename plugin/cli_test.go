@@ -99,7 +99,8 @@ func TestCLIGCReleasesDrainingPinOnceUnused(t *testing.T) {
 	require.NoError(t, err)
 	defer busy.Close()
 	_, err = busy.Release("c1.net1", nil)
-	require.ErrorIs(t, err, netnsstore.ErrInUse)
+	var inUse *netnsstore.InUseError
+	require.ErrorAs(t, err, &inUse)
 
 	out, _, code := runCLIT(t, append(flags, "gc", "--dry-run")...)
 	require.Equal(t, 0, code)

@@ -142,7 +142,7 @@ func (r *request) pin(cl conf.Cluster) error {
 	if err != nil {
 		code := types.ErrInternal
 		switch {
-		case errors.Is(err, netnsstore.ErrNotNetns), errors.Is(err, os.ErrNotExist):
+		case errors.Is(err, nsinfo.ErrNotNetns), errors.Is(err, os.ErrNotExist):
 			code = types.ErrInvalidNetNS
 		case errors.Is(err, netnsstore.ErrLockTimeout):
 			code = types.ErrTryAgainLater

@@ -22,7 +22,7 @@ func inUseTarget(r *netnsstore.Record, netnsPath string) inuse.Target {
 
 // inUseChecker adapts the in-use check with opts to the store; a large
 // node's check tightens the memory limit (tightenForLargeNode).
-func inUseChecker(opts inuse.Options) netnsstore.InUseFunc {
+func inUseChecker(opts inuse.Options) func(*netnsstore.Record, string) ([]netnsstore.Use, error) {
 	opts.Listed = tightenForLargeNode
 	return func(r *netnsstore.Record, netnsPath string) ([]netnsstore.Use, error) {
 		refs, err := inuse.Check(inUseTarget(r, netnsPath), opts)
@@ -42,9 +42,9 @@ func inUseChecker(opts inuse.Options) netnsstore.InUseFunc {
 
 // recordedInUse returns the in-use check of settings a record was pinned
 // with, nil when c's own finds all it would.
-func recordedInUse(c *conf.Config) func(settings map[string]string) (netnsstore.InUseFunc, error) {
+func recordedInUse(c *conf.Config) func(settings map[string]string) (func(*netnsstore.Record, string) ([]netnsstore.Use, error), error) {
 	own := c.InUseSettings()
-	return func(settings map[string]string) (netnsstore.InUseFunc, error) {
+	return func(settings map[string]string) (func(*netnsstore.Record, string) ([]netnsstore.Use, error), error) {
 		if conf.InUseCovers(own, settings) {
 			return nil, nil
 		}

@@ -17,8 +17,10 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/types/create"
+	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -70,7 +72,7 @@ var errNoCache = errors.New("no libcni cache entry was captured")
 // the pin: what the runtime would have done on a retry.
 // DEL is idempotent in every CNI plugin, so running it again after a crash
 // frees nothing twice.
-func chainTeardown(log *slog.Logger) netnsstore.TeardownFunc {
+func chainTeardown(log *slog.Logger) func(*netnsstore.Record) error {
 	return func(r *netnsstore.Record) error {
 		err := runChainDel(r)
 		if errors.Is(err, errNoCache) {
@@ -131,10 +133,10 @@ func runChainDel(r *netnsstore.Record) error {
 		}
 	}
 	netns := r.PinPath
-	if f, _, err := netnsstore.OpenNetns(r.PinPath); err != nil {
+	if fd, err := nsinfo.OpenNetns(r.PinPath); err != nil {
 		netns = "" // the pin was lost (unpinned): a DEL without a netns, as runtimes send
 	} else {
-		f.Close()
+		unix.Close(fd)
 	}
 	// As libcni's invoke.Args.AsEnv: this process's environment without
 	// its CNI_ variables, then the DEL's.
