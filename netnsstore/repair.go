@@ -2,7 +2,6 @@ package netnsstore
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 )
@@ -227,44 +226,4 @@ func (s *Store) maybeAnothers(v *view, name string) bool {
 
 func unownedReason(pinDir string) string {
 	return pinDir + " names no stateDir as its owner: it may be another's"
-}
-
-// settleOrphan checks pin name, which has no record, with the addresses
-// its netns has now, and unpins it when nothing uses it, or at once when
-// forced; the references that keep it otherwise. Failing to check is an
-// error wrapping errCheckFailed: not known to be unused.
-func (s *Store) settleOrphan(name string, force bool) (refs []string, err error) {
-	if !force {
-		uses, err := s.orphanUses(name)
-		if err != nil {
-			return nil, fmt.Errorf("%w for %s: %w", errCheckFailed, name, err)
-		}
-		for _, u := range uses {
-			refs = append(refs, u.What)
-		}
-		if len(refs) > 0 {
-			s.log.Warn("kept a pin without a record: in use", "pin", name, "references", refs)
-			return refs, nil
-		}
-	}
-	if err := s.unpin(name); err != nil {
-		return nil, err
-	}
-	s.log.Warn("released a pin without a record", "pin", name, "forced", force)
-	return nil, nil
-}
-
-// orphanUses runs the in-use check on an orphan pin, with the addresses
-// its netns has now; a plain file (no mount) has none.
-func (s *Store) orphanUses(name string) ([]Use, error) {
-	id, mounted, err := s.pinState(name)
-	if err != nil || !mounted {
-		return nil, err
-	}
-	r := &Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino}
-	t, path, err := s.checkTarget(r)
-	if err != nil {
-		return nil, err
-	}
-	return s.uses(&t, path)
 }

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -265,36 +263,3 @@ type teardownFunc = func(r *Record) error
 // or the runtime's handle when the pin was lost); an error means the check
 // could not tell, and the netns is kept as if in use.
 type inUseFunc = func(r *Record, netnsPath string) ([]Use, error)
-
-// uses is the in-use check of r: with this store's settings, and with
-// those r was pinned with when they differ (an operator's --sysfs, another
-// configuration's policy). A use found by either counts; an error of either
-// is an error. Records of earlier versions kept no settings.
-func (s *Store) uses(r *Record, netnsPath string) ([]Use, error) {
-	start := time.Now()
-	defer func() { s.lastCheck = time.Since(start) }()
-	found, err := s.inUse(r, netnsPath)
-	if err != nil || len(r.InUse) == 0 || maps.Equal(r.InUse, s.inUseConfig) {
-		return found, err
-	}
-	if s.inUseFor == nil {
-		return nil, fmt.Errorf("%s was pinned with in-use settings %v, and this store has no check for them", r.Attachment, r.InUse)
-	}
-	check, err := s.inUseFor(r.InUse)
-	if err != nil {
-		return nil, fmt.Errorf("in-use settings of %s: %w", r.Attachment, err)
-	}
-	if check == nil {
-		return found, nil // the store's own check finds all the recorded one would
-	}
-	more, err := check(r, netnsPath)
-	if err != nil {
-		return nil, err
-	}
-	for _, u := range more {
-		if !slices.ContainsFunc(found, func(f Use) bool { return f.What == u.What }) {
-			found = append(found, u)
-		}
-	}
-	return found, nil
-}

@@ -2,12 +2,7 @@ package netnsstore
 
 import (
 	"errors"
-	"io/fs"
 	"slices"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
 // Finding is one thing a sweep changed, or would change with a dry run.
@@ -154,44 +149,4 @@ func (s *Store) FinishAbandoned() ([]Finding, error) {
 		return errors.Join(append(errs, moreErrs...)...)
 	})
 	return findings, err
-}
-
-// markAbandoned marks r abandoned when a DEL of it was refused (it is
-// held) and the runtime's handle on its netns is gone since: the runtime
-// will not retry, so whichever operation releases r runs the chain's DEL
-// first (remove). The sweeper marks every such record in each round, so
-// that list shows it; settle and the forced release mark the one they
-// release, so that a repair, gc or release that comes first still gives
-// its address back.
-func (s *Store) markAbandoned(r *Record) error {
-	if !held(r) || r.Abandoned || !s.runtimeGone(r) {
-		return nil
-	}
-	r.Abandoned = true
-	if err := s.writeRecord(r); err != nil {
-		r.Abandoned = false
-		return err
-	}
-	s.log.Warn("the runtime abandoned the teardown; the sweeper finishes it once the netns is unused",
-		"attachment", r.Attachment, "cluster", r.Cluster, "pod", r.PodNS+"/"+r.PodName, "podUID", r.PodUID, "ips", r.IPs)
-	return nil
-}
-
-// runtimeGone reports whether the runtime's handle on r's netns (the
-// CNI_NETNS of its DEL, else of its ADD) no longer exists or no longer is
-// that netns. Any other failure to look is not proof.
-func (s *Store) runtimeGone(r *Record) bool {
-	path := r.NetnsPath
-	if r.Teardown != nil && r.Teardown.Netns != "" {
-		path = r.Teardown.Netns
-	}
-	f, id, err := openNetns(path)
-	switch {
-	case err == nil:
-		f.Close()
-		return id != r.NetnsID()
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR), errors.Is(err, nsinfo.ErrNotNetns):
-		return true
-	}
-	return false
 }
