@@ -1,14 +1,12 @@
 package netnsstore
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"sort"
+	"io/fs"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -124,53 +122,42 @@ func (s *Store) note(e Event) {
 	}
 }
 
-// readEvents reads the events of stateDir's events file from offset from
-// to its last whole line, and returns them with the offset to read on
-// from. A file shorter than from was folded or replaced: read it again
-// from 0 (reset reports that). No file: no events.
-func readEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
-	f, err := os.Open(filepath.Join(stateDir, eventsFile))
-	if errors.Is(err, os.ErrNotExist) {
+// readEvents reads the events file from offset from to its last whole
+// line, and returns the events with the offset to read on from. A file
+// shorter than from was folded or replaced: it is read again from 0 (reset
+// says so). No file: no events.
+func (s *Store) readEvents(from int64) (events []Event, next int64, reset bool, err error) {
+	data, err := smallfile.ReadAt(s.stateFd, eventsFile, maxEvents)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, from > 0, nil
 	}
 	if err != nil {
-		return nil, from, false, err
+		return nil, from, false, fmt.Errorf("read %s/%s: %w", s.StateDir, eventsFile, err)
 	}
-	defer f.Close()
-	return readEventsFrom(f, from)
-}
-
-func readEventsFrom(f *os.File, from int64) ([]Event, int64, bool, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, from, false, err
-	}
-	reset := fi.Size() < from
-	if reset {
+	if reset = int64(len(data)) < from; reset {
 		from = 0
 	}
-	data, err := io.ReadAll(io.NewSectionReader(f, from, fi.Size()-from))
-	if err != nil {
-		return nil, from, false, err
-	}
+	data = data[from:]
 	whole := bytes.LastIndexByte(data, '\n') + 1 // a line being written waits for the next read
-	var out []Event
-	sc := bufio.NewScanner(bytes.NewReader(data[:whole]))
-	sc.Buffer(make([]byte, 4096), 1<<20)
-	for sc.Scan() {
-		if e, ok := parseEvent(sc.Text()); ok {
-			out = append(out, e)
+	for _, line := range strings.Split(string(data[:whole]), "\n") {
+		if e, ok := parseEvent(line); ok {
+			events = append(events, e)
 		}
 	}
-	return out, from + int64(whole), reset, sc.Err()
+	return events, from + int64(whole), reset, nil
 }
 
-// Events is readEvents for the node agent, which also keeps the file small:
-// past foldOver bytes it reads the rest and folds the file into one line
-// per counter, under the lock (appenders hold it), and returns the offset
-// of the folded file's end.
+// maxEvents bounds the events file, which the sweeper folds past
+// foldOver (256 KiB) and which grows by a line per refused DEL while no
+// sweeper runs: a refusal every 10 s for years.
+const maxEvents = 256 << 20
+
+// Events is readEvents for the node agent, which also keeps the file
+// small: past foldOver bytes it reads the rest and folds the file into one
+// line per counter, under the lock (appenders hold it), and returns the
+// offset of the folded file's end.
 func (s *Store) Events(from, foldOver int64) (events []Event, next int64, reset bool, err error) {
-	events, next, reset, err = readEvents(s.StateDir, from)
+	events, next, reset, err = s.readEvents(from)
 	if err != nil || next <= foldOver {
 		return events, next, reset, err
 	}
@@ -179,17 +166,12 @@ func (s *Store) Events(from, foldOver int64) (events []Event, next int64, reset 
 		return events, next, reset, err
 	}
 	defer unlock()
-	f, err := os.Open(filepath.Join(s.StateDir, eventsFile))
-	if err != nil {
-		return events, next, reset, err
-	}
-	defer f.Close()
-	more, _, _, err := readEventsFrom(f, next)
+	more, _, _, err := s.readEvents(next)
 	if err != nil {
 		return events, next, reset, err
 	}
 	events = append(events, more...)
-	all, _, _, err := readEventsFrom(f, 0)
+	all, _, _, err := s.readEvents(0)
 	if err != nil {
 		return events, next, reset, err
 	}
@@ -197,27 +179,11 @@ func (s *Store) Events(from, foldOver int64) (events []Event, next int64, reset 
 	for _, e := range all {
 		sums[[3]string{e.Kind, e.By, e.Cluster}] += e.Count
 	}
-	keys := make([][3]string, 0, len(sums))
-	for k := range sums {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return strings.Join(keys[i][:], " ") < strings.Join(keys[j][:], " ") })
 	var b strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.SortedFunc(maps.Keys(sums), func(a, b [3]string) int { return strings.Compare(strings.Join(a[:], " "), strings.Join(b[:], " ")) }) {
 		b.WriteString(Event{Kind: k[0], By: k[1], Cluster: k[2], Count: sums[k]}.line())
 	}
-	tmp := tmpPrefix + eventsFile
-	fd, err := smallfile.OpenAt(s.stateFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return events, next, reset, fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
-	}
-	_, err = unix.Write(fd, []byte(b.String()))
-	unix.Close(fd)
-	if err == nil {
-		err = unix.Renameat(s.stateFd, tmp, s.stateFd, eventsFile)
-	}
-	if err != nil {
-		_ = unlinkIfExists(s.stateFd, tmp)
+	if err := s.replaceFile(s.stateFd, eventsFile, []byte(b.String()), false); err != nil {
 		return events, next, reset, fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
 	}
 	return events, int64(b.Len()), reset, nil

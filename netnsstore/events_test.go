@@ -45,7 +45,7 @@ func TestEventsCountRefusalsAndReleases(t *testing.T) {
 	_, err = s.ForceRelease("c2.net1")
 	require.NoError(t, err)
 
-	events, next, reset, err := readEvents(s.StateDir, 0)
+	events, next, reset, err := s.readEvents(0)
 	require.NoError(t, err)
 	assert.False(t, reset)
 	assert.Equal(t, map[[3]string]uint64{
@@ -62,7 +62,7 @@ func TestEventsCountRefusalsAndReleases(t *testing.T) {
 	_, err = f.WriteString("release del ns/cl 1")
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	more, next2, _, err := readEvents(s.StateDir, next)
+	more, next2, _, err := s.readEvents(next)
 	require.NoError(t, err)
 	assert.Empty(t, more)
 	assert.Equal(t, next, next2)
@@ -70,30 +70,30 @@ func TestEventsCountRefusalsAndReleases(t *testing.T) {
 	// and its own counts.
 	s.actor = ByGC
 	s.note(Event{Kind: EventRelease, By: ByGC, Cluster: "ns/cl", Count: 1})
-	more, next, _, err = readEvents(s.StateDir, next2)
+	more, next, _, err = s.readEvents(next2)
 	require.NoError(t, err)
 	assert.Empty(t, more, "a line torn and continued is skipped")
 
 	for range 50 {
 		s.note(Event{Kind: EventRefusal, By: ByDEL, Cluster: "ns/other", Count: 1})
 	}
-	before, _, _, err := readEvents(s.StateDir, 0)
+	before, _, _, err := s.readEvents(0)
 	require.NoError(t, err)
 	folded, end, _, err := s.Events(next, 64)
 	require.NoError(t, err)
 	assert.Len(t, folded, 50, "the fold returns what was new")
-	all, end2, _, err := readEvents(s.StateDir, 0)
+	all, end2, _, err := s.readEvents(0)
 	require.NoError(t, err)
 	assert.Equal(t, end, end2, "reads go on from the folded file's end")
 	assert.Equal(t, sums(before), sums(all), "folding keeps every count")
 	assert.Len(t, all, 4, "one line per counter")
 
 	s.note(Event{Kind: EventRelease, By: BySweeper, Cluster: "ns/cl", Count: 1})
-	after, _, reset, err := readEvents(s.StateDir, end)
+	after, _, reset, err := s.readEvents(end)
 	require.NoError(t, err)
 	assert.False(t, reset)
 	assert.Equal(t, map[[3]string]uint64{{EventRelease, BySweeper, "ns/cl"}: 1}, sums(after))
-	_, _, reset, err = readEvents(s.StateDir, end+1<<20)
+	_, _, reset, err = s.readEvents(end + 1<<20)
 	require.NoError(t, err)
 	assert.True(t, reset, "a file shorter than the offset was replaced")
 }

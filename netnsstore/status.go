@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
@@ -40,18 +38,8 @@ func (s *Store) WriteSweepStatus(st SweepStatus) error {
 	if err != nil {
 		return err
 	}
-	tmp := tmpPrefix + sweepStatusFile
-	fd, err := smallfile.OpenAt(s.stateFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
+	if err := s.replaceFile(s.stateFd, sweepStatusFile, data, false); err != nil {
 		return fmt.Errorf("write %s/%s: %w", s.StateDir, sweepStatusFile, err)
-	}
-	_, err = unix.Write(fd, data)
-	unix.Close(fd)
-	if err == nil {
-		err = unix.Renameat(s.stateFd, tmp, s.stateFd, sweepStatusFile)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s/%s: %w", s.StateDir, sweepStatusFile, errors.Join(err, unlinkIfExists(s.stateFd, tmp)))
 	}
 	return nil
 }
