@@ -103,18 +103,18 @@ func (p *keyPass) object(at string, t reflect.Type) error {
 				continue
 			}
 		}
-		f, ok := field(t, key)
+		name, typ, ok := field(t, key)
 		switch {
 		case !ok:
 			var skip json.RawMessage // not netns-pin's
 			err = p.dec.Decode(&skip)
-		case f.name != key:
-			return fmt.Errorf("%s: unknown key; keys are case-sensitive: did you mean %q?", join(at, key), f.name)
+		case name != key:
+			return fmt.Errorf("%s: unknown key; keys are case-sensitive: did you mean %q?", join(at, key), name)
 		case slices.Contains(seen, key):
 			return fmt.Errorf("%s: given twice", join(at, key))
 		default:
 			seen = append(seen, key)
-			err = p.value(join(at, key), f.typ)
+			err = p.value(join(at, key), typ)
 		}
 		if err != nil {
 			return err
@@ -127,22 +127,17 @@ func (p *keyPass) object(at string, t reflect.Type) error {
 // field finds the field of struct type t that key names by its json tag,
 // or one whose tag differs from key only in case. Embedded structs (the
 // library's PluginConf) are not netns-pin's keys.
-func field(t reflect.Type, key string) (f struct {
-	name string
-	typ  reflect.Type
-}, ok bool) {
+func field(t reflect.Type, key string) (name string, typ reflect.Type, ok bool) {
 	for _, exact := range []bool{true, false} {
 		for i := range t.NumField() {
 			sf := t.Field(i)
 			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-			if sf.Anonymous || name == "" || name == "-" || (exact && name != key) || !strings.EqualFold(name, key) {
-				continue
+			if !sf.Anonymous && name != "" && name != "-" && (name == key || !exact && strings.EqualFold(name, key)) {
+				return name, sf.Type, true
 			}
-			f.name, f.typ = name, sf.Type
-			return f, true
 		}
 	}
-	return f, false
+	return "", nil, false
 }
 
 // kindOf names a token's JSON kind as encoding/json's errors do.
