@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -310,8 +311,11 @@ func (u InUse) parse() (policy inuse.Policy, ports inuse.Ports, err error) {
 // the json tags of InUse, the configuration's own.
 func (c *Config) InUseSettings() map[string]string {
 	m := map[string]string{}
-	data, _ := json.Marshal(c.InUse) // strings only: cannot fail
-	_ = json.Unmarshal(data, &m)
+	v := reflect.ValueOf(c.InUse) // by the tags, without encoding/json's encoder for one map
+	for i := range v.NumField() {
+		key, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		m[key] = v.Field(i).String()
+	}
 	return m
 }
 
