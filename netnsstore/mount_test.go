@@ -12,8 +12,8 @@ import (
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
-// mountFlags tells shared mounts from private ones, and mount points from
-// folders below them, as mountinfo says.
+// mountFlags answers from statx and statmount what mountinfo says, for
+// mount points and folders below them, shared and private mounts alike.
 func TestMountFlagsAgreeWithMountinfo(t *testing.T) {
 	dir := t.TempDir()
 	shared, private, below := filepath.Join(dir, "shared"), filepath.Join(dir, "private"), filepath.Join(dir, "private", "below")
