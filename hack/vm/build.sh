@@ -90,7 +90,7 @@ kernel_line() {
 	local name="$1" line var n pkg ver
 	var="VM_KERNEL_${name//./_}"
 	if [[ -n "${!var:-}" ]]; then
-		[[ "${!var}" == *=* ]] || die "${var}=${!var}: want <package>=<version>"
+		[[ "${!var}" =~ ^[^=]+=[^=]+$ ]] || die "${var}=${!var}: want <package>=<version>"
 		echo "${!var%%=*} ${!var#*=}"
 		return
 	fi
@@ -151,8 +151,11 @@ extract_vmlinux() {
 
 # build NAME: the guest of kernel NAME, its folder on stdout.
 build() {
-	local name="$1" pkg ver out stamp t0 deb kver mods rootfs
-	read -r pkg ver <<<"$(kernel_line "${name}")"
+	local name="$1" line pkg ver out stamp t0 deb kver mods rootfs
+	# (an assignment, not a here-string: kernel_line's die must end the script)
+	line="$(kernel_line "${name}")"
+	read -r pkg ver <<<"${line}"
+	[[ -n "${pkg}" && -n "${ver}" && "${ver}" != */* && "${ver}" != .* ]] || die "kernel ${name}: package '${pkg}', version '${ver}'"
 	out="${ROOT}/.cache/vm/${ver}"
 	stamp="$(
 		printf 'kernel %s %s\nbusybox-static %s\niproute2 %s\n' "${pkg}" "${ver}" \
@@ -200,7 +203,7 @@ build() {
 	# modules: the closure of MODULES in load order (dependencies first),
 	# each stored as a plain .ko
 	local -A path_of=() deps_of=() seen=() builtin=()
-	local line m n p order=()
+	local m n p order=()
 	while IFS= read -r line; do
 		m="${line%%:*}"
 		n="$(basename "${m}")"
