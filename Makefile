@@ -3,9 +3,9 @@
 #   make build   plugin binary: bin/netns-pin and .cache/cni/bin/netns-pin, and
 #                netns-pin-agent (-tags agent: sweep --metrics-address) beside it
 #   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, CRI-O,
-#                Kubernetes, etcd and the kernel-client guest (Debian's 6.1
-#                kernel, hack/vm/) into .cache/ (cached by version; Kubernetes
-#                cold ~10 min, CRI-O ~5 min)
+#                Kubernetes, etcd and the kernel-client guests (Debian's 6.1
+#                and 6.12 kernels, hack/vm/) into .cache/ (cached by version;
+#                Kubernetes cold ~10 min, CRI-O ~5 min)
 #   make demo    walk through a holder ADD / pin / netns survives / DEL (root)
 #   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), the e2e suites under test/, both demos (root)
@@ -120,7 +120,7 @@ e2e-run:
 	$(call step,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/kube with the kubelet on CRI-O,NETNS_PIN_KUBE_RUNTIME=crio $(E2E_ENV) $(GO) test -count=1 -timeout 20m -v -run '$(KUBE_CRIO_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
-	$(call step,go test ./test/kernel (krbd and CephFS kernel clients in a qemu guest with Debian's 6.1 kernel; hack/vm/build.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 15m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kernel/)
+	$(call step,go test ./test/kernel (krbd and CephFS kernel clients in a qemu guest, one boot each with Debian's 6.1 and 6.12 kernels; hack/vm/build.sh builds them on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 25m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kernel/)
 
 # Both demos run as part of make test: a demo that stops working fails CI.
 demos:

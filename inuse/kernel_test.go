@@ -1,11 +1,11 @@
 package inuse
 
-// The files a real kernel printed (Debian's 6.1, captured by the kernel
-// suite test/kernel from a guest with a mapped krbd device and CephFS kernel
-// mounts, kept in testdata/kernel; never config_info, which holds the cephx
-// secret) through the same parsers the check uses, and the fixture writers
-// of package cephfixture against them: a fixture whose shape drifts from
-// what the kernel printed fails here.
+// The files real kernels printed (Debian's 6.1 and 6.12, captured by the
+// kernel suite test/kernel from a guest with a mapped krbd device and CephFS
+// kernel mounts, kept in testdata/kernel/<kernel>; never config_info, which
+// holds the cephx secret) through the same parsers the check uses, and the
+// fixture writers of package cephfixture against them: a fixture whose
+// shape drifts from what any of the kernels printed fails here.
 
 import (
 	"net/netip"
@@ -23,37 +23,54 @@ import (
 
 const kernelDir = "testdata/kernel"
 
-func kernelFile(t *testing.T, name string) string {
+// eachKernel runs test once per kernel whose files are kept, as a subtest
+// named after it, with its folder.
+func eachKernel(t *testing.T, test func(t *testing.T, dir string)) {
+	ents, err := os.ReadDir(kernelDir)
+	require.NoError(t, err)
+	n := 0
+	for _, e := range ents {
+		if e.IsDir() {
+			n++
+			t.Run(e.Name(), func(t *testing.T) { test(t, filepath.Join(kernelDir, e.Name())) })
+		}
+	}
+	require.NotZero(t, n, "no kernel's files in %s", kernelDir)
+}
+
+func kernelFile(t *testing.T, dir, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(kernelDir, name))
+	b, err := os.ReadFile(filepath.Join(dir, name))
 	require.NoError(t, err, "captured kernel file (refresh with NETNS_PIN_KERNEL_CAPTURE_UPDATE=1 go test ./test/kernel/)")
 	return string(b)
 }
 
-func TestKernelFilesParse(t *testing.T) {
-	t.Logf("kernel %s", strings.TrimSpace(kernelFile(t, "kernel_release")))
+func TestKernelFilesParse(t *testing.T) { eachKernel(t, testKernelFilesParse) }
+
+func testKernelFilesParse(t *testing.T, dir string) {
+	t.Logf("kernel %s", strings.TrimSpace(kernelFile(t, dir, "kernel_release")))
 
 	// rbd sysfs
-	addr, err := parseClientAddr(kernelFile(t, "rbd/client_addr"))
+	addr, err := parseClientAddr(kernelFile(t, dir, "rbd/client_addr"))
 	require.NoError(t, err)
 	require.True(t, addr.AddrPort.Addr().Is4(), "client_addr %v", addr)
-	assert.Equal(t, strings.TrimSpace(kernelFile(t, "rbd/client_addr")), addr.String(), "entityAddr prints what the kernel printed")
-	fsid := strings.TrimSpace(kernelFile(t, "rbd/cluster_fsid"))
-	clientID := strings.TrimSpace(kernelFile(t, "rbd/client_id"))
-	assert.Equal(t, "-", strings.TrimSpace(kernelFile(t, "rbd/current_snap")), "the image head")
+	assert.Equal(t, strings.TrimSpace(kernelFile(t, dir, "rbd/client_addr")), addr.String(), "entityAddr prints what the kernel printed")
+	fsid := strings.TrimSpace(kernelFile(t, dir, "rbd/cluster_fsid"))
+	clientID := strings.TrimSpace(kernelFile(t, dir, "rbd/client_id"))
+	assert.Equal(t, "-", strings.TrimSpace(kernelFile(t, dir, "rbd/current_snap")), "the image head")
 
 	// debugfs: the rbd client's folder (no status) and the CephFS client's
-	rbdDir := strings.Split(kernelFile(t, "debugfs_rbd_client"), "\n")
+	rbdDir := strings.Split(kernelFile(t, dir, "debugfs_rbd_client"), "\n")
 	f, c, ok := parseClientDirName(rbdDir[0])
 	require.True(t, ok, "debugfs folder %q", rbdDir[0])
 	assert.Equal(t, fsid, f)
 	assert.Equal(t, clientID, c, "the debugfs folder of the rbd device's client")
 	assert.NotContains(t, rbdDir[1:], "status", "an rbd client has no status file")
 
-	st, err := parseStatus(kernelFile(t, "debugfs_status"))
+	st, err := parseStatus(kernelFile(t, dir, "debugfs_status"))
 	require.NoError(t, err)
 	assert.False(t, st.Blocklisted)
-	f, c, ok = parseClientDirName(strings.TrimSpace(kernelFile(t, "debugfs_cephfs_client")))
+	f, c, ok = parseClientDirName(strings.TrimSpace(kernelFile(t, dir, "debugfs_cephfs_client")))
 	require.True(t, ok)
 	assert.Equal(t, fsid, f)
 	assert.Equal(t, c, st.ClientID(), "status names the client of its folder")
@@ -61,7 +78,7 @@ func TestKernelFilesParse(t *testing.T) {
 	// mountinfo, both syntaxes
 	monIP := ""
 	for name, wantSource := range map[string]string{"mountinfo_old_syntax": "", "mountinfo_new_syntax": "@" + fsid + "."} {
-		line := kernelFile(t, name)
+		line := kernelFile(t, dir, name)
 		refs := cephMountRefs(line)
 		require.Len(t, refs, 1, line)
 		assert.Empty(t, strings.TrimPrefix(refs[0].Reason, "CephFS kernel mount, no debugfs to tell its netns"), "parsed in full: %+v", refs[0])
@@ -76,14 +93,14 @@ func TestKernelFilesParse(t *testing.T) {
 
 	// /proc/filesystems with the ceph module loaded: mountinfo is read
 	// (without debugfs); without the ceph line it is not
-	filesystems := kernelFile(t, "proc_filesystems")
+	filesystems := kernelFile(t, dir, "proc_filesystems")
 	assert.True(t, hasCephFS([]byte(filesystems)), filesystems)
 	assert.False(t, hasCephFS([]byte(strings.Replace(filesystems, "nodev\tceph\n", "", 1))), "without its ceph line")
 	assert.False(t, hasCephFS([]byte("nodev\tfuse\nnodev\tfuse.ceph-fuse\n")), "ceph-fuse mounts are fuse's")
 
 	// /proc/net/tcp of the client's netns: the kernel sockets of the rbd
 	// client, from its address to the monitor and the OSD, ESTABLISHED
-	lines := strings.Split(strings.TrimRight(kernelFile(t, "proc_net_tcp"), "\n"), "\n")
+	lines := strings.Split(strings.TrimRight(kernelFile(t, dir, "proc_net_tcp"), "\n"), "\n")
 	require.Greater(t, len(lines), 1)
 	_, err = parseTCPLine(lines[0])
 	assert.Error(t, err, "the header is not a socket")
@@ -109,11 +126,11 @@ func TestKernelFilesParse(t *testing.T) {
 
 	// an IPv6 storage network (a cluster with ms_bind_ipv6): client_addr
 	// "[addr]:0/nonce" and the sockets of /proc/net/tcp6
-	addr6, err := parseClientAddr(kernelFile(t, "ipv6/rbd_client_addr"))
+	addr6, err := parseClientAddr(kernelFile(t, dir, "ipv6/rbd_client_addr"))
 	require.NoError(t, err)
 	require.True(t, addr6.AddrPort.Addr().Is6(), "client_addr %v", addr6)
-	assert.Equal(t, strings.TrimSpace(kernelFile(t, "ipv6/rbd_client_addr")), addr6.String())
-	lines = strings.Split(strings.TrimRight(kernelFile(t, "ipv6/proc_net_tcp6"), "\n"), "\n")
+	assert.Equal(t, strings.TrimSpace(kernelFile(t, dir, "ipv6/rbd_client_addr")), addr6.String())
+	lines = strings.Split(strings.TrimRight(kernelFile(t, dir, "ipv6/proc_net_tcp6"), "\n"), "\n")
 	require.Greater(t, len(lines), 1)
 	remotes = nil
 	for _, l := range lines[1:] {
@@ -126,18 +143,20 @@ func TestKernelFilesParse(t *testing.T) {
 	assert.Contains(t, remotes, uint16(3300), "a socket to the monitor")
 }
 
-// TestFixturesMatchKernel: what cephfixture writes has the shape of what the
-// kernel printed, file by file.
-func TestFixturesMatchKernel(t *testing.T) {
+// TestFixturesMatchKernel: what cephfixture writes has the shape of what
+// each kernel printed, file by file.
+func TestFixturesMatchKernel(t *testing.T) { eachKernel(t, testFixturesMatchKernel) }
+
+func testFixturesMatchKernel(t *testing.T, dir string) {
 	shape := func(name, s string) string { return cephfixture.FileShape(name, s) }
-	dir := t.TempDir()
-	sysfs, debugfs := filepath.Join(dir, "sys"), filepath.Join(dir, "debug")
+	tmp := t.TempDir()
+	sysfs, debugfs := filepath.Join(tmp, "sys"), filepath.Join(tmp, "debug")
 
 	// rbd: the same attributes (all but config_info and the write-only
 	// refresh), each of the same shape
 	require.NoError(t, cephfixture.RBD(sysfs, 0, cephfixture.RBDDev{ClientAddr: "192.168.20.5:0/3527561932", ClientID: "client4161",
 		FSID: fsidA, Pool: "replicapool", Name: "csi-vol-00000000"}))
-	kernelAttrs, err := os.ReadDir(filepath.Join(kernelDir, "rbd"))
+	kernelAttrs, err := os.ReadDir(filepath.Join(dir, "rbd"))
 	require.NoError(t, err)
 	var names []string
 	for _, e := range kernelAttrs {
@@ -146,7 +165,7 @@ func TestFixturesMatchKernel(t *testing.T) {
 		if !assert.NoError(t, err, "the fixture lacks rbd attribute %s", e.Name()) {
 			continue
 		}
-		got, want := string(b), kernelFile(t, "rbd/"+e.Name())
+		got, want := string(b), kernelFile(t, dir, "rbd/"+e.Name())
 		if e.Name() == "name" || e.Name() == "pool" {
 			// names chosen by the user: only the line ending must match
 			assert.Equal(t, strings.HasSuffix(want, "\n"), strings.HasSuffix(got, "\n"), "rbd attribute %s: fixture %q, kernel %q", e.Name(), got, want)
@@ -164,7 +183,7 @@ func TestFixturesMatchKernel(t *testing.T) {
 
 	// debugfs: the rbd client's folder holds the same files
 	require.NoError(t, cephfixture.DebugfsClient(debugfs, fsidA, 4161, ""))
-	kernelRBDDir := strings.Split(strings.TrimRight(kernelFile(t, "debugfs_rbd_client"), "\n"), "\n")
+	kernelRBDDir := strings.Split(strings.TrimRight(kernelFile(t, dir, "debugfs_rbd_client"), "\n"), "\n")
 	ents, err := os.ReadDir(filepath.Join(debugfs, "ceph", fsidA+".client4161"))
 	require.NoError(t, err)
 	var fixtureFiles []string
@@ -173,10 +192,10 @@ func TestFixturesMatchKernel(t *testing.T) {
 	}
 	assert.Equal(t, kernelRBDDir[1:], fixtureFiles, "files of an rbd client's debugfs folder")
 	assert.Equal(t, shape("", kernelRBDDir[0]), shape("", fsidA+".client4161"), "debugfs folder name")
-	assert.Equal(t, shape("", kernelFile(t, "debugfs_cephfs_client")), shape("", fsidB+".client50000\n"), "debugfs folder name")
+	assert.Equal(t, shape("", kernelFile(t, dir, "debugfs_cephfs_client")), shape("", fsidB+".client50000\n"), "debugfs folder name")
 
 	// status
-	assert.Equal(t, shape("status", kernelFile(t, "debugfs_status")), shape("status", cephfixture.CephFSStatus(50000, "192.168.20.5:0")))
+	assert.Equal(t, shape("status", kernelFile(t, dir, "debugfs_status")), shape("status", cephfixture.CephFSStatus(50000, "192.168.20.5:0")))
 
 	// mountinfo lines, both syntaxes, as the fixtures write them
 	for name, line := range map[string]string{
@@ -185,11 +204,11 @@ func TestFixturesMatchKernel(t *testing.T) {
 		"mountinfo_new_syntax": cephfixture.CephMountinfo(303, 62, "/mnt/x", "admin@"+fsidB+".myfs=/",
 			"rw,name=admin,secret=<hidden>,ms_mode=prefer-crc,acl,mon_addr=10.0.0.1:3300"),
 	} {
-		assert.Equal(t, shape(name, kernelFile(t, name)), shape(name, line+"\n"), "%s: fixture %q, kernel %q", name, line, kernelFile(t, name))
+		assert.Equal(t, shape(name, kernelFile(t, dir, name)), shape(name, line+"\n"), "%s: fixture %q, kernel %q", name, line, kernelFile(t, dir, name))
 	}
 
 	// /proc/filesystems: every line the fixture writes, the kernel printed
-	kernelFS := strings.Split(kernelFile(t, "proc_filesystems"), "\n")
+	kernelFS := strings.Split(kernelFile(t, dir, "proc_filesystems"), "\n")
 	for _, ceph := range []bool{false, true} {
 		for _, l := range strings.Split(strings.TrimSuffix(cephfixture.Filesystems(ceph), "\n"), "\n") {
 			assert.Contains(t, kernelFS, l, "/proc/filesystems line %q", l)
@@ -197,7 +216,7 @@ func TestFixturesMatchKernel(t *testing.T) {
 	}
 
 	// /proc/net/tcp: header and lines, byte for byte in width
-	kernelTCP := strings.Split(strings.TrimRight(kernelFile(t, "proc_net_tcp"), "\n"), "\n")
+	kernelTCP := strings.Split(strings.TrimRight(kernelFile(t, dir, "proc_net_tcp"), "\n"), "\n")
 	fixtureTCP := cephfixture.TCPHeader + cephfixture.TCPLine(0, netip.MustParseAddrPort("192.168.20.5:41234"),
 		netip.MustParseAddrPort("10.0.0.1:3300"), tcpEstablished, 0, 12345)
 	lines := strings.Split(strings.TrimRight(fixtureTCP, "\n"), "\n")
@@ -205,7 +224,7 @@ func TestFixturesMatchKernel(t *testing.T) {
 	assert.Equal(t, shape("tcp", kernelTCP[1]), shape("tcp", lines[1]), "socket line")
 	assert.Len(t, lines[1], len(kernelTCP[1]), "IPv4 lines are padded to the kernel's width")
 
-	kernelTCP6 := strings.Split(strings.TrimRight(kernelFile(t, "ipv6/proc_net_tcp6"), "\n"), "\n")
+	kernelTCP6 := strings.Split(strings.TrimRight(kernelFile(t, dir, "ipv6/proc_net_tcp6"), "\n"), "\n")
 	fixtureTCP6 := cephfixture.TCP6Header + cephfixture.TCPLine(0, netip.MustParseAddrPort("[fd00::17]:41234"),
 		netip.MustParseAddrPort("[fd00::1]:3300"), tcpEstablished, 0, 12345)
 	lines = strings.Split(strings.TrimRight(fixtureTCP6, "\n"), "\n")
@@ -217,5 +236,5 @@ func TestFixturesMatchKernel(t *testing.T) {
 		FSID: fsidA, Pool: "replicapool", Name: "csi-vol-00000001"}))
 	b, err := os.ReadFile(filepath.Join(sysfs, "bus", "rbd", "devices", "1", "client_addr"))
 	require.NoError(t, err)
-	assert.Equal(t, shape("", kernelFile(t, "ipv6/rbd_client_addr")), shape("", string(b)))
+	assert.Equal(t, shape("", kernelFile(t, dir, "ipv6/rbd_client_addr")), shape("", string(b)))
 }

@@ -1,10 +1,11 @@
 package kernel
 
-// Scenario 7's host side: the files the guest kernel printed against the
-// copy kept in inuse/testdata/kernel (which inuse's own tests parse and
-// compare with the fixtures): same files, same shapes. A kernel that
+// Scenario 7's host side: the files each guest kernel printed against the
+// copy kept in inuse/testdata/kernel/<kernel> (which inuse's own tests parse
+// and compare with the fixtures): same files, same shapes. A kernel that
 // prints differently fails here; NETNS_PIN_KERNEL_CAPTURE_UPDATE=1 rewrites
-// the copy from this run (then run `go test ./inuse/`).
+// the copy of each kernel that ran from this run (then run
+// `go test ./inuse/`).
 
 import (
 	"os"
@@ -18,7 +19,28 @@ import (
 	"github.com/netns-pin/netns-pin/internal/cephfixture"
 )
 
-func testdataDir() string { return filepath.Join(repoRoot(), "inuse", "testdata", "kernel") }
+func testdataRoot() string { return filepath.Join(repoRoot(), "inuse", "testdata", "kernel") }
+
+func testdataDir(k string) string { return filepath.Join(testdataRoot(), k) }
+
+// TestCapturesKept: inuse/testdata/kernel holds the files of exactly the
+// kernels the suite boots (a kernel dropped from the list takes its files
+// along; one added brings them, with NETNS_PIN_KERNEL_CAPTURE_UPDATE=1).
+func TestCapturesKept(t *testing.T) {
+	ents, err := os.ReadDir(testdataRoot())
+	require.NoError(t, err)
+	var kept []string
+	for _, e := range ents {
+		if e.IsDir() {
+			kept = append(kept, e.Name())
+		} else {
+			t.Errorf("%s/%s: the files of a kernel go into its folder", testdataRoot(), e.Name())
+		}
+	}
+	want := append([]string(nil), kernels...)
+	sort.Strings(want)
+	assert.Equal(t, want, kept, "folders of %s", testdataRoot())
+}
 
 func readTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
@@ -39,18 +61,19 @@ func readTree(t *testing.T, dir string) map[string]string {
 	return files
 }
 
-func compareCapture(t *testing.T, captured string) {
+func compareCapture(t *testing.T, k, captured string) {
+	dir := testdataDir(k)
 	got := readTree(t, captured)
 	require.NotEmpty(t, got, "the guest captured nothing in %s", captured)
 	if os.Getenv("NETNS_PIN_KERNEL_CAPTURE_UPDATE") == "1" {
-		require.NoError(t, os.RemoveAll(testdataDir()))
+		require.NoError(t, os.RemoveAll(dir))
 		for name, content := range got {
-			require.NoError(t, cephfixture.Write(filepath.Join(testdataDir(), name), content))
+			require.NoError(t, cephfixture.Write(filepath.Join(dir, name), content))
 		}
-		t.Logf("NETNS_PIN_KERNEL_CAPTURE_UPDATE=1: wrote %d files to %s", len(got), testdataDir())
+		t.Logf("NETNS_PIN_KERNEL_CAPTURE_UPDATE=1: wrote %d files to %s", len(got), dir)
 		return
 	}
-	want := readTree(t, testdataDir())
+	want := readTree(t, dir)
 	var names []string
 	for name := range got {
 		names = append(names, name)
@@ -58,15 +81,15 @@ func compareCapture(t *testing.T, captured string) {
 	sort.Strings(names)
 	for _, name := range names {
 		w, ok := want[name]
-		if !assert.True(t, ok, "the kernel printed %s, which %s lacks (NETNS_PIN_KERNEL_CAPTURE_UPDATE=1 adds it)", name, testdataDir()) {
+		if !assert.True(t, ok, "the kernel printed %s, which %s lacks (NETNS_PIN_KERNEL_CAPTURE_UPDATE=1 adds it)", name, dir) {
 			continue
 		}
 		assert.Equal(t, cephfixture.FileShape(name, w), cephfixture.FileShape(name, got[name]),
-			"%s: the kernel now prints another shape than %s/%s:\nnow: %q\nkept: %q", name, testdataDir(), name, got[name], w)
+			"%s: the kernel now prints another shape than %s/%s:\nnow: %q\nkept: %q", name, dir, name, got[name], w)
 	}
 	for name := range want {
 		_, ok := got[name]
-		assert.True(t, ok, "%s/%s: the kernel did not print it this time", testdataDir(), name)
+		assert.True(t, ok, "%s/%s: the kernel did not print it this time", dir, name)
 	}
-	t.Logf("%d kernel files, all of the shapes kept in %s", len(got), testdataDir())
+	t.Logf("%d kernel files, all of the shapes kept in %s", len(got), dir)
 }

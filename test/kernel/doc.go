@@ -1,7 +1,8 @@
 // Package kernel is netns-pin's suite with real Ceph kernel clients: krbd
 // devices and CephFS kernel mounts, in a qemu guest that boots Debian's
-// stock 6.1 kernel (hack/vm/build.sh), against the real cluster of
-// hack/ceph/up.sh over a tap on the cluster's bridge.
+// stock kernels 6.1 and 6.12 (hack/vm/build.sh), one boot each with every
+// scenario, against the real cluster of hack/ceph/up.sh over a tap on the
+// cluster's bridge.
 //
 // The host side (this package) brings up the cluster and an IPv6-only one
 // (ms_bind_ipv6), an rbd pool with a user and images on each, a tap on
@@ -10,8 +11,9 @@
 // node: a conflist [bridge + host-local, netns-pin] run by cnitool, a
 // holders rule, and clients made the way ceph-csi makes them
 // (`nsenter --net=<link> -- <map | mount -t ceph>`). Each scenario of the
-// guest is one subtest here, with its steps, its failures and, when it
-// fails, the guest's console.
+// guest is one subtest here (TestKernelClients/<kernel>/<scenario>), with
+// its steps, its failures and, when it fails, the guest's console. The
+// clusters serve both boots; each boot gets fresh images and taps.
 //
 // It needs root, KVM is not needed (qemu runs under TCG), and:
 //
@@ -21,8 +23,9 @@
 //	NETNS_PIN_CEPH6_DIR optional: an IPv6 one, made by
 //	                    `CEPH_IPV6_PREFIX=fd96:0:0:1 hack/ceph/up.sh <dir>`
 //	                    (unset: the suite brings both up and down itself)
-//	NETNS_PIN_KERNEL_CAPTURE_UPDATE=1  rewrite inuse/testdata/kernel from
-//	                    the files the guest kernel printed
+//	NETNS_PIN_KERNEL_CAPTURE_UPDATE=1  rewrite inuse/testdata/kernel/<kernel>
+//	                    from the files each guest kernel that ran printed
+//	                    (-run 'TestKernelClients/6.12' for one kernel)
 //
 // A missing prerequisite fails the suite saying what to install; nothing is
 // skipped.

@@ -21,17 +21,18 @@ import (
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
-// buildGuest runs hack/vm/build.sh (cached) and returns its folder.
-func buildGuest() (string, error) {
-	out, err := runScript(10*time.Minute, filepath.Join(repoRoot(), "hack", "vm", "build.sh"))
+// buildGuest runs hack/vm/build.sh for kernel k (cached) and returns its
+// folder.
+func buildGuest(k string) (string, error) {
+	out, err := runScript(10*time.Minute, filepath.Join(repoRoot(), "hack", "vm", "build.sh"), k)
 	if err != nil {
-		return "", fmt.Errorf("hack/vm/build.sh: %w\n%s", err, out)
+		return "", fmt.Errorf("hack/vm/build.sh %s: %w\n%s", k, err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	dir := lines[len(lines)-1]
 	for _, f := range []string{"vmlinux", "initramfs.cpio.gz", "kernel.release"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return "", fmt.Errorf("hack/vm/build.sh printed %q: %w\n%s", dir, err, out)
+			return "", fmt.Errorf("hack/vm/build.sh %s printed %q: %w\n%s", k, dir, err, out)
 		}
 	}
 	return dir, nil
