@@ -17,7 +17,7 @@ import (
 	"github.com/netns-pin/netns-pin/conf"
 )
 
-// Version and Commit are stamped at build time from git (hack/build.sh:
+// Version and Commit are stamped at build time from git (hack/version.sh:
 // -ldflags "-X main.Version=<git describe> -X main.Commit=<commit>"); a
 // build outside git keeps "dev" and no commit.
 var (
