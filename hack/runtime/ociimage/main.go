@@ -10,7 +10,7 @@
 // and -cmd sets the image's default arguments:
 //
 //	go run ./hack/runtime/ociimage -bin netns-pin -add /bin/busybox=busybox \
-//	    -symlink /bin/sh=busybox -cmd version -ref registry.example.org/netns-pin/netns-pin:0.1.0 -o installer.tar
+//	    -symlink /bin/sh=busybox -cmd version -ref registry.example.org/netns-pin:v0.1.0 -o installer.tar
 //
 // With -platform it writes a release image instead (make image,
 // hack/image.sh): an image index with one manifest per platform, each of
@@ -20,7 +20,7 @@
 //	go run ./hack/runtime/ociimage -platform linux/amd64=out/linux-amd64 \
 //	    -platform linux/arm64=out/linux-arm64 -entrypoint /netns-pin -cmd version \
 //	    -epoch 1764547200 -annotation org.opencontainers.image.version=v0.1.0 \
-//	    -ref ghcr.io/netns-pin/netns-pin:v0.1.0 -o netns-pin.oci.tar
+//	    -ref registry.example.org/netns-pin:v0.1.0 -o netns-pin.oci.tar
 //
 // and prints the index's digest, the one a registry shows for the tag.
 //
