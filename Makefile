@@ -121,12 +121,13 @@ unit:
 	$(call step,go test -race (unit/integration),pkgs="$(unit_pkgs)"; \
 		if [[ -z "$$pkgs" ]]; then echo "no packages"; else CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 8m $$pkgs; fi)
 
-# linux/arm64: every package vetted, the binaries built, and the unit tests
+# linux/arm64: every package vetted and built (every command among them: the
+# plugin, and netns-pin-agent with -tags agent), and the unit tests
 # of ARM64_TEST_PKGS run under qemu-user (-exec: no binfmt registration needed).
 arm64:
 	$(call step,linux/arm64: go vet; go build; go test under qemu-aarch64-static,export GOOS=linux GOARCH=arm64 CGO_ENABLED=0; \
 		$(GO) vet ./...; $(GO) vet -tags agent ./plugin/; \
-		$(GO) build -o /dev/null ./plugin; $(GO) build -tags agent -o /dev/null ./plugin; \
+		$(GO) build ./...; $(GO) build -tags agent -o /dev/null ./plugin; \
 		$(GO) test -count=1 -exec qemu-aarch64-static $(ARM64_TEST_PKGS))
 
 # Crash-recovery tests: only in test builds with the failpoints tag (docs/design.md §11).
