@@ -247,32 +247,30 @@ func TestInstallerDaemonSet(t *testing.T) {
 	vols, _ := spec["volumes"].([]any)
 	require.Len(t, vols, 1, "one host path")
 	assert.Equal(t, "/opt/cni/bin", str(vols[0], "hostPath", "path"))
-	var script string
-	var sweep []string
+	var install, sweep []string
 	for _, c := range containersOf(spec) {
 		cmd, _ := c["command"].([]any)
+		var args []string
+		for _, a := range cmd {
+			s, _ := a.(string)
+			args = append(args, s)
+		}
 		switch str(c, "name") {
 		case "install":
 			assert.NotEqual(t, true, get(c, "securityContext", "privileged"))
 			assert.Equal(t, false, get(c, "securityContext", "allowPrivilegeEscalation"))
-			for _, a := range cmd {
-				s, _ := a.(string)
-				script += s + "\n"
-			}
+			install = args
 		case "sweep":
-			for _, a := range cmd {
-				s, _ := a.(string)
-				sweep = append(sweep, s)
-			}
+			sweep = args
 			assert.NotEmpty(t, get(c, "resources", "limits", "memory"), "the sweeper has a memory limit")
 		default:
 			t.Errorf("unexpected container %s", str(c, "name"))
 		}
 	}
-	assert.Contains(t, script, "for bin in netns-pin-agent netns-pin; do", "the agent first: a new sweeper finds its agent")
-	assert.Contains(t, script, "mv -f /host/cni-bin/.$bin.new /host/cni-bin/$bin", "atomic install")
-	require.Len(t, sweep, 3, "sh -c <script>")
-	assert.Contains(t, sweep[2], `exec nsenter --target="$pid" --mount -- "$CNI_BIN_DIR/netns-pin" sweep --interval=10s --metrics-address=:9853`,
+	// The image has no shell: each command is a binary of the image, run
+	// directly (plugin/install.go: the agent first, each copy atomic).
+	assert.Equal(t, []string{"/netns-pin", "install", "--cni-bin-dir", "/host/cni-bin"}, install)
+	assert.Equal(t, []string{"/netns-pin", "host-exec", "--", "$(CNI_BIN_DIR)/netns-pin", "sweep", "--interval=10s", "--metrics-address=:9853"}, sweep,
 		"the installed binary, in the host mount namespace, serving metrics")
 	var ports []any
 	for _, c := range containersOf(spec) {
@@ -284,11 +282,50 @@ func TestInstallerDaemonSet(t *testing.T) {
 	assert.Equal(t, "metrics", str(ports[0], "name"))
 	assert.Equal(t, 9853, get(ports[0], "containerPort"), "the port of --metrics-address")
 
-	// The image carries both binaries.
-	cf, err := os.ReadFile("Containerfile")
+}
+
+// The image reference is the same everywhere an operator reads it: both
+// containers of the installer, the README's push command and kustomize
+// example, and the repository that make image writes into the archive
+// (hack/image.sh); its tag is the newest release of CHANGELOG.md.
+func TestImageReference(t *testing.T) {
+	ds := inFile(t, loadManifests(t), "DaemonSet", "installer-daemonset.yaml")
+	var refs []string
+	for _, c := range containersOf(podSpec(ds)) {
+		refs = append(refs, str(c, "image"))
+	}
+	require.NotEmpty(t, refs)
+	ref := refs[0]
+	for _, r := range refs {
+		assert.Equal(t, ref, r, "one image for every container")
+	}
+	repo, tag, ok := strings.Cut(ref, ":")
+	require.True(t, ok, "%s: a tag", ref)
+
+	changelog, err := os.ReadFile("../CHANGELOG.md")
 	require.NoError(t, err)
-	assert.Contains(t, string(cf), "-tags agent")
-	assert.Contains(t, string(cf), "COPY --from=build /netns-pin-agent /netns-pin-agent")
+	latest := regexp.MustCompile(`(?m)^## \[?(v\d+\.\d+\.\d+)\]?`).FindSubmatch(changelog)
+	require.NotNil(t, latest, "CHANGELOG.md: no release section")
+	assert.Equal(t, string(latest[1]), tag, "the manifests' tag is the newest release")
+
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	named := regexp.MustCompile(`[a-z0-9.<>-]+(?:/[a-z0-9<>-]+)+:v\d+\.\d+\.\d+`).FindAllString(string(readme), -1)
+	require.NotEmpty(t, named, "README.md names no image")
+	for _, r := range named {
+		if strings.HasPrefix(r, "<registry>/") {
+			// the operator's own registry, same path and tag
+			assert.Equal(t, strings.TrimPrefix(repo, "registry.example.org/")+":"+tag, strings.TrimPrefix(r, "<registry>/"), "README.md: %s", r)
+			continue
+		}
+		assert.Equal(t, ref, r, "README.md names another image")
+	}
+	kustomize := "kustomize edit set image " + repo + "=<registry>/" + strings.TrimPrefix(repo, "registry.example.org/") + ":" + tag
+	assert.True(t, strings.Contains(string(readme), kustomize), "README.md: no %q", kustomize)
+
+	script, err := os.ReadFile("../hack/image.sh")
+	require.NoError(t, err)
+	assert.Contains(t, string(script), `IMAGE_NAME="${IMAGE_NAME:-`+repo+`}"`, "make image names deploy/'s repository")
 }
 
 // kubectl apply -k deploy/ installs the installer, the storage network and

@@ -5,12 +5,13 @@
 #
 #   packages  Debian packages the tests and the demo run (ip, nsenter, unshare,
 #             mount, jq, make, a C compiler for -race, qemu-system-x86 and
-#             busybox-static for the kernel guest); `apt-get update` runs
+#             busybox-static for the kernel guest, skopeo to read the
+#             installer image, qemu-user-static for the arm64 unit tests); `apt-get update` runs
 #             once, and only when something is missing.
 #   tools     pinned cnitool and reference CNI plugins, built from the Go module
 #             proxy into .cache/ (skipped when the stamp for that version exists).
 #   plugin    go build ./plugin -> bin/netns-pin and (-tags agent) bin/netns-pin-agent,
-#             copied to .cache/cni/bin/.
+#             copied to .cache/cni/bin/, stamped with hack/version.sh.
 #   all       packages + tools + plugin (the default).
 #   env       print the variables the e2e suite reads (eval-able).
 #
@@ -64,6 +65,10 @@ PACKAGES=(
 	conmon:conmon
 	runc:runc
 	pkg-config:pkg-config
+	# make image's test reads the OCI archive with skopeo; make arm64 runs
+	# unit tests under qemu-user
+	skopeo:skopeo
+	qemu-aarch64-static:qemu-user-static
 )
 
 LOG_PREFIX="tools"
@@ -148,9 +153,11 @@ build_plugin() {
 	ensure_go
 	mkdir -p "${ROOT}/bin" "${CNI_BIN_DIR}"
 	log "go build ./plugin -> bin/netns-pin, bin/netns-pin-agent (-tags agent), and both in .cache/cni/bin"
-	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -o bin/netns-pin ./plugin)
+	local ldflags
+	ldflags="$("${ROOT}/hack/version.sh" ldflags)"
+	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/netns-pin ./plugin)
 	# the same program with the Prometheus client, for sweep --metrics-address
-	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -tags agent -o bin/netns-pin-agent ./plugin)
+	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -tags agent -ldflags "${ldflags}" -o bin/netns-pin-agent ./plugin)
 	# copy + rename so that a running test never sees a half-written binary
 	local b
 	for b in netns-pin netns-pin-agent; do

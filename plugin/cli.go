@@ -37,7 +37,10 @@ commands:
                                 is this node set up right: pinDir, links,
                                 pins, in-use roots, ceph-csi's paths, the csi
                                 plugins' view, the sweeper (exit 0/1/2)
-  version                       print the version
+  version                       print the version and the commit
+  install --cni-bin-dir DIR     copy netns-pin and netns-pin-* beside it into
+                                the CNI bin folder, atomically (the installer)
+  host-exec -- PROGRAM [ARGS]   exec PROGRAM in the host's mount namespace
 
 flags:
 `
@@ -65,8 +68,11 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "usage: netns-pin version")
 			return 2
 		}
-		fmt.Fprintf(stdout, "netns-pin %s\nCNI versions: %s\n", Version, strings.Join(supportedVersions.SupportedVersions(), ", "))
+		fmt.Fprintf(stdout, "%s\nCNI versions: %s\n", versionLine(), strings.Join(supportedVersions.SupportedVersions(), ", "))
 		return 0
+	}
+	if run, ok := standaloneCommands[cmd]; ok {
+		return run(&g, rest, stdout, stderr)
 	}
 	cf, ok := parseCommand(cmd, rest, &g, stderr)
 	if !ok {

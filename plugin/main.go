@@ -17,8 +17,13 @@ import (
 	"github.com/netns-pin/netns-pin/conf"
 )
 
-// Version is set at build time with -ldflags "-X main.Version=...".
-var Version = "dev"
+// Version and Commit are stamped at build time from git (hack/version.sh:
+// -ldflags "-X main.Version=<git describe> -X main.Commit=<commit>"); a
+// build outside git keeps "dev" and no commit.
+var (
+	Version = "dev"
+	Commit  = ""
+)
 
 // supportedVersions: 0.3.x where the library allows it; CHECK needs 0.4.0,
 // GC and STATUS 1.1.0 (skel enforces both).

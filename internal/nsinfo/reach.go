@@ -55,6 +55,10 @@ func PinsReachHost(dir string) error {
 	return reach(dir, here, host)
 }
 
+// HostMountNS returns the /proc folder of a host process (/proc/1, else
+// /proc/2) and whether this process shares its mount namespace.
+func HostMountNS() (ref string, same bool, err error) { return hostMountNS() }
+
 // hostMountNS returns the /proc folder of a host process and whether this
 // process shares its mount namespace.
 func hostMountNS() (ref string, same bool, err error) {

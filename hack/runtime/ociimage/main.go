@@ -10,9 +10,21 @@
 // and -cmd sets the image's default arguments:
 //
 //	go run ./hack/runtime/ociimage -bin netns-pin -add /bin/busybox=busybox \
-//	    -symlink /bin/sh=busybox -cmd version -ref registry.example.org/netns-pin/netns-pin:0.1.0 -o installer.tar
+//	    -symlink /bin/sh=busybox -cmd version -ref registry.example.org/netns-pin:v0.1.0 -o installer.tar
 //
-// The output is deterministic: the same binary gives the same digests.
+// With -platform it writes a release image instead (make image,
+// hack/image.sh): an image index with one manifest per platform, each of
+// one gzip'ed layer holding every file of that platform's folder at /,
+// every time -epoch (seconds since 1970, SOURCE_DATE_EPOCH):
+//
+//	go run ./hack/runtime/ociimage -platform linux/amd64=out/linux-amd64 \
+//	    -platform linux/arm64=out/linux-arm64 -entrypoint /netns-pin -cmd version \
+//	    -epoch 1764547200 -annotation org.opencontainers.image.version=v0.1.0 \
+//	    -ref registry.example.org/netns-pin:v0.1.0 -o netns-pin.oci.tar
+//
+// and prints the index's digest, the one a registry shows for the tag.
+//
+// The output is deterministic: the same binaries give the same digests.
 package main
 
 import (
@@ -51,7 +63,8 @@ const (
 	mediaIndex    = "application/vnd.oci.image.index.v1+json"
 )
 
-// epoch is the fixed timestamp of every file, so digests are reproducible.
+// epoch is the fixed timestamp of every file (-epoch), so digests are
+// reproducible.
 var epoch = time.Unix(0, 0).UTC()
 
 // pairs is a repeatable DST=SRC flag.
@@ -83,8 +96,27 @@ func main() {
 	flag.Var(img.add, "add", "/path/in/image=file: one more file (repeatable)")
 	flag.Var(img.symlinks, "symlink", "/path/in/image=target: a symbolic link (repeatable)")
 	cmd := flag.String("cmd", "", "default arguments of the entrypoint, space separated")
+	var rel release
+	flag.Var((*list)(&rel.platforms), "platform", "os/arch=folder: a release image's platform and the folder of its files (repeatable)")
+	flag.StringVar(&rel.entrypoint, "entrypoint", "", "with -platform: the entrypoint, one of the folder's files")
+	rel.annotations = keyValues{}
+	flag.Var(keyValues(rel.annotations), "annotation", "key=value: with -platform, an annotation of the index and a label of each config (repeatable)")
+	epochSeconds := flag.Int64("epoch", 0, "time of every file and of the image, seconds since 1970 (SOURCE_DATE_EPOCH)")
 	flag.Parse()
 	img.cmd = strings.Fields(*cmd)
+	epoch = time.Unix(*epochSeconds, 0).UTC()
+	if len(rel.platforms) > 0 {
+		if *bin != "" || *name != "" || len(img.add) > 0 || len(img.symlinks) > 0 {
+			fmt.Fprintln(os.Stderr, "ociimage: -platform takes its files from the folders, not from -bin, -name, -add or -symlink")
+			os.Exit(2)
+		}
+		rel.cmd = img.cmd
+		if err := runRelease(rel, *ref, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "ociimage:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*bin, *name, *ref, *out, img); err != nil {
 		fmt.Fprintln(os.Stderr, "ociimage:", err)
 		os.Exit(1)

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// standaloneCommands read no network configuration and open no store: the
+// installer's commands, which run in the installer image (static binaries
+// only, no shell) before anything is configured on the node.
+var standaloneCommands = map[string]func(g *globalFlags, args []string, stdout, stderr io.Writer) int{
+	"install":   runInstall,
+	"host-exec": runHostExec,
+}
+
+// versionLine is what `netns-pin version` prints first: the version and
+// the commit stamped from git at build time ("dev" outside git).
+func versionLine() string {
+	if Commit == "" {
+		return "netns-pin " + Version
+	}
+	return fmt.Sprintf("netns-pin %s (commit %s)", Version, Commit)
+}
+
+// refuseGlobalFlags: a standalone command takes --json at most; a --conf
+// or path flag given to it would be silently ignored, and no flag ever is.
+func refuseGlobalFlags(g *globalFlags, cmd string, stderr io.Writer) bool {
+	given := g.conf != ""
+	for _, v := range g.paths {
+		given = given || v != ""
+	}
+	if given {
+		fmt.Fprintf(stderr, "netns-pin %s: reads no network configuration: --conf and the path flags do not apply\n", cmd)
+	}
+	return given
+}
+
+// installedFile is one binary that install put into the CNI bin folder.
+type installedFile struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// installReport is install's result, one JSON line with --json.
+type installReport struct {
+	Version   string          `json:"version"`
+	Commit    string          `json:"commit,omitempty"`
+	Dir       string          `json:"dir"`
+	Installed []installedFile `json:"installed"`
+}
+
+// runInstall is `netns-pin install --cni-bin-dir DIR`, the installer
+// DaemonSet's init container: it copies this binary and the netns-pin-*
+// binaries beside it (netns-pin-agent) into the node's CNI bin folder,
+// each atomically, then runs the installed netns-pin once to prove that
+// the node can execute it (a noexec mount, a binary of another
+// architecture) before the runtime calls it for a pod.
+func runInstall(g *globalFlags, args []string, stdout, stderr io.Writer) int {
+	const usage = "usage: netns-pin install --cni-bin-dir DIR [--json]"
+	fs := flag.NewFlagSet("install", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, usage) }
+	dir := fs.String("cni-bin-dir", "", "the CNI bin folder to install into, as this container sees it (e.g. /host/opt/cni/bin)")
+	fs.BoolVar(&g.json, "json", g.json, "print the result as one JSON line")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || *dir == "" {
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	if refuseGlobalFlags(g, "install", stderr) {
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "netns-pin install: find this binary:", err)
+		return 1
+	}
+	rep, err := install(self, *dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "netns-pin install:", err)
+		return 1
+	}
+	if g.json {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintf(stdout, "%s\n", b)
+		return 0
+	}
+	names := make([]string, len(rep.Installed))
+	for i, f := range rep.Installed {
+		names[i] = f.Name
+	}
+	fmt.Fprintf(stdout, "installed %s into %s: %s\n", strings.TrimPrefix(versionLine(), "netns-pin "), rep.Dir, strings.Join(names, ", "))
+	return 0
+}
+
+// installNames returns the binaries install copies from dir: every regular
+// file named netns-pin or netns-pin-*, netns-pin last, so that a runtime
+// that runs the new plugin finds the agent it execs already there.
+func installNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if n := e.Name(); (n == "netns-pin" || strings.HasPrefix(n, "netns-pin-")) && e.Type().IsRegular() {
+			names = append(names, n)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if (a == "netns-pin") != (b == "netns-pin") {
+			if a == "netns-pin" {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	if len(names) == 0 || names[len(names)-1] != "netns-pin" {
+		return nil, fmt.Errorf("no netns-pin binary in %s", dir)
+	}
+	return names, nil
+}
+
+// install copies the binaries beside self into dir and checks the
+// installed netns-pin runs and is this build.
+func install(self, dir string) (*installReport, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--cni-bin-dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("--cni-bin-dir %s: not a directory", dir)
+	}
+	srcDir := filepath.Dir(self)
+	names, err := installNames(srcDir)
+	if err != nil {
+		return nil, err
+	}
+	rep := &installReport{Version: Version, Commit: Commit, Dir: dir}
+	for _, n := range names {
+		f, err := installFile(filepath.Join(srcDir, n), filepath.Join(dir, n))
+		if err != nil {
+			return nil, err
+		}
+		rep.Installed = append(rep.Installed, f)
+	}
+	if err := syncDir(dir); err != nil {
+		return nil, fmt.Errorf("sync %s: %w", dir, err)
+	}
+	if err := checkInstalled(filepath.Join(dir, "netns-pin")); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// installFile copies src to dst the way a running runtime never notices:
+// a temporary file in dst's folder, written, mode 0755, fsync'ed, then
+// renamed over dst. A runtime exec'ing the old binary at that moment runs
+// the old one whole; the next exec runs the new one whole.
+func installFile(src, dst string) (installedFile, error) {
+	out := installedFile{Name: filepath.Base(dst), Path: dst}
+	in, err := os.Open(src)
+	if err != nil {
+		return out, err
+	}
+	defer in.Close()
+	if st, err := os.Stat(dst); err == nil {
+		if sst, err := in.Stat(); err == nil && os.SameFile(st, sst) {
+			return out, fmt.Errorf("%s: the target is this binary itself", dst)
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+out.Name+".*.tmp")
+	if err != nil {
+		return out, fmt.Errorf("install %s: %w", dst, err)
+	}
+	defer func() {
+		if tmp != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	if out.Size, err = io.Copy(io.MultiWriter(tmp, h), in); err != nil {
+		return out, fmt.Errorf("install %s: write %s: %w", dst, tmp.Name(), err)
+	}
+	out.SHA256 = hex.EncodeToString(h.Sum(nil))
+	if err := tmp.Chmod(0o755); err != nil {
+		return out, fmt.Errorf("install %s: %w", dst, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return out, fmt.Errorf("install %s: fsync %s: %w", dst, tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return out, fmt.Errorf("install %s: %w", dst, err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return out, fmt.Errorf("install %s: %w", dst, err)
+	}
+	tmp = nil
+	return out, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// checkInstalled runs `<bin> version` and compares its first line with
+// this build's.
+func checkInstalled(bin string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "version")
+	cmd.Env = []string{} // no CNI_COMMAND: the command line
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("the installed %s does not run here: %w: %s", bin, err, strings.TrimSpace(errOut.String()))
+	}
+	first, _, _ := strings.Cut(out.String(), "\n")
+	if first != versionLine() {
+		return fmt.Errorf("the installed %s says %q, not %q", bin, first, versionLine())
+	}
+	return nil
+}

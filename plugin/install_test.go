@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/nsinfo"
+)
+
+// buildBinaries builds this program into a fresh folder as netns-pin, with
+// a stand-in netns-pin-agent beside it (install copies every netns-pin-*
+// file; only netns-pin itself is run), and something install must leave.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err, "the test builds the plugin with the go tool")
+	cmd := exec.Command(goBin, "build", "-o", filepath.Join(dir, "netns-pin"), ".")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "netns-pin-agent"), []byte("agent v2"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "other-plugin"), []byte("not ours"), 0o755))
+	return filepath.Join(dir, "netns-pin")
+}
+
+// The installer's copy on real files: an old binary is replaced whole,
+// mode 0755, nothing else is touched, no temporary file stays, and the
+// result names the version; a target that is no folder, or a read-only
+// one, fails with the reason and leaves the old binary.
+func TestInstall(t *testing.T) {
+	bin := buildBinaries(t)
+	want, err := os.ReadFile(bin)
+	require.NoError(t, err)
+
+	target := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(target, "netns-pin"), []byte("old binary"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(target, "bridge"), []byte("bridge"), 0o755))
+	r := host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", target, "--json")
+	require.NoError(t, r.Err, "%s", r)
+	var rep installReport
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &rep), "one JSON line: %q", r.Stdout)
+	assert.Equal(t, "dev", rep.Version, "a go build outside the stamped build is dev")
+	assert.Equal(t, target, rep.Dir)
+	require.Len(t, rep.Installed, 2)
+	assert.Equal(t, "netns-pin-agent", rep.Installed[0].Name, "the agent goes first: the new plugin execs it")
+	assert.Equal(t, "netns-pin", rep.Installed[1].Name)
+	assert.Equal(t, int64(len(want)), rep.Installed[1].Size)
+
+	got, err := os.ReadFile(filepath.Join(target, "netns-pin"))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want, got), "the installed netns-pin is the binary")
+	agent, err := os.ReadFile(filepath.Join(target, "netns-pin-agent"))
+	require.NoError(t, err)
+	assert.Equal(t, "agent v2", string(agent))
+	for _, n := range []string{"netns-pin", "netns-pin-agent"} {
+		fi, err := os.Stat(filepath.Join(target, n))
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm(), n)
+	}
+	entries, err := os.ReadDir(target)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{"bridge", "netns-pin", "netns-pin-agent"}, names, "no temporary file, nothing else copied")
+
+	// The human line names the version and what was installed.
+	r = host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", target)
+	require.NoError(t, r.Err, "%s", r)
+	assert.Equal(t, "installed dev into "+target+": netns-pin-agent, netns-pin\n", r.Stdout)
+
+	file := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	r = host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", file)
+	assert.Error(t, r.Err)
+	assert.Contains(t, r.Stderr, "--cni-bin-dir "+file+": not a directory")
+	r = host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", filepath.Join(target, "missing"))
+	assert.Error(t, r.Err)
+	assert.Contains(t, r.Stderr, "no such file or directory")
+
+	ro := readOnlyDir(t)
+	r = host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", ro)
+	assert.Error(t, r.Err)
+	assert.Regexp(t, `install `+ro+`/netns-pin-agent: open `+ro+`/\.netns-pin-agent\.\d+\.tmp: (read-only file system|permission denied)`, r.Stderr)
+	old, err := os.ReadFile(filepath.Join(ro, "netns-pin"))
+	require.NoError(t, err)
+	assert.Equal(t, "old binary", string(old), "a failed install leaves the old binary")
+
+	r = host.RunCmd(time.Minute, nil, nil, bin, "install")
+	assert.Error(t, r.Err)
+	assert.Contains(t, r.Stderr, "usage: netns-pin install --cni-bin-dir DIR")
+	r = host.RunCmd(time.Minute, nil, nil, bin, "--state-dir", "/x", "install", "--cni-bin-dir", target)
+	assert.Error(t, r.Err)
+	assert.Contains(t, r.Stderr, "reads no network configuration", "no flag is ignored")
+}
+
+// readOnlyDir is a folder holding an old netns-pin that cannot be written:
+// a read-only mount as root (a root process ignores mode bits, and a
+// read-only hostPath is how a node refuses it), else mode 0555.
+func readOnlyDir(t *testing.T) string {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "netns-pin"), []byte("old binary"), 0o755))
+	if os.Geteuid() != 0 {
+		require.NoError(t, os.Chmod(dir, 0o555))
+		t.Cleanup(func() { os.Chmod(dir, 0o755) })
+		return dir
+	}
+	require.NoError(t, unix.Mount(dir, dir, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	require.NoError(t, unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""))
+	return dir
+}
+
+// host-exec runs the program in the host's mount namespace, also from a
+// process in a mount namespace of its own, as the sweep container is
+// (root: unshare --mount).
+func TestHostExec(t *testing.T) {
+	require.Equal(t, 0, os.Geteuid(), "needs root: a mount namespace of its own")
+	_, same, err := nsinfo.HostMountNS()
+	require.NoError(t, err)
+	require.True(t, same, "this test runs in the host's mount namespace")
+	hostNS, err := os.Readlink("/proc/self/ns/mnt")
+	require.NoError(t, err)
+	bin := buildBinaries(t)
+
+	r := host.RunCmd(time.Minute, nil, nil, "unshare", "--mount", "--propagation", "private", "readlink", "/proc/self/ns/mnt")
+	require.NoError(t, r.Err, "%s", r)
+	require.NotEqual(t, hostNS, strings.TrimSpace(r.Stdout), "unshare --mount gives another mount namespace")
+
+	r = host.RunCmd(time.Minute, nil, nil, "unshare", "--mount", "--propagation", "private", bin, "host-exec", "--", "/usr/bin/readlink", "/proc/self/ns/mnt")
+	require.NoError(t, r.Err, "%s", r)
+	assert.Equal(t, hostNS, strings.TrimSpace(r.Stdout))
+	r = host.RunCmd(time.Minute, nil, nil, bin, "host-exec", "/usr/bin/readlink", "/proc/self/ns/mnt")
+	require.NoError(t, r.Err, "%s", r)
+	assert.Equal(t, hostNS, strings.TrimSpace(r.Stdout), "already there: exec'd as it is")
+
+	r = host.RunCmd(time.Minute, nil, nil, "unshare", "--mount", "--propagation", "private", bin, "host-exec", "--", "/nonexistent/program")
+	assert.Error(t, r.Err)
+	assert.Contains(t, r.Stderr, "netns-pin host-exec /nonexistent/program: no such file or directory")
+	r = host.RunCmd(time.Minute, nil, nil, bin, "host-exec")
+	assert.Error(t, r.Err)
+	assert.Contains(t, r.Stderr, "usage: netns-pin host-exec")
+}
