@@ -364,8 +364,7 @@ install_netns_pin() {
 	# and rounds every 2 s instead of 10 s, so that the suite's metrics
 	# (updated each round) and abandoned teardowns are not waited for.
 	sed -E -e "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#" \
-		-e "s#sweep --interval=10s #sweep --interval=2s #" \
-		-e "s#/netns-pin\" sweep #/netns-pin\" --pin-dir=${KUBELET_DIR}/plugins/netns-pin --state-dir=${KUBE_DIR}/lib/cni/netns-pin sweep #" \
+		-e "s#^( *- )--interval=10s\$#\1--interval=2s\n\1--pin-dir=${KUBELET_DIR}/plugins/netns-pin\n\1--state-dir=${KUBE_DIR}/lib/cni/netns-pin#" \
 		"${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
 	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
