@@ -1,0 +1,239 @@
+package kube
+
+// The holder's object lives as long as its pin: the finalizer
+// netns-pin.io/pin of deploy/holder-daemonset.yaml's template, lifted by the
+// node agent (deploy/, cmd/netns-pin-agent) only once no record of the node
+// names the pod. With whereabouts' controller live in the suite
+// (whereabouts_test.go), these scenarios assert what it would otherwise
+// break: a holder's lease is freed only after its pin is released.
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
+)
+
+// pinFinalizer is the finalizer of holder pods (deploy/holder-daemonset.yaml).
+const pinFinalizer = "netns-pin.io/pin"
+
+// podNamed returns the pod of that UID by name (a pod being deleted with a
+// finalizer is still listed), false when it is gone.
+func (c *cluster) podNamed(t *testing.T, p pod) (pod, bool) {
+	t.Helper()
+	var got pod
+	r := c.kubectl("-n", p.Metadata.Namespace, "get", "pod", p.Metadata.Name, "-o", "json")
+	if r.Err != nil {
+		require.Contains(t, r.Stderr, "NotFound", "kubectl get pod %s: %s", p, r)
+		return pod{}, false
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &got), "kubectl get pod %s", p)
+	if got.Metadata.UID != p.Metadata.UID {
+		return pod{}, false
+	}
+	return got, true
+}
+
+// arpingDAD runs duplicate address detection for ip on the storage
+// interface of the netns at path (busybox arping -D: exit 0 when nobody
+// answers, 1 when some interface on the segment has ip), and returns
+// whether someone answered, and the output.
+func arpingDAD(t *testing.T, path, ip string) (bool, string) {
+	t.Helper()
+	r := host.RunCmd(30*time.Second, nil, nil, "nsenter", "--net="+path, "--",
+		"/bin/busybox", "arping", "-D", "-f", "-c", "3", "-w", "3", "-I", storageIf, ip)
+	if r.Err == nil {
+		return false, r.Stdout
+	}
+	require.Contains(t, r.Stdout+r.Stderr, "reply from", "arping -D %s in %s failed without an answer: %s", ip, path, r)
+	return true, r.Stdout
+}
+
+// Scenario 1 (and 7): `kubectl delete pod --force --grace-period=0` of a
+// holder in use. The object stays, Terminating, with its finalizer; the
+// lease stays, also across a run of whereabouts' reconciler; the
+// DaemonSet's replacement gets another address (arping -D from it gets no
+// answer for its own, and the old netns' MAC for the old one); kubectl
+// describe pod shows the refusal. Once the client leaves, the pin is
+// released, the finalizer lifted, the object gone and the lease freed
+// once, the replacement's untouched.
+func TestForceDeletedHolderInUse(t *testing.T) {
+	c := requireCluster(t)
+	h := c.newHolderSet(t, "network-attachment-definition.yaml")
+	old := h.waitHolder(t)
+	assert.Contains(t, old.pod.Metadata.Finalizers, pinFinalizer, "the holder's template carries the finalizer")
+	lease := c.allocationsOf(t, old.pod)
+	require.Len(t, lease, 1, "whereabouts' allocation of %s", old.pod)
+	cl := startClient(t, h.link)
+	require.Equal(t, old.sb.netns, cl.netns)
+
+	deleted := time.Now()
+	c.mustKubectl(t, "-n", pinNamespace, "delete", "pod", old.pod.Metadata.Name, "--force", "--grace-period=0", "--wait=false")
+	p, ok := c.podNamed(t, old.pod)
+	require.True(t, ok, "the force-deleted holder's object must stay while its pin does")
+	require.NotNil(t, p.Metadata.DeletionTimestamp, "the object is being deleted")
+	assert.Contains(t, p.Metadata.Finalizers, pinFinalizer)
+
+	// The DaemonSet's replacement takes the link over, on another address.
+	next := h.waitHolder(t, old.pod.Metadata.UID)
+	h.requireLinkTo(t, next)
+	assert.NotEqual(t, old.ip, next.ip, "the replacement got the old holder's address")
+	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
+		rec := c.readRecord(t, old.sb)
+		return rec != nil && rec.State == "draining"
+	}), "the force-deleted holder's record did not turn draining")
+	c.requirePinned(t, old.pod, old.sb, h.cluster, "draining")
+	assert.Equal(t, []string{old.ip}, hosttest.AddrsIn(t, c.pinPath(old.sb), storageIf))
+
+	// No two interfaces on the storage network share an address: nobody
+	// answers the replacement's probe for its own address, while the old,
+	// pinned netns answers the one for its own (the probe sees it).
+	dup, out := arpingDAD(t, next.sb.netnsPath, next.ip)
+	assert.False(t, dup, "arping -D %s from the replacement was answered:\n%s", next.ip, out)
+	dup, out = arpingDAD(t, next.sb.netnsPath, old.ip)
+	assert.True(t, dup, "arping -D %s (the pinned netns' address) got no answer:\n%s", old.ip, out)
+
+	// kubectl describe pod shows the refusal.
+	var evs []event
+	require.True(t, host.Poll(releaseTimeout, time.Second, func() bool {
+		evs = c.eventsOf(t, old.pod, "FailedKillPod")
+		return len(evs) > 0
+	}), "no FailedKillPod event for the force-deleted holder %s", old.pod)
+	wantLine := "netns-pin: cluster " + h.cluster + ": holder pod " + old.pod.String() + " is still in use by"
+	assert.Contains(t, evs[0].Message, wantLine)
+	describe := c.mustKubectl(t, "-n", pinNamespace, "describe", "pod", old.pod.Metadata.Name)
+	assert.Contains(t, describe, wantLine, "kubectl describe pod shows the refusal")
+
+	// Scenario 7: a reconciler run while it drains frees nothing, and
+	// whereabouts' controller has freed nothing either.
+	c.waitReconcilerRun(t)
+	assert.Equal(t, lease, c.allocationsOf(t, old.pod), "whereabouts keeps the draining holder's lease")
+	assert.Empty(t, c.eventsOf(t, old.pod, "IPAddressGarbageCollected"), "whereabouts' controller freed the lease")
+	assert.Len(t, c.allocationsOf(t, next.pod), 1, "the replacement's lease")
+	t.Logf("force-deleted holder drained %s with its lease kept", time.Since(deleted).Round(time.Millisecond))
+
+	// The client leaves: pin released, finalizer lifted, object gone,
+	// lease freed.
+	cl.stop(t)
+	took := c.requireReleased(t, h.selector, old.pod, old.sb, 250*time.Millisecond,
+		"the force-deleted holder, its pin or its lease is still there after its client left")
+	t.Logf("force-deleted holder released and gone %s after its client left", took.Round(time.Millisecond))
+	_, present := c.podNamed(t, old.pod)
+	assert.False(t, present)
+	assert.LessOrEqual(t, len(c.eventsOf(t, old.pod, "IPAddressGarbageCollected")), 1, "the lease was freed more than once")
+	assert.Len(t, c.allocationsOf(t, next.pod), 1, "the replacement keeps its lease")
+	h.requireLinkTo(t, next)
+	c.requirePinned(t, next.pod, next.sb, h.cluster, "active")
+}
+
+// objectGoneAfterKubelet deletes nothing: it polls pod p until its object is
+// gone and returns how long it stayed after the kubelet had finished with
+// it (deletionGracePeriodSeconds 0: the kubelet's final delete) and after its
+// record was gone (the release), both measured at this poll's resolution.
+func (c *cluster) objectGoneAfterKubelet(t *testing.T, p pod, sb sandbox) (afterKubelet, afterRelease time.Duration) {
+	t.Helper()
+	var kubeletDone, released time.Time
+	ok := host.Poll(releaseTimeout, 50*time.Millisecond, func() bool {
+		now := time.Now()
+		if released.IsZero() && c.unpinned(sb) {
+			released = now
+		}
+		got, present := c.podNamed(t, p)
+		if !present {
+			if kubeletDone.IsZero() {
+				kubeletDone = now
+			}
+			if released.IsZero() {
+				released = now
+			}
+			return true
+		}
+		if kubeletDone.IsZero() && got.Metadata.DeletionGracePeriodSeconds != nil && *got.Metadata.DeletionGracePeriodSeconds == 0 {
+			kubeletDone = now
+		}
+		return false
+	})
+	require.True(t, ok, "%s is still there %s after its delete", p, releaseTimeout)
+	gone := time.Now()
+	return gone.Sub(kubeletDone), gone.Sub(released)
+}
+
+// Scenario 4: a graceful delete and a rollout of unused holders. The
+// finalizer adds no wait beyond 2 s to today's release: the object goes at
+// most 2 s after the kubelet's final delete (which is when it went before
+// the finalizer) and after the pin's release.
+func TestUnusedHolderDeleteDelay(t *testing.T) {
+	c := requireCluster(t)
+	h := c.newHolderSet(t, "network-attachment-definition.yaml")
+	first := h.waitHolder(t)
+	const bound = 2 * time.Second
+
+	start := time.Now()
+	c.mustKubectl(t, "-n", pinNamespace, "delete", "pod", first.pod.Metadata.Name, "--wait=false")
+	afterKubelet, afterRelease := c.objectGoneAfterKubelet(t, first.pod, first.sb)
+	t.Logf("graceful delete of an unused holder: gone %s after the delete, %s after the kubelet's final delete, %s after the release",
+		time.Since(start).Round(time.Millisecond), afterKubelet.Round(time.Millisecond), afterRelease.Round(time.Millisecond))
+	assert.LessOrEqual(t, afterKubelet, bound, "the finalizer delayed the object beyond the kubelet's final delete")
+	assert.LessOrEqual(t, afterRelease, bound, "the finalizer delayed the object beyond the release")
+	assert.False(t, c.whereaboutsHas(t, first.pod), "the deleted holder's lease")
+
+	second := h.waitHolder(t, first.pod.Metadata.UID)
+	start = time.Now()
+	c.mustKubectl(t, "-n", pinNamespace, "rollout", "restart", "daemonset/"+h.name)
+	third := h.waitHolder(t, first.pod.Metadata.UID, second.pod.Metadata.UID)
+	afterKubelet, afterRelease = c.objectGoneAfterKubelet(t, second.pod, second.sb)
+	t.Logf("rollout of an unused holder: old one gone %s after the restart, %s after the kubelet's final delete, %s after the release",
+		time.Since(start).Round(time.Millisecond), afterKubelet.Round(time.Millisecond), afterRelease.Round(time.Millisecond))
+	assert.LessOrEqual(t, afterKubelet, bound, "the finalizer delayed the object beyond the kubelet's final delete")
+	assert.LessOrEqual(t, afterRelease, bound, "the finalizer delayed the object beyond the release")
+	assert.False(t, c.whereaboutsHas(t, second.pod), "the rolled holder's lease")
+	h.requireLinkTo(t, third)
+}
+
+// Scenario 6: a pod that carries the finalizer but whose ADD failed (its
+// claim names another namespace's cluster, which netns-pin refuses) is
+// never pinned; deleted, it goes as any pod does, the agent lifting the
+// finalizer that no record justifies.
+func TestFinalizerOfUnpinnedPodLifted(t *testing.T) {
+	c := requireCluster(t)
+	nad := c.storageNAD(t)
+	name := "csi-holder-bad-" + host.RandHex(5)
+	obj := c.appPod(pinNamespace, name,
+		`[{"name":"`+nad.name+`","namespace":"`+pinNamespace+`","cni-args":{"pinCluster":"other-ns/ceph"}}]`)
+	obj["metadata"].(map[string]any)["finalizers"] = []any{pinFinalizer}
+	c.apply(t, obj)
+	t.Cleanup(func() {
+		// never leave a pod with a finalizer behind a failed test
+		_ = c.kubectl("-n", pinNamespace, "patch", "pod", name, "--type=json", "-p", `[{"op":"remove","path":"/metadata/finalizers"}]`)
+	})
+	var p pod
+	var evs []event
+	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
+		ps := c.pods(t, pinNamespace, "app="+name)
+		if len(ps) != 1 {
+			return false
+		}
+		p = ps[0]
+		evs = c.eventsOf(t, p, "FailedCreatePodSandBox")
+		return len(evs) > 0
+	}), "the pod's ADD did not fail")
+	t.Logf("FailedCreatePodSandBox: %s", evs[0].Message)
+	assert.Contains(t, evs[0].Message, "netns-pin")
+	assert.Contains(t, p.Metadata.Finalizers, pinFinalizer)
+
+	start := time.Now()
+	c.mustKubectl(t, "-n", pinNamespace, "delete", "pod", name, "--wait=false")
+	ok := host.Poll(60*time.Second, 100*time.Millisecond, func() bool {
+		_, present := c.podNamed(t, p)
+		return !present
+	})
+	require.True(t, ok, "the never-pinned pod with the finalizer is still there 60 s after its delete")
+	t.Logf("never-pinned pod with the finalizer gone %s after its delete", time.Since(start).Round(time.Millisecond))
+	assert.True(t, host.Poll(30*time.Second, 250*time.Millisecond, func() bool { return len(c.allocationsOf(t, p)) == 0 }),
+		"whereabouts keeps a lease of the never-pinned pod")
+}
