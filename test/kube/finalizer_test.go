@@ -9,6 +9,7 @@ package kube
 
 import (
 	"encoding/json"
+	"regexp"
 	"testing"
 	"time"
 
@@ -41,17 +42,27 @@ func (c *cluster) podNamed(t *testing.T, p pod) (pod, bool) {
 
 // arpingDAD runs duplicate address detection for ip on the storage
 // interface of the netns at path (busybox arping -D: exit 0 when nobody
-// answers, 1 when some interface on the segment has ip), and returns
-// whether someone answered, and the output.
-func arpingDAD(t *testing.T, path, ip string) (bool, string) {
+// answers, 1 when some interface on the segment has ip), and returns the
+// MAC address that answered, "" when none did, and the output.
+func arpingDAD(t *testing.T, path, ip string) (string, string) {
 	t.Helper()
 	r := host.RunCmd(30*time.Second, nil, nil, "nsenter", "--net="+path, "--",
 		"/bin/busybox", "arping", "-D", "-f", "-c", "3", "-w", "3", "-I", storageIf, ip)
 	if r.Err == nil {
-		return false, r.Stdout
+		return "", r.Stdout
 	}
-	require.Contains(t, r.Stdout+r.Stderr, "reply from", "arping -D %s in %s failed without an answer: %s", ip, path, r)
-	return true, r.Stdout
+	m := regexp.MustCompile(`reply from \S+ \[([0-9a-f:]+)\]`).FindStringSubmatch(r.Stdout)
+	require.NotNil(t, m, "arping -D %s in %s failed without an answer: %s", ip, path, r)
+	return m[1], r.Stdout
+}
+
+// macIn is the MAC address of the storage interface in the netns at path.
+func macIn(t *testing.T, path string) string {
+	t.Helper()
+	out := hosttest.MustRun(t, "nsenter", "--net="+path, "--", "ip", "-o", "link", "show", storageIf)
+	m := regexp.MustCompile(`link/ether ([0-9a-f:]+)`).FindStringSubmatch(out)
+	require.NotNil(t, m, "no MAC address of %s in %s: %s", storageIf, path, out)
+	return m[1]
 }
 
 // Scenario 1 (and 7): `kubectl delete pod --force --grace-period=0` of a
@@ -93,10 +104,10 @@ func TestForceDeletedHolderInUse(t *testing.T) {
 	// No two interfaces on the storage network share an address: nobody
 	// answers the replacement's probe for its own address, while the old,
 	// pinned netns answers the one for its own (the probe sees it).
-	dup, out := arpingDAD(t, next.sb.netnsPath, next.ip)
-	assert.False(t, dup, "arping -D %s from the replacement was answered:\n%s", next.ip, out)
-	dup, out = arpingDAD(t, next.sb.netnsPath, old.ip)
-	assert.True(t, dup, "arping -D %s (the pinned netns' address) got no answer:\n%s", old.ip, out)
+	mac, out := arpingDAD(t, next.sb.netnsPath, next.ip)
+	assert.Empty(t, mac, "arping -D %s from the replacement was answered:\n%s", next.ip, out)
+	mac, out = arpingDAD(t, next.sb.netnsPath, old.ip)
+	assert.Equal(t, macIn(t, c.pinPath(old.sb)), mac, "arping -D %s (the pinned netns' address) from the replacement:\n%s", old.ip, out)
 
 	// kubectl describe pod shows the refusal.
 	var evs []event
