@@ -10,6 +10,9 @@ package kube
 import (
 	"encoding/json"
 	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -247,4 +250,159 @@ func TestFinalizerOfUnpinnedPodLifted(t *testing.T) {
 	t.Logf("never-pinned pod with the finalizer gone %s after its delete", time.Since(start).Round(time.Millisecond))
 	assert.True(t, host.Poll(30*time.Second, 250*time.Millisecond, func() bool { return len(c.allocationsOf(t, p)) == 0 }),
 		"whereabouts keeps a lease of the never-pinned pod")
+}
+
+// The node agent as deploy/ runs it: its DaemonSet and container.
+const (
+	agentNS        = "kube-system"
+	agentDaemonSet = "netns-pin-agent"
+	agentContainer = "agent"
+)
+
+// agentPodInfo is what the tests read of an agent pod.
+type agentPodInfo struct {
+	Metadata struct {
+		Name              string     `json:"name"`
+		DeletionTimestamp *time.Time `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Status struct {
+		ContainerStatuses []struct {
+			Name         string `json:"name"`
+			Ready        bool   `json:"ready"`
+			RestartCount int    `json:"restartCount"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+// agentPods lists the pods of the agent DaemonSet (by its selector).
+func (c *cluster) agentPods(t *testing.T) []agentPodInfo {
+	t.Helper()
+	sel := c.mustKubectl(t, "-n", agentNS, "get", "daemonset", agentDaemonSet, "-o", "jsonpath={.spec.selector.matchLabels}")
+	var labels map[string]string
+	require.NoError(t, json.Unmarshal([]byte(sel), &labels), "the agent DaemonSet's selector: %s", sel)
+	var terms []string
+	for k, v := range labels {
+		terms = append(terms, k+"="+v)
+	}
+	var list struct {
+		Items []agentPodInfo `json:"items"`
+	}
+	c.getJSON(t, &list, "-n", agentNS, "get", "pods", "-l", strings.Join(terms, ","))
+	return list.Items
+}
+
+// agentPod returns the node's ready agent pod and its container's restart
+// count ("" when none is ready).
+func (c *cluster) agentPod(t *testing.T) (string, int) {
+	t.Helper()
+	for _, p := range c.agentPods(t) {
+		if p.Metadata.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == agentContainer && cs.Ready {
+				return p.Metadata.Name, cs.RestartCount
+			}
+		}
+	}
+	return "", -1
+}
+
+// killAgent SIGKILLs the agent's process (found through the CRI) and waits
+// until the kubelet has started it again and it is ready.
+func (c *cluster) killAgent(t *testing.T) {
+	t.Helper()
+	name, restarts := c.agentPod(t)
+	require.NotEmpty(t, name, "no ready agent pod")
+	r := c.crictlRun("ps", "-q", "--label", "io.kubernetes.pod.namespace="+agentNS,
+		"--label", "io.kubernetes.pod.name="+name, "--label", "io.kubernetes.container.name="+agentContainer)
+	require.NoError(t, r.Err, "%s", r)
+	id := strings.TrimSpace(r.Stdout)
+	require.NotEmpty(t, id, "no agent container in pod %s", name)
+	r = c.crictlRun("inspect", "-o", "go-template", "--template", "{{.info.pid}}", id)
+	require.NoError(t, r.Err, "%s", r)
+	pid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	require.NoError(t, err, "the agent's pid: %q", r.Stdout)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL), "kill the agent (%d)", pid)
+	require.True(t, host.Poll(podTimeout, 250*time.Millisecond, func() bool {
+		n, rs := c.agentPod(t)
+		return n == name && rs > restarts
+	}), "the agent was not started again after SIGKILL")
+}
+
+// setAgentRunning stops the node's agent (a nodeSelector no node has: the
+// DaemonSet deletes its pod) or lets it run again, and waits for it.
+func (c *cluster) setAgentRunning(t *testing.T, run bool) {
+	t.Helper()
+	patch := `[{"op":"add","path":"/spec/template/spec/nodeSelector","value":{"netns-pin.io/no-such-node":"true"}}]`
+	if run {
+		patch = `[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]`
+	}
+	c.mustKubectl(t, "-n", agentNS, "patch", "daemonset", agentDaemonSet, "--type=json", "-p", patch)
+	ok := host.Poll(podTimeout, 250*time.Millisecond, func() bool {
+		if !run {
+			var ds struct {
+				Status struct {
+					CurrentNumberScheduled int `json:"currentNumberScheduled"`
+					NumberMisscheduled     int `json:"numberMisscheduled"`
+				} `json:"status"`
+			}
+			c.getJSON(t, &ds, "-n", agentNS, "get", "daemonset", agentDaemonSet)
+			return ds.Status.CurrentNumberScheduled == 0 && ds.Status.NumberMisscheduled == 0 && len(c.agentPods(t)) == 0
+		}
+		n, _ := c.agentPod(t)
+		return n != ""
+	})
+	require.True(t, ok, "the agent did not %s", map[bool]string{true: "start", false: "stop"}[run])
+}
+
+// Scenario 5: the agent is killed while a holder drains and starts again,
+// and is away while the release happens: nothing is lost. The holder
+// keeps its finalizer, pin and lease across the agent's crash; released
+// while no agent runs, its object stays (no one else lifts the finalizer);
+// the agent, back, lifts it.
+func TestAgentRestartWhileHolderDrains(t *testing.T) {
+	c := requireCluster(t)
+	h := c.newHolderSet(t, "network-attachment-definition.yaml")
+	old := h.waitHolder(t)
+	cl := startClient(t, h.link)
+	c.mustKubectl(t, "-n", pinNamespace, "rollout", "restart", "daemonset/"+h.name)
+	next := h.waitHolder(t, old.pod.Metadata.UID)
+	require.True(t, host.Poll(releaseTimeout, time.Second, func() bool {
+		return len(c.eventsOf(t, old.pod, "FailedKillPod")) > 0
+	}), "the old holder is not draining (no FailedKillPod)")
+	lease := c.allocationsOf(t, old.pod)
+	require.Len(t, lease, 1)
+
+	// 1. killed and started again while the holder drains
+	c.killAgent(t)
+	p, present := c.podNamed(t, old.pod)
+	require.True(t, present, "the draining holder's object after the agent's restart")
+	assert.Contains(t, p.Metadata.Finalizers, pinFinalizer)
+	c.requirePinned(t, old.pod, old.sb, h.cluster, "draining")
+	assert.Equal(t, lease, c.allocationsOf(t, old.pod))
+
+	// 2. away while the release happens
+	c.setAgentRunning(t, false)
+	t.Cleanup(func() { c.setAgentRunning(t, true) })
+	cl.stop(t)
+	require.True(t, host.Poll(releaseTimeout, 250*time.Millisecond, func() bool { return c.unpinned(old.sb) }),
+		"the old holder was not released after its client left")
+	require.True(t, host.Poll(30*time.Second, 250*time.Millisecond, func() bool { return !c.whereaboutsHas(t, old.pod) }),
+		"the chain's DEL did not free the released holder's lease")
+	p, present = c.podNamed(t, old.pod)
+	require.True(t, present, "released while no agent runs, the holder's object must stay (its finalizer)")
+	assert.Contains(t, p.Metadata.Finalizers, pinFinalizer)
+
+	// 3. back: it lifts the finalizer of the released holder
+	start := time.Now()
+	c.setAgentRunning(t, true)
+	require.True(t, host.Poll(podTimeout, 250*time.Millisecond, func() bool {
+		_, present := c.podNamed(t, old.pod)
+		return !present
+	}), "the agent, started again, did not lift the released holder's finalizer")
+	t.Logf("released holder gone %s after the agent was let run again", time.Since(start).Round(time.Millisecond))
+	h.requireLinkTo(t, next)
+	c.requirePinned(t, next.pod, next.sb, h.cluster, "active")
+	assert.Len(t, c.allocationsOf(t, next.pod), 1)
 }
