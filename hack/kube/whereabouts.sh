@@ -50,7 +50,8 @@ build_whereabouts_image() {
 # the API server at 127.0.0.1:API_PORT) and waits until it watches pods.
 # Idempotent; a changed manifest rolls the DaemonSet.
 whereabouts_controller_up() {
-	local wdir api_port="$1"
+	local wdir api_port="$1" start
+	start="$(now_ms)"
 	wdir="$(whereabouts_src_dir)"
 	{
 		yaml_docs_of_kind ServiceAccount "${wdir}/doc/crds/daemonset-install.yaml"
@@ -66,6 +67,7 @@ whereabouts_controller_up() {
 	# schedule ("using expression: ..."): from that line on a deleted pod is
 	# seen and the reconciler is scheduled.
 	wait_until 60 "whereabouts' controller watching pods" whereabouts_controller_watching
+	log "whereabouts' controller watching pods, reconciler \"${WHEREABOUTS_RECONCILER_SCHEDULE}\" ($(($(now_ms) - start)) ms)"
 }
 
 whereabouts_controller_watching() {
