@@ -36,7 +36,7 @@ E2E_RUN   ?= .
 E2E_FLAGS ?=
 # The scenarios of test/kube that run a second time with the kubelet on
 # CRI-O (docs/operating.md, "Runtime matrix").
-KUBE_CRIO_RUN ?= ^(TestInstalledByDaemonSet|TestHolderDaemonSetRollout|TestRookStyleHolder)$$
+KUBE_CRIO_RUN ?= ^(TestInstalledByDaemonSet|TestHolderDaemonSetRollout|TestRookStyleHolder|TestWhereaboutsControllerAndReconcilerRun)$$
 
 # What the e2e suite (package test/) reads to find the binaries.
 E2E_ENV := NETNS_PIN_CNI_PATH=$(CNI_PATH) NETNS_PIN_CNITOOL=$(CNITOOL)
