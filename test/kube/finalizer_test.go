@@ -384,7 +384,13 @@ func TestAgentRestartWhileHolderDrains(t *testing.T) {
 
 	// 2. away while the release happens
 	c.setAgentRunning(t, false)
-	t.Cleanup(func() { c.setAgentRunning(t, true) })
+	stopped := true
+	t.Cleanup(func() {
+		// a failed step must not leave the node without its agent
+		if stopped {
+			c.setAgentRunning(t, true)
+		}
+	})
 	cl.stop(t)
 	require.True(t, host.Poll(releaseTimeout, 250*time.Millisecond, func() bool { return c.unpinned(old.sb) }),
 		"the old holder was not released after its client left")
@@ -397,6 +403,7 @@ func TestAgentRestartWhileHolderDrains(t *testing.T) {
 	// 3. back: it lifts the finalizer of the released holder
 	start := time.Now()
 	c.setAgentRunning(t, true)
+	stopped = false
 	require.True(t, host.Poll(podTimeout, 250*time.Millisecond, func() bool {
 		_, present := c.podNamed(t, old.pod)
 		return !present
