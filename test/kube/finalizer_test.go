@@ -19,12 +19,28 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/internal/host"
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
 // pinFinalizer is the finalizer of holder pods (deploy/holder-daemonset.yaml).
-const pinFinalizer = "netns-pin.io/pin"
+const pinFinalizer = agent.Finalizer
+
+// waitAgentEvent waits for an Event of the node agent with that reason on
+// the pod and returns it.
+func (c *cluster) waitAgentEvent(t *testing.T, p pod, reason string) event {
+	t.Helper()
+	var evs []event
+	ok := host.Poll(podTimeout, 500*time.Millisecond, func() bool {
+		evs = c.eventsOf(t, p, reason)
+		return len(evs) > 0
+	})
+	require.True(t, ok, "no %s Event of the agent on %s", reason, p)
+	assert.Equal(t, "netns-pin-agent", evs[0].Source.Component)
+	t.Logf("%s: %s", reason, evs[0].Message)
+	return evs[0]
+}
 
 // podNamed returns the pod of that UID by name (a pod being deleted with a
 // finalizer is still listed), false when it is gone.
@@ -120,8 +136,12 @@ func TestForceDeletedHolderInUse(t *testing.T) {
 	}), "no FailedKillPod event for the force-deleted holder %s", old.pod)
 	wantLine := "netns-pin: cluster " + h.cluster + ": holder pod " + old.pod.String() + " is still in use by"
 	assert.Contains(t, evs[0].Message, wantLine)
+	c.waitAgentEvent(t, old.pod, agent.ReasonPinned)
+	refused := c.waitAgentEvent(t, old.pod, agent.ReasonRefused)
+	assert.Contains(t, refused.Message, "process ", "the agent's Event names what uses the pin")
 	describe := c.mustKubectl(t, "-n", pinNamespace, "describe", "pod", old.pod.Metadata.Name)
 	assert.Contains(t, describe, wantLine, "kubectl describe pod shows the refusal")
+	assert.Contains(t, describe, agent.ReasonRefused)
 
 	// Scenario 7: a reconciler run while it drains frees nothing, and
 	// whereabouts' controller has freed nothing either.
@@ -139,6 +159,7 @@ func TestForceDeletedHolderInUse(t *testing.T) {
 	t.Logf("force-deleted holder released and gone %s after its client left", took.Round(time.Millisecond))
 	_, present := c.podNamed(t, old.pod)
 	assert.False(t, present)
+	assert.NotEmpty(t, c.eventsOf(t, old.pod, agent.ReasonReleased), "the agent's Released Event")
 	assert.LessOrEqual(t, len(c.eventsOf(t, old.pod, "IPAddressGarbageCollected")), 1, "the lease was freed more than once")
 	assert.Len(t, c.allocationsOf(t, next.pod), 1, "the replacement keeps its lease")
 	h.requireLinkTo(t, next)
@@ -248,6 +269,7 @@ func TestFinalizerOfUnpinnedPodLifted(t *testing.T) {
 	})
 	require.True(t, ok, "the never-pinned pod with the finalizer is still there 60 s after its delete")
 	t.Logf("never-pinned pod with the finalizer gone %s after its delete", time.Since(start).Round(time.Millisecond))
+	assert.NotEmpty(t, c.eventsOf(t, p, agent.ReasonLifted), "the agent's Event on lifting the finalizer")
 	assert.True(t, host.Poll(30*time.Second, 250*time.Millisecond, func() bool { return len(c.allocationsOf(t, p)) == 0 }),
 		"whereabouts keeps a lease of the never-pinned pod")
 }
