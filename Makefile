@@ -1,7 +1,7 @@
 # netns-pin - build, demo and test entry points.
 #
 #   make build   plugin binary: bin/netns-pin and .cache/cni/bin/netns-pin, and
-#                netns-pin-agent (-tags agent: sweep --metrics-address) beside it
+#                the node agent bin/netns-pin-agent (cmd/netns-pin-agent)
 #   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, CRI-O,
 #                Kubernetes, etcd and the kernel-client guest (Debian's 6.1
 #                kernel, hack/vm/) into .cache/ (cached by version; Kubernetes
@@ -97,10 +97,10 @@ fmt-check:
 		if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi)
 
 staticcheck:
-	$(call step,staticcheck,$(CACHE)/bin/staticcheck ./...; $(CACHE)/bin/staticcheck -tags failpoints ./...; $(CACHE)/bin/staticcheck -tags agent ./plugin/)
+	$(call step,staticcheck,$(CACHE)/bin/staticcheck ./...; $(CACHE)/bin/staticcheck -tags failpoints ./...)
 
 vet:
-	$(call step,go vet,$(GO) vet ./...; $(GO) vet -tags failpoints ./...; $(GO) vet -tags agent ./plugin/)
+	$(call step,go vet,$(GO) vet ./...; $(GO) vet -tags failpoints ./...)
 
 unit:
 	$(call step,go test -race (unit/integration),pkgs="$(unit_pkgs)"; \

@@ -25,10 +25,10 @@ const (
 
 // PodEvent is one Event to post on a pod.
 type PodEvent struct {
-	UID           string
-	Type, Reason  string
-	Message       string
-	Repeat        bool // the same state again (another refused DEL): the recorder counts it
+	UID          string
+	Type, Reason string
+	Message      string
+	Repeat       bool // the same state again (another refused DEL): the recorder counts it
 }
 
 // Tracker turns what each pass sees into Events: one per change of a

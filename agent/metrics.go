@@ -29,9 +29,9 @@ var (
 	descSweepErrors = prometheus.NewDesc("netns_pin_sweep_errors_total", "Sweeper rounds that failed, as the sweeper's status file showed them to the agent.", nil, nil)
 	descLastSweep   = prometheus.NewDesc("netns_pin_last_sweep_timestamp_seconds", "When the sweeper last finished a round (Unix time, from its status file).", nil, nil)
 
-	descHeld = prometheus.NewDesc("netns_pin_agent_finalizers_held", "Pods of this node that carry the finalizer netns-pin.io/pin.", nil, nil)
-	descAdded = prometheus.NewDesc("netns_pin_agent_finalizers_added_total", "Finalizers added by the agent to pinned holders whose template lacks it.", nil, nil)
-	descLifted = prometheus.NewDesc("netns_pin_agent_finalizers_lifted_total", "Finalizers lifted by the agent, each once no record of the node named the pod.", nil, nil)
+	descHeld        = prometheus.NewDesc("netns_pin_agent_finalizers_held", "Pods of this node that carry the finalizer netns-pin.io/pin.", nil, nil)
+	descAdded       = prometheus.NewDesc("netns_pin_agent_finalizers_added_total", "Finalizers added by the agent to pinned holders whose template lacks it.", nil, nil)
+	descLifted      = prometheus.NewDesc("netns_pin_agent_finalizers_lifted_total", "Finalizers lifted by the agent, each once no record of the node named the pod.", nil, nil)
 	descUnprotected = prometheus.NewDesc("netns_pin_agent_unprotected_pins", "Pins whose pod object is gone from the API, or is being deleted without the finalizer: "+
 		"IPAM that acts on pod objects may hand out their address (the window the agent cannot cover).", nil, nil)
 	descAPIErrors = prometheus.NewDesc("netns_pin_agent_api_errors_total", "Requests to the Kubernetes API that failed, by operation (add, lift, event, watch, ping).", []string{"op"}, nil)

@@ -113,7 +113,7 @@ busybox_args() {
 build_images() {
 	local sum
 	mkdir -p "${IMAGES}" "${KUBE_CACHE}/bin"
-	sum="$(cat "${ROOT}/hack/runtime/pause/main.go" "${ROOT}/hack/runtime/ociimage/main.go" "${CACHE}/cni/bin/netns-pin" "${CACHE}/cni/bin/netns-pin-agent" /bin/busybox | cksum | cut -d' ' -f1)"
+	sum="$(cat "${ROOT}/hack/runtime/pause/main.go" "${ROOT}/hack/runtime/ociimage/main.go" "${CACHE}/cni/bin/netns-pin" "${ROOT}/bin/netns-pin-agent" /bin/busybox | cksum | cut -d' ' -f1)"
 	stamp_ok kube-images "${sum}" && [[ -f "${IMAGES}/netns-pin.tar" ]] && return 0
 	log "OCI archives: ${PAUSE_IMAGE}, ${BUSYBOX_IMAGE}, ${INSTALLER_IMAGE}"
 	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "${KUBE_CACHE}/bin/pause" ./hack/runtime/pause)
@@ -121,7 +121,7 @@ build_images() {
 	# shellcheck disable=SC2046
 	ociimage -bin /bin/busybox -name /bin/busybox $(busybox_args | grep -v '^-add') -cmd sh -ref "${BUSYBOX_IMAGE}" -o "${IMAGES}/busybox.tar"
 	# shellcheck disable=SC2046
-	ociimage -bin "${CACHE}/cni/bin/netns-pin" -name /netns-pin -add "/netns-pin-agent=${CACHE}/cni/bin/netns-pin-agent" $(busybox_args) -cmd version \
+	ociimage -bin "${CACHE}/cni/bin/netns-pin" -name /netns-pin -add "/netns-pin-agent=${ROOT}/bin/netns-pin-agent" $(busybox_args) -cmd version \
 		-ref "${INSTALLER_IMAGE}" -o "${IMAGES}/netns-pin.tar"
 	stamp_set kube-images "${sum}"
 }
