@@ -1,7 +1,7 @@
 # netns-pin - build, demo and test entry points.
 #
 #   make build   plugin binary: bin/netns-pin and .cache/cni/bin/netns-pin, and
-#                netns-pin-agent (-tags agent: sweep --metrics-address) beside it
+#                the node agent bin/netns-pin-agent (cmd/netns-pin-agent)
 #   make tools   pinned cnitool + reference CNI plugins, Multus, crictl, CRI-O,
 #                Kubernetes, etcd and the kernel-client guests (Debian's 6.1
 #                and 6.12 kernels, hack/vm/) into .cache/ (cached by version;
@@ -41,7 +41,7 @@ E2E_RUN   ?= .
 E2E_FLAGS ?=
 # The scenarios of test/kube that run a second time with the kubelet on
 # CRI-O (docs/operating.md, "Runtime matrix").
-KUBE_CRIO_RUN ?= ^(TestInstalledByDaemonSet|TestHolderDaemonSetRollout|TestRookStyleHolder)$$
+KUBE_CRIO_RUN ?= ^(TestInstalledByDaemonSet|TestHolderDaemonSetRollout|TestRookStyleHolder|TestWhereaboutsControllerAndReconcilerRun)$$
 
 # What the e2e suite (package test/) reads to find the binaries.
 E2E_ENV := NETNS_PIN_CNI_PATH=$(CNI_PATH) NETNS_PIN_CNITOOL=$(CNITOOL)
@@ -112,22 +112,22 @@ fmt-check:
 		if [[ -n "$$out" ]]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi)
 
 staticcheck:
-	$(call step,staticcheck,$(CACHE)/bin/staticcheck ./...; $(CACHE)/bin/staticcheck -tags failpoints ./...; $(CACHE)/bin/staticcheck -tags agent ./plugin/)
+	$(call step,staticcheck,$(CACHE)/bin/staticcheck ./...; $(CACHE)/bin/staticcheck -tags failpoints ./...)
 
 vet:
-	$(call step,go vet,$(GO) vet ./...; $(GO) vet -tags failpoints ./...; $(GO) vet -tags agent ./plugin/)
+	$(call step,go vet,$(GO) vet ./...; $(GO) vet -tags failpoints ./...)
 
 unit:
 	$(call step,go test -race (unit/integration),pkgs="$(unit_pkgs)"; \
 		if [[ -z "$$pkgs" ]]; then echo "no packages"; else CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 8m $$pkgs; fi)
 
 # linux/arm64: every package vetted and built (every command among them: the
-# plugin, and netns-pin-agent with -tags agent), and the unit tests
+# plugin and cmd/netns-pin-agent), and the unit tests
 # of ARM64_TEST_PKGS run under qemu-user (-exec: no binfmt registration needed).
 arm64:
 	$(call step,linux/arm64: go vet; go build; go test under qemu-aarch64-static,export GOOS=linux GOARCH=arm64 CGO_ENABLED=0; \
-		$(GO) vet ./...; $(GO) vet -tags agent ./plugin/; \
-		$(GO) build ./...; $(GO) build -tags agent -o /dev/null ./plugin; \
+		$(GO) vet ./...; \
+		$(GO) build ./...; \
 		$(GO) test -count=1 -exec qemu-aarch64-static $(ARM64_TEST_PKGS))
 
 # Crash-recovery tests: only in test builds with the failpoints tag (docs/design.md §11).

@@ -53,12 +53,17 @@ func loadManifests(t *testing.T) []object {
 			require.NotEmpty(t, str(doc, "apiVersion"), "%s: object without apiVersion", f)
 			require.NotEmpty(t, o.kind(), "%s: object without kind", f)
 			require.NotEmpty(t, o.name(), "%s: object without metadata.name", f)
-			require.NotEmpty(t, o.namespace(), "%s: %s without metadata.namespace", f, o.kind())
+			if !clusterScoped[o.kind()] {
+				require.NotEmpty(t, o.namespace(), "%s: %s without metadata.namespace", f, o.kind())
+			}
 			objs = append(objs, o)
 		}
 	}
 	return objs
 }
+
+// clusterScoped are the kinds of deploy/ that have no namespace.
+var clusterScoped = map[string]bool{"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 
 // inFile is the object of kind ("": of any kind) in the manifest file; the
 // test fails when there is none.
@@ -113,7 +118,9 @@ func TestManifestsParse(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.kind()]++
 	}
-	assert.Equal(t, 3, kinds["DaemonSet"], "installer and holder DaemonSets, the Multus thick patch")
+	assert.Equal(t, 4, kinds["DaemonSet"], "installer, agent and holder DaemonSets, the Multus thick patch")
+	assert.Equal(t, 1, kinds["ServiceAccount"], "the agent's")
+	assert.Equal(t, 1, kinds["Role"], "the agent's, in the holder namespace")
 	assert.Equal(t, 2, kinds["NetworkAttachmentDefinition"], "ceph-public and its Rook-links variant")
 	assert.Equal(t, 1, kinds["ConfigMap"], "ceph-csi config")
 }
@@ -197,6 +204,8 @@ func TestHolderDaemonSet(t *testing.T) {
 	assert.Equal(t, false, get(cs[0], "securityContext", "allowPrivilegeEscalation"))
 	assert.Equal(t, []any{"ALL"}, get(cs[0], "securityContext", "capabilities", "drop"))
 	assert.Equal(t, true, get(spec, "securityContext", "runAsNonRoot"))
+	assert.Equal(t, []any{"netns-pin.io/pin"}, get(ds.raw, "spec", "template", "metadata", "finalizers"),
+		"the object stays until the agent sees the pin released")
 
 	// The annotation, parsed as Multus does (a JSON list of selection
 	// elements), names the NAD and claims the cluster.
@@ -270,17 +279,12 @@ func TestInstallerDaemonSet(t *testing.T) {
 	// The image has no shell: each command is a binary of the image, run
 	// directly (plugin/install.go: the agent first, each copy atomic).
 	assert.Equal(t, []string{"/netns-pin", "install", "--cni-bin-dir", "/host/cni-bin"}, install)
-	assert.Equal(t, []string{"/netns-pin", "host-exec", "--", "$(CNI_BIN_DIR)/netns-pin", "sweep", "--interval=10s", "--metrics-address=:9853"}, sweep,
-		"the installed binary, in the host mount namespace, serving metrics")
-	var ports []any
+	assert.Equal(t, []string{"/netns-pin", "host-exec", "--", "$(CNI_BIN_DIR)/netns-pin", "sweep", "--interval=10s"}, sweep,
+		"the installed binary, in the host mount namespace")
+	assert.Equal(t, false, spec["automountServiceAccountToken"], "no API credentials in the privileged pod")
 	for _, c := range containersOf(spec) {
-		if str(c, "name") == "sweep" {
-			ports, _ = c["ports"].([]any)
-		}
+		assert.Nil(t, c["ports"], "the privileged pod listens on nothing (%s)", str(c, "name"))
 	}
-	require.Len(t, ports, 1, "the sweep container's metrics port")
-	assert.Equal(t, "metrics", str(ports[0], "name"))
-	assert.Equal(t, 9853, get(ports[0], "containerPort"), "the port of --metrics-address")
 
 }
 
@@ -328,6 +332,67 @@ func TestImageReference(t *testing.T) {
 	assert.Contains(t, string(script), `IMAGE_NAME="${IMAGE_NAME:-`+repo+`}"`, "make image names deploy/'s repository")
 }
 
+// The agent is unprivileged, reads stateDir read-only, probes its own
+// /healthz and /readyz, runs as the ServiceAccount that rbac.yaml binds in
+// the holder namespace, and the policy binds the same user.
+func TestAgentDaemonSet(t *testing.T) {
+	objs := loadManifests(t)
+	ds := inFile(t, objs, "DaemonSet", "agent-daemonset.yaml")
+	spec := podSpec(ds)
+	for _, k := range []string{"hostPID", "hostNetwork", "hostIPC"} {
+		assert.NotEqual(t, true, spec[k], "the agent must not use %s", k)
+	}
+	assert.Equal(t, "netns-pin-agent", spec["serviceAccountName"])
+	cs := containersOf(spec)
+	require.Len(t, cs, 1)
+	c := cs[0]
+	assert.NotEqual(t, true, get(c, "securityContext", "privileged"))
+	assert.Equal(t, false, get(c, "securityContext", "allowPrivilegeEscalation"))
+	assert.Equal(t, true, get(c, "securityContext", "readOnlyRootFilesystem"))
+	assert.Equal(t, []any{"ALL"}, get(c, "securityContext", "capabilities", "drop"))
+	assert.Equal(t, "/healthz", str(c, "livenessProbe", "httpGet", "path"))
+	assert.Equal(t, "/readyz", str(c, "readinessProbe", "httpGet", "path"))
+	mounts, _ := c["volumeMounts"].([]any)
+	var stateRO bool
+	for _, m := range mounts {
+		if str(m, "mountPath") == conf.DefaultStateDir {
+			stateRO = get(m, "readOnly") == true
+		}
+	}
+	assert.True(t, stateRO, "stateDir is mounted read-only")
+	cmd, _ := c["command"].([]any)
+	assert.Contains(t, cmd, "--holder-namespaces=rook-ceph")
+	ports, _ := c["ports"].([]any)
+	require.Len(t, ports, 1)
+	assert.Equal(t, "metrics", str(ports[0], "name"))
+
+	sa := inFile(t, objs, "ServiceAccount", "agent-daemonset.yaml")
+	assert.Equal(t, "netns-pin-agent", sa.name())
+	role := inFile(t, objs, "Role", "rbac.yaml")
+	assert.Equal(t, "rook-ceph", role.namespace())
+	rules, _ := get(role.raw, "rules").([]any)
+	verbs := map[string][]any{}
+	for _, r := range rules {
+		res, _ := get(r, "resources").([]any)
+		v, _ := get(r, "verbs").([]any)
+		for _, x := range res {
+			verbs[x.(string)] = v
+		}
+	}
+	assert.Equal(t, map[string][]any{"pods": {"get", "list", "watch", "patch"}, "events": {"create", "patch"}}, verbs, "least rights")
+	rb := inFile(t, objs, "RoleBinding", "rbac.yaml")
+	subjects, _ := get(rb.raw, "subjects").([]any)
+	require.Len(t, subjects, 1)
+	assert.Equal(t, sa.name(), str(subjects[0], "name"))
+	assert.Equal(t, sa.namespace(), str(subjects[0], "namespace"))
+	vap := inFile(t, objs, "ValidatingAdmissionPolicy", "validating-admission-policy.yaml")
+	conds, _ := get(vap.raw, "spec", "matchConditions").([]any)
+	require.Len(t, conds, 1)
+	assert.Contains(t, str(conds[0], "expression"), "system:serviceaccount:"+sa.namespace()+":"+sa.name())
+	b := inFile(t, objs, "ValidatingAdmissionPolicyBinding", "validating-admission-policy.yaml")
+	assert.Equal(t, vap.name(), str(b.raw, "spec", "policyName"))
+}
+
 // kubectl apply -k deploy/ installs the installer, the storage network and
 // the holder; every other manifest here is named in the kustomization with
 // the reason it is left out, and deploy/monitoring/ is a kustomization of
@@ -370,23 +435,23 @@ func TestKustomization(t *testing.T) {
 // The PodMonitor scrapes the installer's metrics port, and every example
 // alert is on metrics the agent exports.
 func TestMonitoring(t *testing.T) {
-	agent, err := os.ReadFile(filepath.Join("..", "plugin", "agent.go"))
+	agent, err := os.ReadFile(filepath.Join("..", "agent", "metrics.go"))
 	require.NoError(t, err)
 	exported := map[string]bool{}
 	for _, m := range regexp.MustCompile(`"(netns_pin_[a-z_]+)"`).FindAllSubmatch(agent, -1) {
 		exported[string(m[1])] = true
 	}
-	require.GreaterOrEqual(t, len(exported), 8, "the agent's metric names, read from plugin/agent.go")
+	require.GreaterOrEqual(t, len(exported), 8, "the agent's metric names, read from agent/metrics.go")
 
 	pm, err := deploy.Objects(filepath.Join("monitoring", "podmonitor.yaml"))
 	require.NoError(t, err)
 	require.Len(t, pm, 1)
 	assert.Equal(t, "PodMonitor", str(pm[0], "kind"))
-	installer := inFile(t, loadManifests(t), "DaemonSet", "installer-daemonset.yaml")
+	installer := inFile(t, loadManifests(t), "DaemonSet", "agent-daemonset.yaml")
 	sel, _ := get(pm[0], "spec", "selector", "matchLabels").(map[string]any)
 	require.NotEmpty(t, sel)
 	for k, v := range sel {
-		assert.Equal(t, v, get(installer.raw, "spec", "template", "metadata", "labels", k), "the PodMonitor selects the installer's pods (%s)", k)
+		assert.Equal(t, v, get(installer.raw, "spec", "template", "metadata", "labels", k), "the PodMonitor selects the agent's pods (%s)", k)
 	}
 	eps, _ := get(pm[0], "spec", "podMetricsEndpoints").([]any)
 	require.Len(t, eps, 1)

@@ -10,8 +10,9 @@
 #             once, and only when something is missing.
 #   tools     pinned cnitool and reference CNI plugins, built from the Go module
 #             proxy into .cache/ (skipped when the stamp for that version exists).
-#   plugin    go build ./plugin -> bin/netns-pin and (-tags agent) bin/netns-pin-agent,
-#             copied to .cache/cni/bin/, stamped with hack/version.sh.
+#   plugin    go build ./plugin -> bin/netns-pin (copied to .cache/cni/bin/) and
+#             ./cmd/netns-pin-agent -> bin/netns-pin-agent (the node agent), both
+#             stamped with hack/version.sh.
 #   all       packages + tools + plugin (the default).
 #   env       print the variables the e2e suite reads (eval-able).
 #
@@ -152,18 +153,17 @@ install_tools() {
 build_plugin() {
 	ensure_go
 	mkdir -p "${ROOT}/bin" "${CNI_BIN_DIR}"
-	log "go build ./plugin -> bin/netns-pin, bin/netns-pin-agent (-tags agent), and both in .cache/cni/bin"
+	log "go build ./plugin -> bin/netns-pin and .cache/cni/bin/netns-pin; ./cmd/netns-pin-agent -> bin/netns-pin-agent"
 	local ldflags
 	ldflags="$("${ROOT}/hack/version.sh" ldflags)"
 	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/netns-pin ./plugin)
-	# the same program with the Prometheus client, for sweep --metrics-address
-	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -tags agent -ldflags "${ldflags}" -o bin/netns-pin-agent ./plugin)
+	# the node agent (client-go, Prometheus): its own program, no CNI plugin
+	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/netns-pin-agent ./cmd/netns-pin-agent)
 	# copy + rename so that a running test never sees a half-written binary
-	local b
-	for b in netns-pin netns-pin-agent; do
-		cp -f "${ROOT}/bin/${b}" "${CNI_BIN_DIR}/.${b}.tmp"
-		mv -f "${CNI_BIN_DIR}/.${b}.tmp" "${CNI_BIN_DIR}/${b}"
-	done
+	cp -f "${ROOT}/bin/netns-pin" "${CNI_BIN_DIR}/.netns-pin.tmp"
+	mv -f "${CNI_BIN_DIR}/.netns-pin.tmp" "${CNI_BIN_DIR}/netns-pin"
+	# an agent left there by an older build is no plugin either
+	rm -f "${CNI_BIN_DIR}/netns-pin-agent"
 }
 
 print_env() {

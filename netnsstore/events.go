@@ -128,11 +128,20 @@ func (s *Store) note(e Event) {
 // says so). No file: no events.
 func (s *Store) readEvents(from int64) (events []Event, next int64, reset bool, err error) {
 	data, err := smallfile.ReadAt(s.stateFd, eventsFile, maxEvents)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("read %s/%s: %w", s.StateDir, eventsFile, err)
+	}
+	return eventsFrom(data, err, from)
+}
+
+// eventsFrom is readEvents' decision on the file's content data (or the
+// error of its read).
+func eventsFrom(data []byte, err error, from int64) (events []Event, next int64, reset bool, _ error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, from > 0, nil
 	}
 	if err != nil {
-		return nil, from, false, fmt.Errorf("read %s/%s: %w", s.StateDir, eventsFile, err)
+		return nil, from, false, err
 	}
 	if reset = int64(len(data)) < from; reset {
 		from = 0

@@ -31,8 +31,7 @@ commands:
   sweep [--interval 10s|--once] node loop until SIGTERM: finish the teardowns
                                 that a runtime abandoned, once nothing uses
                                 their netns (JSON log on stderr or logFile);
-                                --metrics-address HOST:PORT serves Prometheus
-                                metrics (netns-pin-agent, beside this binary)
+                                metrics: netns-pin-agent serves them
   check [--ceph-csi-config FILE] [--csi-pid PID] [--csi-process NAME]
                                 is this node set up right: pinDir, links,
                                 pins, in-use roots, ceph-csi's paths, the csi
@@ -86,7 +85,9 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "sweep":
 		if cf.metrics != "" {
-			return sweepWithMetrics(argv, c, cf, stderr)
+			// The metrics moved to the node agent, which needs no privilege.
+			fmt.Fprintln(stderr, "netns-pin: --metrics-address: the node's metrics are served by netns-pin-agent (deploy/agent-daemonset.yaml), not by the sweeper; drop the flag")
+			return 2
 		}
 		return runSweep(c, cf.interval, cf.once, nil, stderr)
 	case "check":
@@ -188,7 +189,7 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 	case "sweep":
 		fs.DurationVar(&cf.interval, "interval", cf.interval, "time between rounds")
 		fs.BoolVar(&cf.once, "once", false, "run one round and exit (1 if it failed)")
-		fs.StringVar(&cf.metrics, "metrics-address", "", "serve Prometheus metrics at http://HOST:PORT/metrics (runs netns-pin-agent)")
+		fs.StringVar(&cf.metrics, "metrics-address", "", "refused: netns-pin-agent serves the metrics")
 	case "check":
 		fs.StringVar(&cf.cephCSIConfig, "ceph-csi-config", "", "ceph-csi's config.json (or its ConfigMap as JSON): check every netNamespaceFilePath")
 		fs.Func("csi-pid", "a csi node plugin process (repeatable; default: every process named by --csi-process)", func(v string) error {

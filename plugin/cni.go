@@ -17,6 +17,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
+	"github.com/netns-pin/netns-pin/internal/refusal"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -356,14 +357,8 @@ func safeText(s string) string {
 // holder cannot go: one readable line with the cluster, the pod, the first
 // references and the command that lists them all; details has every one.
 func inUseCNIError(e *netnsstore.InUseError, c *conf.Config) error {
-	const shown = 2
 	refs := e.References
-	head := strings.Join(refs[:min(shown, len(refs))], ", ")
-	if len(refs) > shown {
-		head += fmt.Sprintf(" and %d more", len(refs)-shown)
-	}
-	msg := fmt.Sprintf("netns-pin: cluster %s: holder pod %s/%s is still in use by %s; its netns stays pinned until they are gone (see: %s)",
-		e.Record.Cluster, e.Record.PodNS, e.Record.PodName, head, inUseCommand(c, e.Record.Attachment))
+	msg := refusal.Message(e.Record.Cluster, e.Record.PodNS, e.Record.PodName, refs, inUseCommand(c, e.Record.Attachment))
 	// One line: runtimes show msg and details joined in the pod's events.
 	return types.NewError(types.ErrTryAgainLater, msg, strings.Join(refs, "; "))
 }

@@ -6,13 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -64,9 +65,10 @@ type installReport struct {
 }
 
 // runInstall is `netns-pin install --cni-bin-dir DIR`, the installer
-// DaemonSet's init container: it copies this binary and the netns-pin-*
-// binaries beside it (netns-pin-agent) into the node's CNI bin folder,
-// each atomically, then runs the installed netns-pin once to prove that
+// DaemonSet's init container: it copies this binary into the node's CNI
+// bin folder atomically, removes the netns-pin-agent that builds before the
+// node agent became its own program put there (nothing execs it any more;
+// the agent runs in a pod of its own, docs/design.md §18), then runs the installed netns-pin once to prove that
 // the node can execute it (a noexec mount, a binary of another
 // architecture) before the runtime calls it for a pod.
 func runInstall(g *globalFlags, args []string, stdout, stderr io.Writer) int {
@@ -109,37 +111,8 @@ func runInstall(g *globalFlags, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// installNames returns the binaries install copies from dir: every regular
-// file named netns-pin or netns-pin-*, netns-pin last, so that a runtime
-// that runs the new plugin finds the agent it execs already there.
-func installNames(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, e := range entries {
-		if n := e.Name(); (n == "netns-pin" || strings.HasPrefix(n, "netns-pin-")) && e.Type().IsRegular() {
-			names = append(names, n)
-		}
-	}
-	slices.SortFunc(names, func(a, b string) int {
-		if (a == "netns-pin") != (b == "netns-pin") {
-			if a == "netns-pin" {
-				return 1
-			}
-			return -1
-		}
-		return strings.Compare(a, b)
-	})
-	if len(names) == 0 || names[len(names)-1] != "netns-pin" {
-		return nil, fmt.Errorf("no netns-pin binary in %s", dir)
-	}
-	return names, nil
-}
-
-// install copies the binaries beside self into dir and checks the
-// installed netns-pin runs and is this build.
+// install copies self into dir as netns-pin and checks the installed
+// binary runs and is this build.
 func install(self, dir string) (*installReport, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -148,18 +121,14 @@ func install(self, dir string) (*installReport, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("--cni-bin-dir %s: not a directory", dir)
 	}
-	srcDir := filepath.Dir(self)
-	names, err := installNames(srcDir)
+	rep := &installReport{Version: Version, Commit: Commit, Dir: dir}
+	f, err := installFile(self, filepath.Join(dir, "netns-pin"))
 	if err != nil {
 		return nil, err
 	}
-	rep := &installReport{Version: Version, Commit: Commit, Dir: dir}
-	for _, n := range names {
-		f, err := installFile(filepath.Join(srcDir, n), filepath.Join(dir, n))
-		if err != nil {
-			return nil, err
-		}
-		rep.Installed = append(rep.Installed, f)
+	rep.Installed = append(rep.Installed, f)
+	if err := os.Remove(filepath.Join(dir, "netns-pin-agent")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("remove the old netns-pin-agent: %w", err)
 	}
 	if err := syncDir(dir); err != nil {
 		return nil, fmt.Errorf("sync %s: %w", dir, err)

@@ -19,8 +19,7 @@ import (
 )
 
 // buildBinaries builds this program into a fresh folder as netns-pin, with
-// a stand-in netns-pin-agent beside it (install copies every netns-pin-*
-// file; only netns-pin itself is run), and something install must leave.
+// files beside it that install must not copy.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -46,40 +45,35 @@ func TestInstall(t *testing.T) {
 	target := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(target, "netns-pin"), []byte("old binary"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(target, "bridge"), []byte("bridge"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(target, "netns-pin-agent"), []byte("an earlier build's sweeper helper"), 0o755))
 	r := host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", target, "--json")
 	require.NoError(t, r.Err, "%s", r)
 	var rep installReport
 	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &rep), "one JSON line: %q", r.Stdout)
 	assert.Equal(t, "dev", rep.Version, "a go build outside the stamped build is dev")
 	assert.Equal(t, target, rep.Dir)
-	require.Len(t, rep.Installed, 2)
-	assert.Equal(t, "netns-pin-agent", rep.Installed[0].Name, "the agent goes first: the new plugin execs it")
-	assert.Equal(t, "netns-pin", rep.Installed[1].Name)
-	assert.Equal(t, int64(len(want)), rep.Installed[1].Size)
+	require.Len(t, rep.Installed, 1)
+	assert.Equal(t, "netns-pin", rep.Installed[0].Name)
+	assert.Equal(t, int64(len(want)), rep.Installed[0].Size)
 
 	got, err := os.ReadFile(filepath.Join(target, "netns-pin"))
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(want, got), "the installed netns-pin is the binary")
-	agent, err := os.ReadFile(filepath.Join(target, "netns-pin-agent"))
+	fi, err := os.Stat(filepath.Join(target, "netns-pin"))
 	require.NoError(t, err)
-	assert.Equal(t, "agent v2", string(agent))
-	for _, n := range []string{"netns-pin", "netns-pin-agent"} {
-		fi, err := os.Stat(filepath.Join(target, n))
-		require.NoError(t, err)
-		assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm(), n)
-	}
+	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
 	entries, err := os.ReadDir(target)
 	require.NoError(t, err)
 	var names []string
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	assert.Equal(t, []string{"bridge", "netns-pin", "netns-pin-agent"}, names, "no temporary file, nothing else copied")
+	assert.Equal(t, []string{"bridge", "netns-pin"}, names, "no temporary file, nothing else copied, the old netns-pin-agent removed")
 
 	// The human line names the version and what was installed.
 	r = host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", target)
 	require.NoError(t, r.Err, "%s", r)
-	assert.Equal(t, "installed dev into "+target+": netns-pin-agent, netns-pin\n", r.Stdout)
+	assert.Equal(t, "installed dev into "+target+": netns-pin\n", r.Stdout)
 
 	file := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
@@ -93,7 +87,7 @@ func TestInstall(t *testing.T) {
 	ro := readOnlyDir(t)
 	r = host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", ro)
 	assert.Error(t, r.Err)
-	assert.Regexp(t, `install `+ro+`/netns-pin-agent: open `+ro+`/\.netns-pin-agent\.\d+\.tmp: (read-only file system|permission denied)`, r.Stderr)
+	assert.Regexp(t, `install `+ro+`/netns-pin: open `+ro+`/\.netns-pin\.\d+\.tmp: (read-only file system|permission denied)`, r.Stderr)
 	old, err := os.ReadFile(filepath.Join(ro, "netns-pin"))
 	require.NoError(t, err)
 	assert.Equal(t, "old binary", string(old), "a failed install leaves the old binary")

@@ -6,9 +6,11 @@
 #   .cache/kube/k8s-<version>/   kube-apiserver, kube-controller-manager,
 #                                kube-scheduler, kubelet, kubectl and etcd, one
 #                                `go build` of the wrapper module hack/kube/k8s
-#   .cache/kube/whereabouts-<v>/ whereabouts (IPAM plugin) and its CRDs
-#   .cache/kube/images/*.tar     OCI archives: the pause image, a busybox image
-#                                and the netns-pin image of deploy/Containerfile
+#   .cache/kube/whereabouts-<v>/ whereabouts (IPAM plugin), ip-control-loop
+#                                (its controller) and its CRDs
+#   .cache/kube/images/*.tar     OCI archives: the pause image, a busybox image,
+#                                the netns-pin image of deploy/Containerfile and
+#                                whereabouts' controller (hack/kube/whereabouts.sh)
 #   .cache/kube/bin/             links to the binaries of the pinned versions
 #
 # Multus (thin plugin), crictl, containerd and runc come from
@@ -18,6 +20,8 @@
 set -euo pipefail
 # shellcheck source=hack/kube/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=hack/kube/whereabouts.sh
+source "${ROOT}/hack/kube/whereabouts.sh"
 
 ensure_packages() {
 	local missing=()
@@ -59,20 +63,23 @@ build_k8s() {
 }
 
 # whereabouts' go.mod has a replace directive, so `go install pkg@version`
-# refuses it: build its command from a scratch module that requires it.
+# refuses it: build its commands from a scratch module that requires it,
+# the CNI plugin (cmd) and the controller ip-control-loop (cmd/controlloop,
+# hack/kube/whereabouts.sh), both of WHEREABOUTS_VERSION.
 build_whereabouts() {
-	stamp_ok whereabouts "${WHEREABOUTS_VERSION}" && [[ -x "${WHEREABOUTS_BIN}/whereabouts" ]] && return 0
-	log "go build ${WHEREABOUTS_MODULE}/cmd@${WHEREABOUTS_VERSION}"
+	stamp_ok whereabouts "${WHEREABOUTS_VERSION}+controlloop" && [[ -x "${WHEREABOUTS_BIN}/whereabouts" && -x "${WHEREABOUTS_BIN}/ip-control-loop" ]] && return 0
+	log "go build ${WHEREABOUTS_MODULE}/cmd and cmd/controlloop @${WHEREABOUTS_VERSION}"
 	local src="${KUBE_CACHE}/src/whereabouts-${WHEREABOUTS_VERSION}" dir
 	rm -rf "${src}"
 	mkdir -p "${src}" "${WHEREABOUTS_BIN}"
 	(cd "${src}" && go mod init netns-pin.local/whereabouts >/dev/null 2>&1 &&
-		go get "${WHEREABOUTS_MODULE}/cmd@${WHEREABOUTS_VERSION}" >/dev/null 2>&1 &&
-		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${WHEREABOUTS_BIN}/whereabouts" "${WHEREABOUTS_MODULE}/cmd")
-	dir="$(cd "${src}" && go list -m -f '{{.Dir}}' "${WHEREABOUTS_MODULE}")"
+		go get "${WHEREABOUTS_MODULE}/cmd@${WHEREABOUTS_VERSION}" "${WHEREABOUTS_MODULE}/cmd/controlloop@${WHEREABOUTS_VERSION}" >/dev/null 2>&1 &&
+		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${WHEREABOUTS_BIN}/whereabouts" "${WHEREABOUTS_MODULE}/cmd" &&
+		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${WHEREABOUTS_BIN}/ip-control-loop" "${WHEREABOUTS_MODULE}/cmd/controlloop")
+	dir="$(whereabouts_src_dir)"
 	cp "${dir}"/doc/crds/whereabouts.cni.cncf.io_*.yaml "${WHEREABOUTS_BIN}/"
 	chmod 0644 "${WHEREABOUTS_BIN}"/*.yaml
-	stamp_set whereabouts "${WHEREABOUTS_VERSION}"
+	stamp_set whereabouts "${WHEREABOUTS_VERSION}+controlloop"
 }
 
 # multus_crd: the NetworkAttachmentDefinition CRD as Multus ships it (the
@@ -106,7 +113,7 @@ busybox_args() {
 build_images() {
 	local sum
 	mkdir -p "${IMAGES}" "${KUBE_CACHE}/bin"
-	sum="$(cat "${ROOT}/hack/runtime/pause/main.go" "${ROOT}/hack/runtime/ociimage/main.go" "${CACHE}/cni/bin/netns-pin" "${CACHE}/cni/bin/netns-pin-agent" /bin/busybox | cksum | cut -d' ' -f1)"
+	sum="$(cat "${ROOT}/hack/runtime/pause/main.go" "${ROOT}/hack/runtime/ociimage/main.go" "${CACHE}/cni/bin/netns-pin" "${ROOT}/bin/netns-pin-agent" /bin/busybox | cksum | cut -d' ' -f1)"
 	stamp_ok kube-images "${sum}" && [[ -f "${IMAGES}/netns-pin.tar" ]] && return 0
 	log "OCI archives: ${PAUSE_IMAGE}, ${BUSYBOX_IMAGE}, ${INSTALLER_IMAGE}"
 	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "${KUBE_CACHE}/bin/pause" ./hack/runtime/pause)
@@ -114,7 +121,7 @@ build_images() {
 	# shellcheck disable=SC2046
 	ociimage -bin /bin/busybox -name /bin/busybox $(busybox_args | grep -v '^-add') -cmd sh -ref "${BUSYBOX_IMAGE}" -o "${IMAGES}/busybox.tar"
 	# shellcheck disable=SC2046
-	ociimage -bin "${CACHE}/cni/bin/netns-pin" -name /netns-pin -add "/netns-pin-agent=${CACHE}/cni/bin/netns-pin-agent" $(busybox_args) -cmd version \
+	ociimage -bin "${CACHE}/cni/bin/netns-pin" -name /netns-pin -add "/netns-pin-agent=${ROOT}/bin/netns-pin-agent" $(busybox_args) -cmd version \
 		-ref "${INSTALLER_IMAGE}" -o "${IMAGES}/netns-pin.tar"
 	stamp_set kube-images "${sum}"
 }
@@ -137,6 +144,7 @@ main() {
 	multus_crd
 	build_images
 	build_whereabouts
+	build_whereabouts_image
 	build_k8s
 	link_bins
 	log "built in $((($(now_ms) - start) / 1000)) s"

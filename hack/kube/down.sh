@@ -37,6 +37,14 @@ delete_workloads() {
 	pid_of kube-apiserver >/dev/null && [[ -x "${KUBECTL}" ]] || return 0
 	local k=("${KUBECTL}" --kubeconfig "${KUBE_DIR}/admin.kubeconfig" --request-timeout=20s)
 	"${k[@]}" delete daemonsets,deployments,replicasets,jobs --all --all-namespaces --wait=false >/dev/null 2>&1
+	# The cluster goes with its etcd: no holder object needs to outlive its
+	# pin any more, and with the agent's DaemonSet deleted above nothing
+	# would lift the holders' finalizer, so drop it rather than wait.
+	"${k[@]}" get pods --all-namespaces -o json 2>/dev/null |
+		jq -r '.items[] | select((.metadata.finalizers // []) | index("netns-pin.io/pin")) | "\(.metadata.namespace) \(.metadata.name)"' |
+		while read -r ns name; do
+			"${k[@]}" -n "${ns}" patch pod "${name}" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
+		done
 	# a holder still in use stays Terminating: the forced teardown of its
 	# sandbox below takes it down
 	"${k[@]}" delete pods --all --all-namespaces --wait=true --timeout=30s >/dev/null 2>&1 ||

@@ -11,7 +11,8 @@
 #      kubeconfig of its own and the default network (bridge + host-local)
 #      as its delegate; the reference plugins and whereabouts in the CNI bin
 #      folder; the NetworkAttachmentDefinition CRD from Multus' sources and
-#      whereabouts' CRDs from its own
+#      whereabouts' CRDs from its own; whereabouts' controller
+#      (ip-control-loop, hack/kube/whereabouts.sh) as its DaemonSet runs it
 #   4. netns-pin: the image of deploy/Containerfile imported into the node's
 #      image store, deploy/installer-daemonset.yaml applied (its host path
 #      pointed at this node's CNI bin folder) and waited for until the
@@ -28,6 +29,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=hack/runtime/crio.sh
 source "${ROOT}/hack/runtime/crio.sh"
+# shellcheck source=hack/kube/whereabouts.sh
+source "${ROOT}/hack/kube/whereabouts.sh"
 
 PKI="${KUBE_DIR}/pki"
 ETCD_PORT=12379
@@ -260,7 +263,7 @@ start_containerd() {
 	start containerd containerd --config "${KUBE_DIR}/containerd/config.toml"
 	wait_until 60 "containerd" ctr --address "${CONTAINERD_SOCK}" version
 	local img
-	for img in pause busybox netns-pin; do
+	for img in pause busybox netns-pin whereabouts; do
 		ctr --address "${CONTAINERD_SOCK}" -n k8s.io images import "${IMAGES}/${img}.tar" >/dev/null
 	done
 }
@@ -270,11 +273,12 @@ start_containerd() {
 start_crio() {
 	if ! pid_of crio >/dev/null; then
 		local img ref
-		for img in pause busybox netns-pin; do
+		for img in pause busybox netns-pin whereabouts; do
 			case "${img}" in
 			pause) ref="${PAUSE_IMAGE}" ;;
 			busybox) ref="${BUSYBOX_IMAGE}" ;;
 			netns-pin) ref="${INSTALLER_IMAGE}" ;;
+			whereabouts) ref="${WHEREABOUTS_IMAGE}" ;;
 			esac
 			crio_import_image "${KUBE_DIR}" "${IMAGES}/${img}.tar" "${ref}"
 		done
@@ -429,6 +433,7 @@ main() {
 	apply_rbac
 	apply_crds
 	start_kubelet
+	whereabouts_controller_up "${API_PORT}"
 	install_netns_pin
 	write_env
 	log "up in $((($(now_ms) - start) / 1000)) s (build/check $(((t_build - start) / 1000)) s): $("${KUBECTL}" --kubeconfig "${ADMIN_KUBECONFIG}" get node "${NODE_NAME}" --no-headers)"

@@ -7,6 +7,8 @@
 //	             eth0: default network, bridge + host-local
 //	             net1: the NetworkAttachmentDefinition of deploy/:
 //	                   [ macvlan + whereabouts, netns-pin ]
+//	        whereabouts' controller (ip-control-loop, its DaemonSet):
+//	             frees a deleted pod's addresses; its reconciler, every 10 s
 //
 // hack/kube/up.sh makes the cluster (cached builds; netns-pin installed by
 // deploy/installer-daemonset.yaml from the image of deploy/Containerfile)
@@ -28,5 +30,6 @@
 //	                        crio (hack/runtime/crio.sh); make test runs the
 //	                        suite on containerd, then KUBE_CRIO_RUN (the
 //	                        installer, the holder DaemonSet rollout, the
-//	                        Rook-style holder, pass-through) on CRI-O
+//	                        Rook-style holder, whereabouts' controller and
+//	                        reconciler) on CRI-O
 package kube

@@ -1,7 +1,7 @@
 package kube
 
-// Holders that go another way than a rollout: force-deleted, or draining
-// across a restart of the kubelet and containerd.
+// Holders that go another way than a rollout: draining across a restart of
+// the kubelet and containerd (a force-deleted holder: finalizer_test.go).
 
 import (
 	"os"
@@ -18,49 +18,6 @@ import (
 	"github.com/netns-pin/netns-pin/internal/host"
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
-
-// Scenario 4: `kubectl delete pod --force --grace-period=0` of a holder in
-// use removes the API object at once; on the node the netns stays pinned
-// with its interface and address while the client uses it, and once unused
-// the kubelet's cleanup of the orphaned sandbox releases pin, sandbox and
-// lease.
-func TestForceDeletedHolderInUse(t *testing.T) {
-	c := requireCluster(t)
-	h := c.newHolderSet(t, "network-attachment-definition.yaml")
-	old := h.waitHolder(t)
-	cl := startClient(t, h.link)
-	require.Equal(t, old.sb.netns, cl.netns)
-
-	c.mustKubectl(t, "-n", pinNamespace, "delete", "pod", old.pod.Metadata.Name, "--force", "--grace-period=0")
-	r := c.kubectl("-n", pinNamespace, "get", "pod", old.pod.Metadata.Name)
-	require.Error(t, r.Err, "the API object must be gone at once:\n%s", r)
-	assert.Contains(t, r.Stderr, "NotFound")
-
-	// The DaemonSet's replacement takes the link over.
-	next := h.waitHolder(t, old.pod.Metadata.UID)
-	h.requireLinkTo(t, next)
-	// The kubelet has tried to tear the old sandbox down by now (it kills
-	// a removed pod at once); the pin holds, the interface keeps its address.
-	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
-		rec := c.readRecord(t, old.sb)
-		return rec != nil && rec.State == "draining"
-	}), "the force-deleted holder's record did not turn draining")
-	c.requirePinned(t, old.pod, old.sb, h.cluster, "draining")
-	assert.Equal(t, []string{old.ip}, hosttest.AddrsIn(t, c.pinPath(old.sb), storageIf))
-	assert.True(t, c.whereaboutsHas(t, old.pod), "whereabouts keeps the lease while the netns is used")
-
-	cl.stop(t)
-	left := time.Now()
-	ok := host.Poll(releaseTimeout, time.Second, func() bool {
-		return c.unpinned(old.sb) && !c.whereaboutsHas(t, old.pod) && c.crictlRun("inspectp", old.sb.id).Err != nil
-	})
-	if !ok {
-		c.dumpState(t, pinNamespace)
-	}
-	require.True(t, ok, "the orphaned sandbox, its pin or its lease is still there %s after the client left", releaseTimeout)
-	t.Logf("force-deleted holder released %s after its client left", time.Since(left).Round(time.Millisecond))
-	h.requireLinkTo(t, next)
-}
 
 // restart kills a component of the node by its recorded PID and starts
 // it again with hack/kube/up.sh, which starts what is not running.

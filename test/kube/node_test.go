@@ -24,11 +24,15 @@ import (
 // pod is what the tests read of a Pod.
 type pod struct {
 	Metadata struct {
-		Name              string            `json:"name"`
-		Namespace         string            `json:"namespace"`
-		UID               string            `json:"uid"`
-		DeletionTimestamp *time.Time        `json:"deletionTimestamp"`
-		Annotations       map[string]string `json:"annotations"`
+		Name              string     `json:"name"`
+		Namespace         string     `json:"namespace"`
+		UID               string     `json:"uid"`
+		DeletionTimestamp *time.Time `json:"deletionTimestamp"`
+		// DeletionGracePeriodSeconds turns 0 when the kubelet has finished
+		// with the pod (its final delete); a finalizer keeps the object.
+		DeletionGracePeriodSeconds *int64            `json:"deletionGracePeriodSeconds"`
+		Finalizers                 []string          `json:"finalizers"`
+		Annotations                map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Status struct {
 		Phase      string `json:"phase"`

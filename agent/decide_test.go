@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/netnsstore"
+)
+
+func uids(ps []Pod) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.UID)
+	}
+	return out
+}
+
+func TestDecide(t *testing.T) {
+	pinned := Pin{Attachment: "c1.net1", Cluster: "rook-ceph/a", PodNamespace: "rook-ceph", PodName: "h-1", PodUID: "u1", State: netnsstore.StateDraining}
+	pods := []Pod{
+		{Namespace: "rook-ceph", Name: "h-1", UID: "u1", Finalizer: true, Deleting: true},     // draining: keeps it
+		{Namespace: "rook-ceph", Name: "h-2", UID: "u2", Finalizer: true, Deleting: true},     // released: lifted
+		{Namespace: "rook-ceph", Name: "h-3", UID: "u3", Finalizer: true},                     // not deleted, no pin yet: kept
+		{Namespace: "rook-ceph", Name: "h-4", UID: "u4"},                                      // pinned, no finalizer: added
+		{Namespace: "rook-ceph", Name: "h-5", UID: "u5", Deleting: true},                      // pinned, deleting, none: unprotected
+		{Namespace: "rook-ceph", Name: "other", UID: "u6", Deleting: true},                    // no finalizer, no pin: nothing
+		{Namespace: "rook-ceph", Name: "h-7", UID: "u7-new", Finalizer: true, Deleting: true}, // a record without UID names it by name
+	}
+	pins := []Pin{pinned,
+		{Attachment: "c4.net1", PodNamespace: "rook-ceph", PodName: "h-4", PodUID: "u4", State: netnsstore.StateActive},
+		{Attachment: "c5.net1", PodNamespace: "rook-ceph", PodName: "h-5", PodUID: "u5", State: netnsstore.StateDraining},
+		{Attachment: "c7.net1", PodNamespace: "rook-ceph", PodName: "h-7", State: netnsstore.StateDraining},
+		{Attachment: "c8.net1", PodNamespace: "rook-ceph", PodName: "gone", PodUID: "u8", State: netnsstore.StateDraining},
+	}
+	plan := Decide(pods, View{Pins: pins})
+	assert.Equal(t, []string{"u2"}, uids(plan.Lift), "only the pod that no record names")
+	assert.Equal(t, []string{"u4"}, uids(plan.Add))
+	var unprot []string
+	for _, p := range plan.Unprotected {
+		unprot = append(unprot, p.Attachment)
+	}
+	assert.Equal(t, []string{"c5.net1", "c8.net1"}, unprot, "being deleted without the finalizer, and gone from the API")
+	assert.Empty(t, plan.Blocked)
+
+	// A record that cannot be read may name any pod: nothing is lifted;
+	// adding stays (the safe direction).
+	plan = Decide(pods, View{Pins: pins, Unreadable: 1})
+	assert.Empty(t, plan.Lift)
+	assert.Equal(t, []string{"u4"}, uids(plan.Add))
+	assert.NotEmpty(t, plan.Blocked)
+	plan = Decide(pods, View{Err: os.ErrPermission})
+	assert.Empty(t, plan.Lift, "a store that cannot be listed lifts nothing")
+
+	// After the release, the draining pod's finalizer goes too.
+	plan = Decide(pods, View{Pins: pins[1:]})
+	assert.ElementsMatch(t, []string{"u1", "u2"}, uids(plan.Lift))
+}
+
+func TestTrackerOneEventPerState(t *testing.T) {
+	tr := &Tracker{}
+	pod := Pod{Namespace: "rook-ceph", Name: "h-1", UID: "u1", Finalizer: true}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pin := Pin{Attachment: "c1.net1", Cluster: "rook-ceph/a", PodNamespace: "rook-ceph", PodName: "h-1", PodUID: "u1",
+		State: netnsstore.StateActive, Links: []string{"/p/rook-ceph/a.net"}, Updated: now}
+	reasons := func(es []PodEvent) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Reason)
+		}
+		return out
+	}
+	es := tr.Observe([]Pod{pod}, View{Pins: []Pin{pin}}, now)
+	require.Equal(t, []string{ReasonPinned}, reasons(es))
+	assert.Contains(t, es[0].Message, "/p/rook-ceph/a.net")
+	assert.Empty(t, tr.Observe([]Pod{pod}, View{Pins: []Pin{pin}}, now.Add(time.Second)), "no change, no Event")
+
+	pin.State, pin.References, pin.DrainingSince, pin.Updated = netnsstore.StateDraining, []string{"process 42 (ceph-fuse)"}, now.Add(2*time.Second), now.Add(2*time.Second)
+	es = tr.Observe([]Pod{pod}, View{Pins: []Pin{pin}}, now.Add(2*time.Second))
+	require.Equal(t, []string{ReasonRefused}, reasons(es))
+	assert.Contains(t, es[0].Message, "is still in use by process 42 (ceph-fuse)")
+	assert.Contains(t, es[0].Message, "netns-pin inuse c1.net1")
+	// Another refusal soon after: no Event; later: a repeat, counted.
+	pin.Updated = now.Add(12 * time.Second)
+	assert.Empty(t, tr.Observe([]Pod{pod}, View{Pins: []Pin{pin}}, now.Add(12*time.Second)))
+	pin.Updated = now.Add(40 * time.Second)
+	es = tr.Observe([]Pod{pod}, View{Pins: []Pin{pin}}, now.Add(40*time.Second))
+	require.Len(t, es, 1)
+	assert.True(t, es[0].Repeat)
+
+	pin.Abandoned = true
+	es = tr.Observe([]Pod{pod}, View{Pins: []Pin{pin}}, now.Add(41*time.Second))
+	require.Equal(t, []string{ReasonAbandoned}, reasons(es))
+
+	// A store that cannot be read says nothing of a release.
+	assert.Empty(t, tr.Observe([]Pod{pod}, View{Unreadable: 1}, now.Add(50*time.Second)))
+	es = tr.Observe([]Pod{pod}, View{}, now.Add(62*time.Second))
+	require.Equal(t, []string{ReasonReleased}, reasons(es))
+	assert.Contains(t, es[0].Message, "draining 1m")
+	assert.Empty(t, tr.Observe([]Pod{pod}, View{}, now.Add(63*time.Second)))
+}
+
+// The store as the agent reads it, lock-free and read-only, and the
+// metrics of it: a line of the events file that is not UTF-8 is skipped
+// and counted.
+func TestReadStoreAndMetrics(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "records"), 0o700))
+	rec := netnsstore.Record{Format: 2, Attachment: "c1.net1", Cluster: "rook-ceph/a", PodNS: "rook-ceph", PodName: "h-1", PodUID: "u1",
+		PinDir: "/p", PinPath: "/p/pins/c1.net1", State: netnsstore.StateDraining, DrainingSince: time.Now().Add(-time.Minute)}
+	b, err := json.Marshal(rec)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "records", "c1.net1.json"), b, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "records", ".tmp-c2.net1.json"), []byte("{"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "events"),
+		[]byte("refusal del rook-ceph/a 1 0.002\nrefusal del \xff\xfe 1 -\nrelease del rook-ceph/a 2 -\n"), 0o600))
+
+	a := &Agent{cfg: Config{StateDir: dir, Log: discardLog()}}
+	v, events, reset, _, err := a.readStore()
+	require.NoError(t, err)
+	assert.False(t, reset)
+	require.Len(t, v.Pins, 1)
+	assert.Equal(t, "u1", v.Pins[0].PodUID)
+	m := NewMetrics()
+	m.storeSeen(v, events, reset, nil, false)
+	assert.Equal(t, uint64(1), m.skipped)
+	assert.Equal(t, uint64(1), m.refusals["rook-ceph/a"])
+	assert.Equal(t, uint64(2), m.releases[[2]string{"rook-ceph/a", "del"}])
+	assert.Equal(t, 1, m.pins[[2]string{"rook-ceph/a", "draining"}])
+
+	// A torn record blocks lifts.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "records", "c3.net1.json"), []byte(`{"format":2,"attach`), 0o600))
+	v, _, _, _, err = a.readStore()
+	require.NoError(t, err)
+	assert.Equal(t, 1, v.Unreadable)
+	assert.True(t, strings.Contains(Decide(nil, v).Blocked, "cannot be read"))
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,178 @@
+// netns-pin-agent is netns-pin's node agent (docs/design.md, "The node
+// agent"): it keeps each holder pod's object in the API, with the
+// finalizer netns-pin.io/pin, for as long as a record of its node names
+// the pod; it posts Events on holders and serves the node's Prometheus
+// metrics, /healthz and /readyz. It runs unprivileged, reads stateDir
+// through a read-only mount and holds the only API credentials of
+// netns-pin on the node. The CNI plugin never links it (client-go stays
+// out of every pod's ADD and DEL).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netns-pin/netns-pin/agent"
+	"github.com/netns-pin/netns-pin/conf"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(argv []string) int {
+	fs := flag.NewFlagSet("netns-pin-agent", flag.ContinueOnError)
+	node := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
+	confPath := fs.String("conf", "", "the network's conflist or NAD config JSON: its stateDir and pinDir, and its holder namespaces (holders[].podNamespace, cniArgsNamespaces) when --holder-namespaces is not given")
+	paths := map[string]string{}
+	for _, ps := range conf.PathSettings[:2] { // pin-dir, state-dir
+		fs.Func(ps.Flag, ps.Key+" (default "+ps.Default+")", func(v string) error { paths[ps.Key] = v; return nil })
+	}
+	statusDir := fs.String("status-dir", "", "writable folder for status.json, read by `netns-pin check` (default: <stateDir>-agent; \"-\" none)")
+	nsList := fs.String("holder-namespaces", "", "comma-separated namespaces of holder pods (the agent watches and patches pods there only)")
+	listen := fs.String("listen-address", ":9853", "serve /metrics, /healthz and /readyz here")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, the pod's ServiceAccount)")
+	interval := fs.Duration("interval", 2*time.Second, "time between reads of the store (pod changes are seen at once)")
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(argv); err != nil {
+		return 2
+	}
+	if *version {
+		fmt.Println("netns-pin-agent", Version)
+		return 0
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "agent")
+	c, err := config(*confPath, paths)
+	if err != nil {
+		log.Error("configuration", "error", err)
+		return 2
+	}
+	namespaces := holderNamespaces(*nsList, c)
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintln(os.Stderr, "netns-pin-agent: no arguments expected:", fs.Args())
+		return 2
+	case *node == "":
+		fmt.Fprintln(os.Stderr, "netns-pin-agent: --node-name (or NODE_NAME) is required")
+		return 2
+	case len(namespaces) == 0:
+		fmt.Fprintln(os.Stderr, "netns-pin-agent: no holder namespace: give --holder-namespaces, or --conf with holders or cniArgsNamespaces")
+		return 2
+	case *interval <= 0:
+		fmt.Fprintln(os.Stderr, "netns-pin-agent: --interval must be positive")
+		return 2
+	}
+	sd := *statusDir
+	switch sd {
+	case "":
+		sd = strings.TrimSuffix(c.StateDir, "/") + "-agent"
+	case "-":
+		sd = ""
+	}
+	rc, err := restConfig(*kubeconfig)
+	if err != nil {
+		log.Error("API client", "error", err)
+		return 1
+	}
+	rc.UserAgent = "netns-pin-agent/" + Version
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		log.Error("API client", "error", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	m := agent.NewMetrics()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netns-pin-agent", Host: *node})
+
+	flags := c.Flags()
+	a := agent.New(agent.Config{
+		NodeName: *node, StateDir: c.StateDir, StatusDir: sd, Namespaces: namespaces, Interval: *interval,
+		Client: client, Recorder: recorder, Metrics: m, Log: log, Version: Version,
+		Tracker: &agent.Tracker{InUseCommand: func(att string) string { return "netns-pin" + flags + " inuse " + att }},
+	})
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Error("listen", "address", *listen, "error", err)
+		return 1
+	}
+	served := make(chan error, 1)
+	go func() { served <- agent.Serve(ctx, ln, a, m, log) }()
+	log.Info("serving", "address", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
+	runErr := a.Run(ctx)
+	stop()
+	if err := errors.Join(runErr, <-served); err != nil {
+		log.Error("agent stopped", "error", err)
+		return 1
+	}
+	log.Info("agent stopped")
+	return 0
+}
+
+// config is the plugin entry of --conf (or the defaults), with the path
+// flags applied, as `netns-pin --conf` reads it.
+func config(path string, overrides map[string]string) (*conf.Config, error) {
+	data := []byte(`{"type":"netns-pin"}`)
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if data, err = conf.PluginEntry(raw); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return conf.ParseWith(data, overrides)
+}
+
+func holderNamespaces(list string, c *conf.Config) []string {
+	var out []string
+	add := func(ns string) {
+		if ns = strings.TrimSpace(ns); ns != "" && !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	if list != "" {
+		for _, ns := range strings.Split(list, ",") {
+			add(ns)
+		}
+		return out
+	}
+	for _, h := range c.Holders {
+		add(h.PodNamespace)
+	}
+	for _, ns := range c.CNIArgsNamespaces {
+		add(ns)
+	}
+	return out
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}

@@ -1,0 +1,93 @@
+package netnsstore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
+)
+
+// ReadRecords is the store as a reader without privilege sees it: the
+// node agent (cmd/netns-pin-agent) reads stateDir through a read-only
+// mount, takes no lock and changes nothing (docs/design.md, "The node
+// agent"). That is sound because a record is only ever replaced whole (a
+// temporary file, then a rename): each file read is one version of one
+// record. The listing as a whole is not one moment of the store, which the
+// agent's decisions allow for: a record that appears after the listing is
+// seen by the next one, and the agent only ever lifts a finalizer for a
+// pod that no record names.
+//
+// Records are returned oldest first. A record that cannot be used (torn,
+// unreadable, of a newer format, naming another attachment than its file)
+// is in unreadable with the reason: the agent then lifts nothing, since
+// such a record may name any pod. Records of format 1 are returned as
+// read, their pinDir derived from their pin's path, and not upgraded.
+func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, err error) {
+	dir := filepath.Join(stateDir, recordsSubdir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil // nothing was ever pinned here
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	unreadable = map[string]error{}
+	for _, e := range entries {
+		n := e.Name()
+		att, ok := strings.CutSuffix(n, recordSuffix)
+		if !ok || strings.HasPrefix(n, tmpPrefix) {
+			continue // a leftover of a crash between write and rename: no record
+		}
+		r, err := readRecordFile(filepath.Join(dir, n), att)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			// Released between the listing and the read.
+		case err != nil:
+			unreadable[att] = err
+		default:
+			rs = append(rs, r)
+		}
+	}
+	sortRecords(rs)
+	return rs, unreadable, nil
+}
+
+// readRecordFile decodes one record file as readRecord does, without
+// upgrading it or holding it to a store's pinDir: a regular file of at most
+// 1 MiB, opened without following a symlink and without blocking.
+func readRecordFile(path, attachment string) (*Record, error) {
+	data, err := smallfile.ReadPath(path, 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("read record %s: %w", attachment, err)
+	}
+	r := &Record{}
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("decode record %s (%d bytes): %w: %w", attachment, len(data), errTornRecord, err)
+	}
+	if r.Format > recordFormat {
+		return nil, fmt.Errorf("record %s: %w %d, written by netns-pin %q; this reader knows formats up to %d", attachment, errNewerFormat, r.Format, r.Writer, recordFormat)
+	}
+	if r.Attachment != attachment {
+		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)
+	}
+	if r.PinDir == "" {
+		r.PinDir = filepath.Dir(filepath.Dir(r.PinPath)) // format 1 (see readRecord)
+	}
+	return r, nil
+}
+
+// ReadEvents reads the events file of stateDir as readEvents does, for a
+// reader without privilege or lock (the node agent): from offset from to
+// its last whole line. Only the store folds the file.
+func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
+	path := filepath.Join(stateDir, eventsFile)
+	data, err := smallfile.ReadPath(path, maxEvents)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		err = fmt.Errorf("read %s: %w", path, err)
+	}
+	return eventsFrom(data, err, from)
+}
