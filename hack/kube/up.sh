@@ -368,6 +368,14 @@ install_netns_pin() {
 		-e "s#/netns-pin\" sweep #/netns-pin\" --pin-dir=${KUBELET_DIR}/plugins/netns-pin --state-dir=${KUBE_DIR}/lib/cni/netns-pin sweep #" \
 		"${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
+	# The node agent as deployed (its RBAC, its node policy), on this node's
+	# stateDir; it polls the store every 1 s here.
+	kubectl_ apply -f "${ROOT}/deploy/rbac.yaml" -f "${ROOT}/deploy/validating-admission-policy.yaml" >/dev/null
+	sed -E -e "s#^( *path: )/var/lib/cni/netns-pin#\1${KUBE_DIR}/lib/cni/netns-pin#" \
+		-e "s#- --listen-address=:9853#- --listen-address=:9853\n            - --state-dir=${KUBE_DIR}/lib/cni/netns-pin\n            - --pin-dir=${KUBELET_DIR}/plugins/netns-pin\n            - --status-dir=/var/lib/cni/netns-pin-agent\n            - --interval=1s#" \
+		-e "s#^( *mountPath: )/var/lib/cni/netns-pin\$#\1${KUBE_DIR}/lib/cni/netns-pin#" \
+		"${ROOT}/deploy/agent-daemonset.yaml" | kubectl_ apply -f - >/dev/null
+	kubectl_ -n kube-system rollout status daemonset/netns-pin-agent --timeout=180s >/dev/null
 	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
 	if ! cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin"; then
 		# the plugin was rebuilt since (the image under the same name was
@@ -377,6 +385,8 @@ install_netns_pin() {
 		kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
 		cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin" ||
 			die "the installer DaemonSet did not install the new netns-pin"
+		kubectl_ -n kube-system rollout restart daemonset/netns-pin-agent >/dev/null
+		kubectl_ -n kube-system rollout status daemonset/netns-pin-agent --timeout=180s >/dev/null
 	fi
 }
 
