@@ -370,6 +370,7 @@ install_netns_pin() {
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
 	# The node agent as deployed (its RBAC, its node policy), on this node's
 	# stateDir; it polls the store every 1 s here.
+	kubectl_ create namespace rook-ceph --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
 	kubectl_ apply -f "${ROOT}/deploy/rbac.yaml" -f "${ROOT}/deploy/validating-admission-policy.yaml" >/dev/null
 	sed -E -e "s#^( *path: )/var/lib/cni/netns-pin#\1${KUBE_DIR}/lib/cni/netns-pin#" \
 		-e "s#- --listen-address=:9853#- --listen-address=:9853\n            - --state-dir=${KUBE_DIR}/lib/cni/netns-pin\n            - --pin-dir=${KUBELET_DIR}/plugins/netns-pin\n            - --status-dir=/var/lib/cni/netns-pin-agent\n            - --interval=1s#" \
