@@ -71,6 +71,9 @@ func New(cfg Config) *Agent {
 		UpdateFunc: func(any, any) { a.poke() },
 		DeleteFunc: func(any) { a.poke() },
 	}
+	if cfg.Client == nil {
+		return a // store only: metrics, no API (docs/operating.md, "Metrics")
+	}
 	for _, ns := range cfg.Namespaces {
 		f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(ns),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sel }))
@@ -144,6 +147,9 @@ func (a *Agent) pass(ctx context.Context) {
 	v, events, reset, sweep, storeErr := a.readStore()
 	a.cfg.Metrics.storeSeen(v, events, reset, sweep, storeErr != nil)
 	plan := Decide(pods, v)
+	if a.cfg.Client == nil {
+		plan = Plan{} // no API: nothing to patch or post
+	}
 	for _, p := range plan.Add {
 		if err := a.patch(ctx, p, true); err != nil {
 			a.cfg.Metrics.count("apiError", "add")
@@ -153,7 +159,10 @@ func (a *Agent) pass(ctx context.Context) {
 		a.cfg.Metrics.count("added", "")
 		a.cfg.Log.Info("finalizer added to a pinned holder", "pod", p.key(), "uid", p.UID)
 	}
-	evs := a.cfg.Tracker.Observe(pods, v, time.Now())
+	var evs []PodEvent
+	if a.cfg.Client != nil {
+		evs = a.cfg.Tracker.Observe(pods, v, time.Now())
+	}
 	released := map[string]bool{}
 	for _, e := range evs {
 		if e.Reason == ReasonReleased {
@@ -262,6 +271,9 @@ func (a *Agent) post(obj *corev1.Pod, typ, reason, msg string) {
 // pingAPI asks the API server for its version at most every 30 s: the
 // readiness of the agent is that it can reach the API.
 func (a *Agent) pingAPI(ctx context.Context) {
+	if a.cfg.Client == nil {
+		return
+	}
 	a.mu.Lock()
 	due := time.Since(a.apiChecked) >= 30*time.Second
 	a.mu.Unlock()

@@ -31,6 +31,7 @@ func (c *checker) run() {
 	}
 	c.csiPlugins()
 	c.sweeper(pinned)
+	c.agent()
 }
 
 // dirs checks pinDir and stateDir; false when nothing was pinned here

@@ -1,7 +1,7 @@
 package e2e
 
-// The sweeper's Prometheus metrics (`netns-pin sweep --metrics-address`,
-// served by netns-pin-agent beside the plugin): a holder rollout seen
+// The node's Prometheus metrics (netns-pin-agent --store-only, beside the
+// sweeper, reading the store as the agent's read-only mount does): a holder rollout seen
 // through /metrics, the draining pin, its age growing, the refusal and the
 // release counted, and a teardown the runtime gave up on finished by the
 // sweeper (docs/operating.md, "Metrics").
@@ -10,12 +10,12 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,8 +29,9 @@ import (
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
-// metricsSweeper is `netns-pin sweep --metrics-address 127.0.0.1:0` for a
-// chain, with the address it serves at.
+// metricsSweeper is `netns-pin sweep` for a chain and the node agent's
+// metrics (`netns-pin-agent --store-only`, no API) of its store, with the
+// address they are served at.
 type metricsSweeper struct {
 	cmd  *exec.Cmd
 	done chan error
@@ -40,7 +41,8 @@ type metricsSweeper struct {
 func startMetricsSweeper(t *testing.T, c *chain) *metricsSweeper {
 	t.Helper()
 	conflist := filepath.Join(c.netconfDir, c.name+".conflist")
-	cmd := exec.Command(filepath.Join(c.env.cniPath, "netns-pin"), "--conf", conflist, "sweep", "--interval", "100ms", "--metrics-address", "127.0.0.1:0")
+	startSweeper(t, c)
+	cmd := exec.Command(agentBinary(t), "--conf", conflist, "--store-only", "--interval", "100ms", "--status-dir", "-", "--listen-address", "127.0.0.1:0")
 	cmd.Stdout = os.Stderr
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
@@ -78,6 +80,33 @@ func startMetricsSweeper(t *testing.T, c *chain) *metricsSweeper {
 	}
 	return sw
 }
+
+// agentBinary builds cmd/netns-pin-agent once per test binary (it is no
+// CNI plugin: not in the CNI bin folder).
+func agentBinary(t *testing.T) string {
+	t.Helper()
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "netns-pin-agent-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentPath = filepath.Join(dir, "netns-pin-agent")
+		r := host.RunCmd(5*time.Minute, nil, nil, "go", "build", "-o", agentPath, "../cmd/netns-pin-agent")
+		agentErr = r.Err
+		if r.Err != nil {
+			agentErr = fmt.Errorf("go build ./cmd/netns-pin-agent: %w: %s", r.Err, r.Stderr)
+		}
+	})
+	require.NoError(t, agentErr)
+	return agentPath
+}
+
+var (
+	agentOnce sync.Once
+	agentPath string
+	agentErr  error
+)
 
 // scrape reads /metrics in Prometheus' text format.
 func (sw *metricsSweeper) scrape(t *testing.T) map[string]*dto.MetricFamily {
@@ -171,23 +200,14 @@ func TestSweeperMetricsOfAHolderRollout(t *testing.T) {
 	assert.True(t, ok, "the agent exports its own process metrics")
 }
 
-// Without netns-pin-agent beside it, netns-pin says what is missing rather
-// than sweep without the metrics asked for.
-func TestSweepMetricsNeedTheAgent(t *testing.T) {
+// The sweeper serves no metrics: the flag that asked it to is refused,
+// naming the agent that serves them now.
+func TestSweepRefusesMetricsAddress(t *testing.T) {
 	e := requireEnv(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "netns-pin")
-	src, err := os.Open(filepath.Join(e.cniPath, "netns-pin"))
-	require.NoError(t, err)
-	defer src.Close()
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	require.NoError(t, err)
-	_, err = io.Copy(dst, src)
-	require.NoError(t, err)
-	require.NoError(t, dst.Close())
-	r := host.RunCmd(host.CmdTimeout, nil, nil, bin, "--state-dir", filepath.Join(dir, "state"), "sweep", "--once", "--metrics-address", "127.0.0.1:0")
+	r := host.RunCmd(host.CmdTimeout, nil, nil, filepath.Join(e.cniPath, "netns-pin"), "--state-dir", filepath.Join(dir, "state"), "sweep", "--once", "--metrics-address", "127.0.0.1:0")
 	require.Error(t, r.Err)
-	assert.Contains(t, r.Stderr, filepath.Join(dir, "netns-pin-agent"), "the error names the missing agent: %s", r)
+	assert.Contains(t, r.Stderr, "netns-pin-agent", "the error names the agent: %s", r)
 }
 
 // The sweeper keeps the events file small with or without metrics: past

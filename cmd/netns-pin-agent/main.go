@@ -52,6 +52,7 @@ func run(argv []string) int {
 	listen := fs.String("listen-address", ":9853", "serve /metrics, /healthz and /readyz here")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, the pod's ServiceAccount)")
 	interval := fs.Duration("interval", 2*time.Second, "time between reads of the store (pod changes are seen at once)")
+	storeOnly := fs.Bool("store-only", false, "no API: serve the store's metrics only (no finalizers, no Events), where the API side runs elsewhere or not at all")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -71,10 +72,10 @@ func run(argv []string) int {
 	case fs.NArg() > 0:
 		fmt.Fprintln(os.Stderr, "netns-pin-agent: no arguments expected:", fs.Args())
 		return 2
-	case *node == "":
+	case *node == "" && !*storeOnly:
 		fmt.Fprintln(os.Stderr, "netns-pin-agent: --node-name (or NODE_NAME) is required")
 		return 2
-	case len(namespaces) == 0:
+	case len(namespaces) == 0 && !*storeOnly:
 		fmt.Fprintln(os.Stderr, "netns-pin-agent: no holder namespace: give --holder-namespaces, or --conf with holders or cniArgsNamespaces")
 		return 2
 	case *interval <= 0:
@@ -88,25 +89,29 @@ func run(argv []string) int {
 	case "-":
 		sd = ""
 	}
-	rc, err := restConfig(*kubeconfig)
-	if err != nil {
-		log.Error("API client", "error", err)
-		return 1
-	}
-	rc.UserAgent = "netns-pin-agent/" + Version
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		log.Error("API client", "error", err)
-		return 1
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-
 	m := agent.NewMetrics()
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netns-pin-agent", Host: *node})
+	var client kubernetes.Interface
+	var recorder record.EventRecorder
+	if !*storeOnly {
+		rc, err := restConfig(*kubeconfig)
+		if err != nil {
+			log.Error("API client", "error", err)
+			return 1
+		}
+		rc.UserAgent = "netns-pin-agent/" + Version
+		cs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			log.Error("API client", "error", err)
+			return 1
+		}
+		client = cs
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
+		recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netns-pin-agent", Host: *node})
+	}
 
 	flags := c.Flags()
 	a := agent.New(agent.Config{
@@ -121,7 +126,8 @@ func run(argv []string) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- agent.Serve(ctx, ln, a, m, log) }()
-	log.Info("serving", "address", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
+	// One plain line too, for people and scripts that wait for it.
+	fmt.Fprintf(os.Stderr, "netns-pin-agent: serving metrics at http://%s/metrics\n", ln.Addr())
 	runErr := a.Run(ctx)
 	stop()
 	if err := errors.Join(runErr, <-served); err != nil {

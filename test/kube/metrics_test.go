@@ -26,7 +26,7 @@ import (
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
-// metricsPort is deploy/installer-daemonset.yaml's --metrics-address port.
+// metricsPort is deploy/agent-daemonset.yaml's --listen-address port.
 const metricsPort = "9853"
 
 // installerExec runs a command in the installer pod's sweep container.
@@ -38,8 +38,10 @@ func (c *cluster) installerExec(args ...string) host.CmdResult {
 // (busybox wget), as Prometheus would from the pod's address.
 func (c *cluster) scrapeInstaller(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	r := c.installerExec("wget", "-q", "-O", "-", "http://127.0.0.1:"+metricsPort+"/metrics")
-	require.NoError(t, r.Err, "scrape the installer pod: %s", r)
+	// The node's metrics are the agent's (deploy/agent-daemonset.yaml).
+	r := c.kubectl("-n", "kube-system", "exec", "daemonset/netns-pin-agent", "-c", "agent", "--",
+		"wget", "-q", "-O", "-", "http://127.0.0.1:"+metricsPort+"/metrics")
+	require.NoError(t, r.Err, "scrape the agent pod: %s", r)
 	var p expfmt.TextParser
 	mfs, err := p.TextToMetricFamilies(strings.NewReader(r.Stdout))
 	require.NoError(t, err, "the text exposition format")

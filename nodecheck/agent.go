@@ -1,0 +1,89 @@
+package nodecheck
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/netns-pin/netns-pin/internal/human"
+)
+
+// agentStatus is what the node agent (cmd/netns-pin-agent) writes to
+// <stateDir>-agent/status.json at each pass: check sees no API, and learns
+// from it whether an agent runs and which pods of the node carry the
+// finalizer netns-pin.io/pin. Decoded here rather than imported: the
+// agent's package links client-go, which the plugin (and so check) must not.
+type agentStatus struct {
+	PID        int           `json:"pid"`
+	Interval   time.Duration `json:"interval"`
+	Heartbeat  time.Time     `json:"heartbeat"`
+	APIError   string        `json:"apiError"`
+	Blocked    string        `json:"blocked"`
+	Stopped    time.Time     `json:"stopped"`
+	Finalizers []struct {
+		Namespace, Name, UID string
+		Deleting             bool
+	} `json:"finalizers"`
+}
+
+// agent reports the node agent: running or not, and the pods that carry
+// the finalizer without a pin (being deleted: waiting for the agent).
+func (c *checker) agent() {
+	dir := strings.TrimSuffix(c.o.StateDir, "/") + "-agent"
+	where := filepath.Join(dir, "status.json")
+	data, err := os.ReadFile(where)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		c.r.add(Finding{Check: "agent", Level: Warning, Where: where,
+			What: "no node agent has run on this node: holders that carry the finalizer netns-pin.io/pin stay Terminating once deleted",
+			Fix:  "install the netns-pin-agent DaemonSet (deploy/agent-daemonset.yaml); pods of this node that carry it: kubectl get pods -A --field-selector spec.nodeName=<node> -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.finalizers}{\"\\n\"}{end}'"})
+		return
+	case err != nil:
+		c.r.add(Finding{Check: "agent", Level: Unknown, Where: where, What: "cannot read the node agent's status: " + err.Error()})
+		return
+	}
+	var st agentStatus
+	if err := json.Unmarshal(data, &st); err != nil {
+		c.r.add(Finding{Check: "agent", Level: Unknown, Where: where, What: "the node agent's status is not JSON: " + err.Error()})
+		return
+	}
+	now := c.o.Now()
+	var pinned map[string]bool
+	if c.snap != nil {
+		pinned = map[string]bool{}
+		for _, r := range c.snap.Records {
+			pinned[r.PodUID] = true
+		}
+	}
+	var waiting []string
+	for _, p := range st.Finalizers {
+		if p.Deleting && pinned != nil && !pinned[p.UID] {
+			waiting = append(waiting, p.Namespace+"/"+p.Name)
+		}
+	}
+	age := now.Sub(st.Heartbeat)
+	down := !st.Stopped.IsZero() || age > max(3*st.Interval, time.Minute)
+	switch {
+	case down && len(st.Finalizers) > 0:
+		c.r.add(Finding{Check: "agent", Level: Error, Where: where,
+			What: fmt.Sprintf("no node agent runs (last seen %s ago) and %d pod(s) of this node carried the finalizer netns-pin.io/pin then: once deleted they stay Terminating", human.Age(age), len(st.Finalizers)),
+			Fix:  "check the netns-pin-agent pod on this node (kubectl -n kube-system get pods -l app.kubernetes.io/name=netns-pin-agent --field-selector spec.nodeName=<node>)"})
+	case down:
+		c.r.add(Finding{Check: "agent", Level: Warning, Where: where, What: fmt.Sprintf("no node agent runs (last seen %s ago)", human.Age(age)),
+			Fix: "check the netns-pin-agent pod on this node"})
+	case len(waiting) > 0:
+		c.r.add(Finding{Check: "agent", Level: Warning, Where: where,
+			What: fmt.Sprintf("being deleted, carrying the finalizer without a pin (the agent lifts it at its next pass): %s", strings.Join(waiting, ", "))})
+	case st.Blocked != "":
+		c.r.add(Finding{Check: "agent", Level: Error, Where: where, What: "the node agent lifts no finalizer: " + st.Blocked, Fix: "netns-pin list shows the record that cannot be read"})
+	case st.APIError != "":
+		c.r.add(Finding{Check: "agent", Level: Warning, Where: where, What: "the node agent cannot reach the API: " + st.APIError})
+	default:
+		c.r.add(Finding{Check: "agent", Level: OK, Where: where,
+			What: fmt.Sprintf("running (pid %d), last pass %s ago; %d pod(s) of the node carry the finalizer", st.PID, human.Age(age), len(st.Finalizers))})
+	}
+}
