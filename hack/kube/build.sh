@@ -9,7 +9,7 @@
 #   .cache/kube/whereabouts-<v>/ whereabouts (IPAM plugin), ip-control-loop
 #                                (its controller) and its CRDs
 #   .cache/kube/images/*.tar     OCI archives: the pause image, a busybox image,
-#                                the netns-pin image of deploy/Containerfile and
+#                                the netns-pin image (the binaries of make build) and
 #                                whereabouts' controller (hack/kube/whereabouts.sh)
 #   .cache/kube/bin/             links to the binaries of the pinned versions
 #
@@ -107,7 +107,7 @@ busybox_args() {
 }
 
 # Images: no registry is reachable, so each is an OCI archive made here.
-# The netns-pin image is what deploy/Containerfile describes: the static
+# The netns-pin image carries what make image does (not its archive): the static
 # plugin at /netns-pin and netns-pin-agent at /netns-pin-agent on busybox,
 # entrypoint /netns-pin, command version.
 build_images() {

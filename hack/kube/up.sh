@@ -13,7 +13,7 @@
 #      folder; the NetworkAttachmentDefinition CRD from Multus' sources and
 #      whereabouts' CRDs from its own; whereabouts' controller
 #      (ip-control-loop, hack/kube/whereabouts.sh) as its DaemonSet runs it
-#   4. netns-pin: the image of deploy/Containerfile imported into the node's
+#   4. netns-pin: an image of the binaries of make build imported into the node's
 #      image store, deploy/installer-daemonset.yaml applied (its host path
 #      pointed at this node's CNI bin folder) and waited for until the
 #      binary is in place

@@ -1,7 +1,7 @@
 package kube
 
 // netns-pin on the node came from deploy/installer-daemonset.yaml and the
-// image of deploy/Containerfile, not from a copy by the test harness.
+// image of the binaries of make build, not from a copy by the test harness.
 
 import (
 	"bytes"
