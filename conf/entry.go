@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // PluginEntry finds the netns-pin entry in a configuration file as an
@@ -47,4 +49,25 @@ func PluginEntry(data []byte) ([]byte, error) {
 		return json.Marshal(p)
 	}
 	return nil, errors.New(`no plugin of type "netns-pin" in the conflist`)
+}
+
+// LoadFile is the configuration that --conf names for the command line
+// and the node agent: the plugin entry of a conflist, a Multus
+// NetworkAttachmentDefinition's config or a bare plugin entry (the
+// defaults when path is ""), with the flags' path settings applied before
+// validation. The file is read as every small file of netns-pin: a
+// regular file of at most 1 MiB (the bound of a CNI call's stdin), opened
+// without blocking.
+func LoadFile(path string, overrides map[string]string) (*Config, error) {
+	data := []byte(`{"type":"netns-pin"}`)
+	if path != "" {
+		raw, err := smallfile.ReadPath(path, 1<<20)
+		if err != nil {
+			return nil, err
+		}
+		if data, err = PluginEntry(raw); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return ParseWith(data, overrides)
 }

@@ -77,7 +77,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 2
 	}
-	c, err := cliConfig(g.conf, g.paths)
+	c, err := conf.LoadFile(g.conf, g.paths)
 	if err != nil {
 		fmt.Fprintln(stderr, "netns-pin:", err)
 		return 1
@@ -246,23 +246,6 @@ func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, cf commandFla
 		return cliRelease(s, c, cf.args[0], cf.force, stdout)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
-}
-
-// cliConfig reads the plugin entry from a conflist, a Multus
-// NetworkAttachmentDefinition's config, or a bare plugin entry, with the
-// flags' path settings applied before validation.
-func cliConfig(path string, overrides map[string]string) (*conf.Config, error) {
-	data := []byte(`{"type":"netns-pin"}`)
-	if path != "" {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
-		if data, err = conf.PluginEntry(raw); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	return conf.ParseWith(data, overrides)
 }
 
 func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {

@@ -62,7 +62,7 @@ func run(argv []string) int {
 		return 0
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "agent")
-	c, err := config(*confPath, paths)
+	c, err := conf.LoadFile(*confPath, paths)
 	if err != nil {
 		log.Error("configuration", "error", err)
 		return 2
@@ -136,22 +136,6 @@ func run(argv []string) int {
 	}
 	log.Info("agent stopped")
 	return 0
-}
-
-// config is the plugin entry of --conf (or the defaults), with the path
-// flags applied, as `netns-pin --conf` reads it.
-func config(path string, overrides map[string]string) (*conf.Config, error) {
-	data := []byte(`{"type":"netns-pin"}`)
-	if path != "" {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
-		if data, err = conf.PluginEntry(raw); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-	}
-	return conf.ParseWith(data, overrides)
 }
 
 func holderNamespaces(list string, c *conf.Config) []string {
