@@ -64,34 +64,11 @@ func runRelease(r release, ref, out string) error {
 	}
 	blobs[hexDigest(index)] = index
 	indexDesc := describe(mediaIndex, index)
-	indexDesc.Annotations = map[string]string{
-		"io.containerd.image.name":          ref,
-		"org.opencontainers.image.ref.name": tagOf(ref),
+	all := make([][]byte, 0, len(blobs))
+	for _, b := range blobs {
+		all = append(all, b)
 	}
-	layout, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     mediaIndex,
-		"manifests":     []descriptor{indexDesc},
-	})
-	if err != nil {
-		return err
-	}
-	files := map[string][]byte{
-		"oci-layout": []byte(`{"imageLayoutVersion":"1.0.0"}`),
-		"index.json": layout,
-	}
-	for d, b := range blobs {
-		files["blobs/sha256/"+d] = b
-	}
-	archive, err := tarball(files, 0o644)
-	if err != nil {
-		return err
-	}
-	tmp := out + ".tmp"
-	if err := os.WriteFile(tmp, archive, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, out); err != nil {
+	if err := writeLayout(out, ref, indexDesc, all); err != nil {
 		return err
 	}
 	// The digest a registry shows for the pushed tag.

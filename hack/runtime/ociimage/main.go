@@ -165,14 +165,21 @@ func run(bin, name, ref, out string, img image) error {
 	}
 	manifestDesc := describe(mediaManifest, manifest)
 	manifestDesc.Platform = &platform{Architecture: runtime.GOARCH, OS: "linux"}
-	manifestDesc.Annotations = map[string]string{
+	return writeLayout(out, ref, manifestDesc, [][]byte{layer, config, manifest})
+}
+
+// writeLayout writes the OCI archive out: an image layout whose index.json
+// names top under ref (the annotations containerd and skopeo read), with
+// the blobs, atomically (a temporary file, then a rename).
+func writeLayout(out, ref string, top descriptor, blobs [][]byte) error {
+	top.Annotations = map[string]string{
 		"io.containerd.image.name":          ref,
 		"org.opencontainers.image.ref.name": tagOf(ref),
 	}
 	index, err := json.Marshal(map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     mediaIndex,
-		"manifests":     []descriptor{manifestDesc},
+		"manifests":     []descriptor{top},
 	})
 	if err != nil {
 		return err
@@ -181,7 +188,7 @@ func run(bin, name, ref, out string, img image) error {
 		"oci-layout": []byte(`{"imageLayoutVersion":"1.0.0"}`),
 		"index.json": index,
 	}
-	for _, b := range [][]byte{layer, config, manifest} {
+	for _, b := range blobs {
 		files["blobs/sha256/"+hexDigest(b)] = b
 	}
 	archive, err := tarball(files, 0o644)
