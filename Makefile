@@ -55,6 +55,12 @@ unit_pkgs = $(shell $(GO) list ./... | grep -v '^github.com/netns-pin/netns-pin/
 # ("function not implemented"); they are vetted and built for arm64.
 ARM64_TEST_PKGS ?= ./conf/ ./internal/human/ ./nodecheck/ ./internal/cephfixture/
 
+# Packages whose test files declare a fuzz target (a top-level func Fuzz...):
+# only these are listed with go test -list, which links a test binary for
+# each package it is given.
+fuzz_pkgs = $(shell $(GO) list -f '{{.ImportPath}}{{range .TestGoFiles}} {{$$.Dir}}/{{.}}{{end}}{{range .XTestGoFiles}} {{$$.Dir}}/{{.}}{{end}}' ./... | \
+	while read -r pkg files; do [[ -n "$$files" ]] && grep -q '^func Fuzz' $$files && echo "$$pkg"; done)
+
 # Packages with tests that need the failpoints build tag.
 failpoint_pkgs = $(shell grep -rl --include='*_test.go' '^//go:build.*failpoints' . 2>/dev/null | grep -v -e '^./.cache/' -e '^./test/' | xargs -r -n1 dirname | sort -u)
 
@@ -71,12 +77,16 @@ all: build
 packages:
 	@hack/tools.sh packages
 
+# The guest images (unpacking and decompressing Debian's kernel packages)
+# build beside the Go builds: they share nothing but the CPU.
 tools:
 	@hack/tools.sh packages
-	@hack/tools.sh tools
-	@hack/runtime/setup.sh tools
-	@hack/kube/build.sh
-	@hack/vm/build.sh >/dev/null
+	@hack/vm/build.sh --packages
+	$(call step,make tools,mkdir -p $(CACHE); \
+		hack/vm/build.sh >$(CACHE)/vm-build.log 2>&1 & vm=$$!; \
+		rc=0; { hack/tools.sh tools && hack/runtime/setup.sh tools && hack/kube/build.sh; } || rc=$$?; \
+		if ! wait $$vm; then cat $(CACHE)/vm-build.log; echo "hack/vm/build.sh failed"; rc=1; fi; \
+		grep -v '^/' $(CACHE)/vm-build.log >&2 || true; (exit $$rc))
 
 build:
 	@hack/tools.sh plugin
@@ -174,7 +184,7 @@ bench: tools build
 # fuzz coordinator gives up on a slow worker: "context deadline exceeded")
 # runs once more; a real failing input always fails the run.
 fuzz:
-	@found=0; for pkg in $$($(GO) list ./...); do \
+	@start=$$(date +%s); found=0; for pkg in $(fuzz_pkgs); do \
 		for fz in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 			found=1; printf '\n=== fuzz %s %s (%s)\n' "$$pkg" "$$fz" "$(FUZZTIME)"; \
 			dir=$$($(GO) list -f '{{.Dir}}' $$pkg)/testdata/fuzz/$$fz; \
@@ -185,7 +195,8 @@ fuzz:
 				$(GO) test -run '^$$' -fuzz "^$$fz\$$" -fuzztime $(FUZZTIME) $$pkg; \
 			fi; \
 		done; \
-	done; [[ $$found == 1 ]] || echo "no fuzz targets yet"
+	done; [[ $$found == 1 ]] || echo "no fuzz targets yet"; \
+	printf '=== make fuzz: ok (%ss)\n' "$$(( $$(date +%s) - start ))"
 
 clean:
 	rm -rf bin .cache

@@ -149,6 +149,18 @@ extract_vmlinux() {
 	[[ "$(stat -c %s "${out}")" == "${size}" ]] || die "${bz}: vmlinux has $(stat -c %s "${out}") bytes, the bzImage says ${size}"
 }
 
+# stamp_of PACKAGE VERSION: the inputs of that kernel's image.
+stamp_of() {
+	printf 'kernel %s %s\nbusybox-static %s\niproute2 %s\n' "$1" "$2" \
+		"$(pkg_version busybox-static)" "$(pkg_version iproute2)"
+	sha256sum "${HERE}/build.sh" "${HERE}/init" | sed "s|${ROOT}/||"
+}
+
+# up_to_date DIR STAMP: DIR holds an image built from the inputs STAMP.
+up_to_date() {
+	[[ -f "$1/stamp" && "$(cat "$1/stamp")" == "$2" && -s "$1/vmlinux" && -s "$1/initramfs.cpio.gz" ]]
+}
+
 # build NAME: the guest of kernel NAME, its folder on stdout.
 build() {
 	local name="$1" line pkg ver out stamp t0 deb kver mods rootfs
@@ -157,12 +169,8 @@ build() {
 	read -r pkg ver <<<"${line}"
 	[[ -n "${pkg}" && -n "${ver}" && "${ver}" != */* && "${ver}" != .* ]] || die "kernel ${name}: package '${pkg}', version '${ver}'"
 	out="${ROOT}/.cache/vm/${ver}"
-	stamp="$(
-		printf 'kernel %s %s\nbusybox-static %s\niproute2 %s\n' "${pkg}" "${ver}" \
-			"$(pkg_version busybox-static)" "$(pkg_version iproute2)"
-		sha256sum "${HERE}/build.sh" "${HERE}/init" | sed "s|${ROOT}/||"
-	)"
-	if [[ -f "${out}/stamp" && "$(cat "${out}/stamp")" == "${stamp}" && -s "${out}/vmlinux" && -s "${out}/initramfs.cpio.gz" ]]; then
+	stamp="$(stamp_of "${pkg}" "${ver}")"
+	if up_to_date "${out}" "${stamp}"; then
 		echo "${out}"
 		return
 	fi
@@ -270,5 +278,25 @@ if [[ ${#names[@]} -eq 0 ]]; then
 fi
 for name in "${names[@]}"; do
 	[[ "${name}" != -* ]] || die "usage: $0 [--packages | KERNEL...]"
-	build "${name}"
+	# the packages first, one apt-get at a time (its fallback runs apt-get update)
+	line="$(kernel_line "${name}")"
+	read -r pkg ver <<<"${line}"
+	up_to_date "${ROOT}/.cache/vm/${ver}" "$(stamp_of "${pkg}" "${ver}")" || download "${pkg}" "${ver}" >/dev/null
+done
+# then the images at once, each in its own folder (unpacking and
+# decompressing is one core's work each); their folders in the order asked
+tmp="$(mktemp -d)"
+trap 'rm -rf "${tmp}"' EXIT
+pids=()
+for i in "${!names[@]}"; do
+	build "${names[i]}" >"${tmp}/${i}" &
+	pids+=("$!")
+done
+failed=0
+for i in "${!names[@]}"; do
+	wait "${pids[i]}" || failed=1
+done
+((failed == 0)) || die "building the guest of ${names[*]} failed (its error above)"
+for i in "${!names[@]}"; do
+	cat "${tmp}/${i}"
 done

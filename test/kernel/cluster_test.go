@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,7 @@ import (
 type cluster struct {
 	dir, conf, client, fs, fsid string
 	netns, bridge, subnet       string
-	monIP, rangeStart           string
+	monIP, rangeStart, rangeEnd string
 	ours                        bool
 	upTime                      time.Duration
 }
@@ -82,17 +83,50 @@ func (c *cluster) down() error {
 
 func loadCluster(dir string) (*cluster, error) {
 	kv, err := host.ReadEnvFile(filepath.Join(dir, "env"), "CEPH_CONF", "CEPH_CLIENT", "CEPH_FS", "CEPH_FSID",
-		"CEPH_NETNS", "CEPH_BRIDGE", "CEPH_SUBNET", "CEPH_MON_IP", "CEPH_CLIENT_RANGE_START")
+		"CEPH_NETNS", "CEPH_BRIDGE", "CEPH_SUBNET", "CEPH_MON_IP", "CEPH_CLIENT_RANGE_START", "CEPH_CLIENT_RANGE_END")
 	if err != nil {
 		return nil, err
 	}
 	c := &cluster{dir: dir, conf: kv["CEPH_CONF"], client: kv["CEPH_CLIENT"], fs: kv["CEPH_FS"], fsid: kv["CEPH_FSID"],
 		netns: kv["CEPH_NETNS"], bridge: kv["CEPH_BRIDGE"], subnet: kv["CEPH_SUBNET"], monIP: kv["CEPH_MON_IP"],
-		rangeStart: kv["CEPH_CLIENT_RANGE_START"]}
+		rangeStart: kv["CEPH_CLIENT_RANGE_START"], rangeEnd: kv["CEPH_CLIENT_RANGE_END"]}
 	if r := c.cli(30*time.Second, "ceph", "health"); r.Err != nil {
 		return nil, fmt.Errorf("ceph health: %s", r)
 	}
 	return c, nil
+}
+
+// addrSlice is a run of client addresses on a cluster's bridge.
+type addrSlice struct {
+	start netip.Addr
+	size  int
+}
+
+// clientSlice is the i-th of n equal slices of the cluster's client range
+// (CEPH_CLIENT_RANGE_START..END): the addresses one of n guests booted at
+// once may give its clients.
+func (c *cluster) clientSlice(i, n int) (addrSlice, error) {
+	first, err := netip.ParseAddr(c.rangeStart)
+	if err != nil {
+		return addrSlice{}, fmt.Errorf("CEPH_CLIENT_RANGE_START=%q: %w", c.rangeStart, err)
+	}
+	last, err := netip.ParseAddr(c.rangeEnd)
+	if err != nil {
+		return addrSlice{}, fmt.Errorf("CEPH_CLIENT_RANGE_END=%q: %w", c.rangeEnd, err)
+	}
+	total := 1
+	for a := first; a != last; a = a.Next() {
+		if !a.IsValid() || a.Compare(last) > 0 || total > 1<<16 {
+			return addrSlice{}, fmt.Errorf("client range %s-%s: not an ascending range of at most 65536 addresses", first, last)
+		}
+		total++
+	}
+	size := total / n
+	start := first
+	for range i * size {
+		start = start.Next()
+	}
+	return addrSlice{start: start, size: size}, nil
 }
 
 // cli runs a Ceph CLI (ceph, rbd) as client.admin from the daemons' netns

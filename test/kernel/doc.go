@@ -13,7 +13,9 @@
 // (`nsenter --net=<link> -- <map | mount -t ceph>`). Each scenario of the
 // guest is one subtest here (TestKernelClients/<kernel>/<scenario>), with
 // its steps, its failures and, when it fails, the guest's console. The
-// clusters serve both boots; each boot gets fresh images and taps.
+// clusters serve both boots, which run at once; each boot gets fresh
+// images, taps, MACs of its own and its own slice of the clusters' client
+// addresses.
 //
 // It needs root, KVM is not needed (qemu runs under TCG), and:
 //

@@ -44,6 +44,7 @@ type guestConfig struct {
 	FSID       string            `json:"fsid"`
 	Subnet     string            `json:"subnet"`
 	RangeStart string            `json:"rangeStart"`
+	RangeSize  int               `json:"rangeSize"`
 	Pool       string            `json:"pool"`
 	RBDUser    string            `json:"rbdUser"`
 	RBDKey     string            `json:"rbdKey"`
@@ -57,6 +58,7 @@ type guestConfig struct {
 		MonIP      string `json:"monIP"`
 		Subnet     string `json:"subnet"`
 		RangeStart string `json:"rangeStart"`
+		RangeSize  int    `json:"rangeSize"`
 		RBDKey     string `json:"rbdKey"`
 		Image      string `json:"image"`
 	} `json:"ipv6"`
@@ -108,8 +110,8 @@ func TestMain(m *testing.M) {
 var kernels = []string{"6.1", "6.12"}
 
 // TestKernelClients brings the clusters up once, then boots the guest once
-// per kernel and reports each of its scenarios as a subtest
-// (TestKernelClients/<kernel>/<scenario>).
+// per kernel, the boots at once (parallel subtests), and reports each of
+// its scenarios as a subtest (TestKernelClients/<kernel>/<scenario>).
 func TestKernelClients(t *testing.T) {
 	require.Zero(t, os.Geteuid(), "the kernel suite needs root (tap, qemu, the Ceph cluster): run `make test` or `go test ./test/kernel/` as root")
 	start := time.Now()
@@ -158,18 +160,34 @@ func TestKernelClients(t *testing.T) {
 	require.NoError(t, errors.Join(errs...), "Ceph clusters")
 	t.Logf("clusters up in %.1fs: mon %s:3300 (IPv4), [%s]:3300 (IPv6)", time.Since(t0).Seconds(), c.monIP, c6.monIP)
 
-	for _, k := range kernels {
+	// the boots run at once (much of a boot is waiting on a cut or a
+	// replaced client's I/O): each with its own slice of the clusters'
+	// client addresses, its own MACs, taps, images and share
+	t.Cleanup(func() { t.Logf("kernel suite: %.1fs in all", time.Since(start).Seconds()) })
+	for i, k := range kernels {
+		g := guestNet{index: i}
+		g.v4, err = c.clientSlice(i, len(kernels))
+		require.NoError(t, err)
+		g.v6, err = c6.clientSlice(i, len(kernels))
+		require.NoError(t, err)
 		t.Run(k, func(t *testing.T) {
-			bootKernel(t, k, c, c6, filepath.Join(work, k), bins)
+			t.Parallel()
+			bootKernel(t, k, g, c, c6, filepath.Join(work, k), bins)
 		})
 	}
-	t.Logf("kernel suite: %.1fs in all", time.Since(start).Seconds())
+}
+
+// guestNet is what one boot has of the shared clusters' networks: its
+// index (its NICs' MACs) and its client addresses on each.
+type guestNet struct {
+	index  int
+	v4, v6 addrSlice
 }
 
 // bootKernel runs every scenario in one boot of the guest with kernel k:
 // fresh images (a client cut by one boot must not hold the next one's
 // exclusive lock), its own taps and share.
-func bootKernel(t *testing.T, k string, c, c6 *cluster, work string, bins map[string]string) {
+func bootKernel(t *testing.T, k string, g guestNet, c, c6 *cluster, work string, bins map[string]string) {
 	start := time.Now()
 	vmDir, err := buildGuest(k)
 	require.NoError(t, err)
@@ -208,11 +226,12 @@ func bootKernel(t *testing.T, k string, c, c6 *cluster, work string, bins map[st
 	share := filepath.Join(work, "share")
 	require.NoError(t, os.MkdirAll(share, 0o700))
 	gc := guestConfig{
-		MonIP: c.monIP, FSID: c.fsid, Subnet: c.subnet, RangeStart: c.rangeStart, Pool: rbdPool,
+		MonIP: c.monIP, FSID: c.fsid, Subnet: c.subnet, RangeStart: g.v4.start.String(), RangeSize: g.v4.size, Pool: rbdPool,
 		RBDUser: rbdUser, RBDKey: rbdKey, FSUser: strings.TrimPrefix(c.client, "client."), FSKey: fsKey, FSName: c.fs,
 		Images: images, OSDTimeout: osdTimeout,
 	}
-	gc.IPv6.MonIP, gc.IPv6.Subnet, gc.IPv6.RangeStart, gc.IPv6.RBDKey, gc.IPv6.Image = c6.monIP, c6.subnet, c6.rangeStart, rbdKey6, image6
+	gc.IPv6.MonIP, gc.IPv6.Subnet, gc.IPv6.RangeStart, gc.IPv6.RangeSize, gc.IPv6.RBDKey, gc.IPv6.Image = c6.monIP, c6.subnet, g.v6.start.String(), g.v6.size, rbdKey6, image6
+	t.Logf("client addresses: %s (%d), %s (%d)", g.v4.start, g.v4.size, g.v6.start, g.v6.size)
 	for _, s := range scenarios {
 		gc.Scenarios = append(gc.Scenarios, s.key)
 	}
@@ -223,7 +242,7 @@ func bootKernel(t *testing.T, k string, c, c6 *cluster, work string, bins map[st
 	require.NoError(t, writeInitrd(initrd, filepath.Join(vmDir, "initramfs.cpio.gz"), bins))
 
 	consolePath := filepath.Join(work, "console.log")
-	v, err := startVM(context.Background(), vmDir, initrd, share, taps, consolePath, guestTimeout)
+	v, err := startVM(context.Background(), vmDir, initrd, share, taps, g.index, consolePath, guestTimeout)
 	require.NoError(t, err)
 	t.Cleanup(v.kill)
 	vmErr := <-v.done

@@ -176,8 +176,10 @@ func (b *syncBuffer) String() string {
 
 // startVM boots the guest; guestTimeout is the guest's own watchdog, the
 // host kills qemu (by its PID) a minute after it.
-// taps become the guest's eth0, eth1, ... in order (fixed PCI slots).
-func startVM(ctx context.Context, vmDir, initrd, share string, taps []string, logPath string, guestTimeout time.Duration) (*vm, error) {
+// taps become the guest's eth0, eth1, ... in order (fixed PCI slots), with
+// MACs of their own for each guest index (qemu's default MAC is the same in
+// every qemu, and guests booted at once share the clusters' bridges).
+func startVM(ctx context.Context, vmDir, initrd, share string, taps []string, index int, logPath string, guestTimeout time.Duration) (*vm, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -191,7 +193,7 @@ func startVM(ctx context.Context, vmDir, initrd, share string, taps []string, lo
 	}
 	for i, tap := range taps {
 		args = append(args, "-netdev", fmt.Sprintf("tap,id=n%d,ifname=%s,script=no,downscript=no", i, tap),
-			"-device", fmt.Sprintf("virtio-net-pci,netdev=n%d,addr=0x%x", i, 0x10+i))
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=n%d,addr=0x%x,mac=52:54:00:6e:%02x:%02x", i, 0x10+i, index, i))
 	}
 	cctx, cancel := context.WithTimeout(ctx, guestTimeout+time.Minute)
 	cmd := exec.CommandContext(cctx, "qemu-system-x86_64", args...)

@@ -70,7 +70,7 @@ type chain struct {
 }
 
 // newChain writes a conflist whose bridge plugin attaches holders to br0
-// with addresses from [first, first+9] of the cluster's subnet; with pin,
+// with the guest's block of addresses from first on (the cluster's subnet); with pin,
 // netns-pin comes last with a holders rule rook-ceph/csi-holder-* ->
 // rook-ceph/<cluster>.
 func newChain(s *S, cluster string, pin bool, first netip.Addr) *chain {
@@ -88,7 +88,7 @@ func newChainOn(s *S, cluster string, pin bool, first netip.Addr, bridge, subnet
 	ch.logFile = filepath.Join(ch.dir, "netns-pin.log")
 	s.mustOK(os.MkdirAll(ch.netconf, 0o755), "mkdir")
 	last := first
-	for range 9 {
+	for range block - 1 {
 		last = last.Next()
 	}
 	plugins := []any{map[string]any{

@@ -30,6 +30,7 @@ type config struct {
 	FSID       string            `json:"fsid"`
 	Subnet     string            `json:"subnet"`
 	RangeStart string            `json:"rangeStart"` // first client address for the scenarios
+	RangeSize  int               `json:"rangeSize"`  // client addresses from RangeStart this guest may use
 	Pool       string            `json:"pool"`
 	RBDUser    string            `json:"rbdUser"` // without "client."
 	RBDKey     string            `json:"rbdKey"`
@@ -44,6 +45,7 @@ type config struct {
 		MonIP      string `json:"monIP"` // bare address
 		Subnet     string `json:"subnet"`
 		RangeStart string `json:"rangeStart"`
+		RangeSize  int    `json:"rangeSize"`
 		RBDKey     string `json:"rbdKey"`
 		Image      string `json:"image"`
 	} `json:"ipv6"`
@@ -73,6 +75,7 @@ type ioRow struct {
 
 var (
 	cfg     config
+	block   int // client addresses of a scenario's chain
 	share   string
 	out     string
 	results []result
@@ -94,6 +97,12 @@ func main() {
 	}
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		fatal("config: %v", err)
+	}
+	// each scenario's chain gets its own block of the guest's client
+	// addresses (two holders at most are on one at a time)
+	block = min(cfg.RangeSize/max(len(cfg.Scenarios), 1), cfg.IPv6.RangeSize, 10)
+	if block < 3 {
+		fatal("config: %d client addresses (IPv6: %d) for %d scenarios: want at least 3 each", cfg.RangeSize, cfg.IPv6.RangeSize, len(cfg.Scenarios))
 	}
 	if err := setup(); err != nil {
 		fatal("guest setup: %v", err)

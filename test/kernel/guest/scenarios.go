@@ -18,10 +18,10 @@ import (
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
-// first is the first of the scenario's ten client addresses.
+// first is the first of the scenario's block of client addresses.
 func (s *S) first() netip.Addr {
 	a := netip.MustParseAddr(cfg.RangeStart)
-	for range 10 * s.index {
+	for range block * s.index {
 		a = a.Next()
 	}
 	return a
