@@ -154,7 +154,7 @@ e2e-run:
 	$(call step,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/kube with the kubelet on CRI-O,NETNS_PIN_KUBE_RUNTIME=crio $(E2E_ENV) $(GO) test -count=1 -timeout 20m -v -run '$(KUBE_CRIO_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
-	$(call step,go test ./test/kernel (krbd and CephFS kernel clients in a qemu guest, one boot each with Debian's 6.1 and 6.12 kernels; hack/vm/build.sh builds them on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 25m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kernel/)
+	$(call step,go test ./test/kernel (krbd and CephFS kernel clients in qemu guests with Debian's 6.1 and 6.12 kernels, booted at once; hack/vm/build.sh builds them on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 25m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kernel/)
 
 # Both demos run as part of make test: a demo that stops working fails CI.
 demos:

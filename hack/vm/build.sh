@@ -115,12 +115,15 @@ download() {
 	fi
 	mkdir -p "${debs}"
 	log "apt-get download ${pkg}=${ver}"
+	local t0
+	t0="$(now_ms)"
 	if ! (cd "${debs}" && apt-get download -q "${pkg}=${ver}" </dev/null >/dev/null 2>&1); then
 		apt-get update -qq </dev/null >/dev/null
 		(cd "${debs}" && apt-get download -q "${pkg}=${ver}" </dev/null >/dev/null) ||
 			die "apt-get download ${pkg}=${ver} failed: the archive may serve a newer ABI now (apt-cache search --names-only '^linux-image-6\\.1\\.0-[0-9]+-amd64\$' or '^linux-image-6\\.12\\.[0-9]+\\+deb12-amd64\$'; 6.12 comes from bookworm-security); change KERNELS in hack/vm/build.sh"
 	fi
 	[[ -f "${deb}" ]] || die "apt-get download left no ${deb}"
+	log "${pkg}=${ver}: $(du -h "${deb}" | cut -f1) in $((($(now_ms) - t0) / 1000))s"
 	echo "${deb}"
 }
 
