@@ -64,6 +64,25 @@ fuzz_pkgs = $(shell $(GO) list -f '{{.ImportPath}}{{range .TestGoFiles}} {{$$.Di
 # Packages with tests that need the failpoints build tag.
 failpoint_pkgs = $(shell grep -rl --include='*_test.go' '^//go:build.*failpoints' . 2>/dev/null | grep -v -e '^./.cache/' -e '^./test/' | xargs -r -n1 dirname | sort -u)
 
+comma := ,
+
+# beside NAME CMD OUT FGNAME FGCMD: run CMD (step NAME) in the background,
+# its output to OUT, while FGCMD runs as step FGNAME; then print OUT and both
+# results (the run fails if either failed). For suites that share nothing on
+# the host but the CPU, when one of them mostly waits.
+define beside
+	@printf '\n=== %s (beside the next step; its output when both ended)\n' "$(1)"
+	@bstart=$$(date +%s); \
+	{ brc=0; ( $(2) ) >$(3) 2>&1 || brc=$$?; echo "$$brc $$(( $$(date +%s) - bstart ))" >$(3).rc; } & bpid=$$!; \
+	printf '\n=== %s\n' "$(4)"; \
+	frc=0; start=$$(date +%s); ( $(5) ) || frc=$$?; \
+	if ((frc == 0)); then printf '=== %s: ok (%ss)\n' "$(4)" "$$(( $$(date +%s) - start ))"; else printf '=== %s: FAILED (%ss)\n' "$(4)" "$$(( $$(date +%s) - start ))"; fi; \
+	wait $$bpid || true; read -r brc bsecs <$(3).rc; \
+	printf '\n=== %s (output)\n' "$(1)"; cat $(3); \
+	if ((brc == 0)); then printf '=== %s: ok (%ss)\n' "$(1)" "$$bsecs"; else printf '=== %s: FAILED (%ss)\n' "$(1)" "$$bsecs"; fi; \
+	((frc == 0 && brc == 0))
+endef
+
 # step NAME CMD: run CMD with a header and its wall time.
 define step
 	@printf '\n=== %s\n' "$(1)"
@@ -148,13 +167,17 @@ failpoints:
 e2e: tools build e2e-run
 
 # -p 1: the e2e suites share the host (mount table, /var/lib/cni, containerd),
-# so they run one package at a time.
+# so they run one package at a time. The one exception: test/kernel runs
+# beside test/kube on containerd. Its host side is two Ceph clusters (each in
+# its own netns, on its own bridge), taps on their bridges and qemu; netns-pin,
+# the clients and their mounts are inside the guests. Nothing of it is in the
+# node's mount table, CNI folders or runtime, and the Kubernetes suite mostly
+# waits on the kubelet, leaving the CPU to the guests.
 e2e-run:
 	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v -e '/test/ceph$$' -e '/test/kube$$' -e '/test/kernel\(/\|$$\)'))
-	$(call step,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
+	$(call beside,go test ./test/kernel (krbd and CephFS kernel clients in qemu guests with Debian's 6.1 and 6.12 kernels$(comma) booted at once; hack/vm/build.sh builds them on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 25m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kernel/,$(CACHE)/kernel-suite.out,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/kube with the kubelet on CRI-O,NETNS_PIN_KUBE_RUNTIME=crio $(E2E_ENV) $(GO) test -count=1 -timeout 20m -v -run '$(KUBE_CRIO_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
-	$(call step,go test ./test/kernel (krbd and CephFS kernel clients in qemu guests with Debian's 6.1 and 6.12 kernels, booted at once; hack/vm/build.sh builds them on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 25m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kernel/)
 
 # Both demos run as part of make test: a demo that stops working fails CI.
 demos:
