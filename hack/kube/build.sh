@@ -149,9 +149,9 @@ build_upgrade_from_image() {
 	log "make image of ${commit:0:12} (hack/kube/upgrade-from) in a git worktree -> ${dir#"${ROOT}"/}"
 	local src="${dir}/src"
 	rm -rf "${dir}"
-	git -C "${ROOT}" worktree prune
 	mkdir -p "${dir}"
-	git -C "${ROOT}" worktree add --detach "${src}" "${commit}" >/dev/null 2>&1
+	# -f: a worktree of an interrupted run is registered but gone
+	git -C "${ROOT}" worktree add -f --detach "${src}" "${commit}" >/dev/null
 	IMAGE_DIR="${dir}/out" IMAGE_PLATFORMS=linux/amd64 bash "${src}/hack/image.sh" >/dev/null
 	git -C "${ROOT}" worktree remove --force "${src}"
 	mv "${dir}/out/netns-pin.oci.tar" "${dir}/netns-pin.oci.tar"

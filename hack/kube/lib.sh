@@ -35,7 +35,7 @@ DEPLOY_IMAGE="$(awk '/image: .*netns-pin/ {print $2; exit}' "${ROOT}/deploy/inst
 IMAGE_ARCHIVE="${CACHE}/image/netns-pin.oci.tar"
 # the linux/amd64 binaries of that archive (hack/image.sh)
 IMAGE_BIN_DIR="${CACHE}/image/bin/linux-amd64"
-upgrade_from_commit() { awk '/^[0-9a-f]{40}$/ {print; exit}' "${ROOT}/hack/kube/upgrade-from"; }
+upgrade_from_commit() { grep -E -m1 '^[0-9a-f]{40}$' "${ROOT}/hack/kube/upgrade-from"; }
 upgrade_from_dir() { echo "${KUBE_CACHE}/upgrade-from-$1"; }
 # image_ref ARCHIVE: the reference an OCI archive of hack/runtime/ociimage
 # names its image by (what ctr images import and skopeo read).
