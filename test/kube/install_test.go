@@ -6,7 +6,9 @@ package kube
 // ships.
 
 import (
+	"archive/tar"
 	"bytes"
+	"io"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -53,21 +55,19 @@ func TestInstalledByDaemonSet(t *testing.T) {
 	install, sweep := c.installerImages(t)
 	assert.Equal(t, c.env["KUBE_IMAGE"], install, "the installer runs make image's image, by the reference its archive names")
 	assert.Equal(t, c.env["KUBE_IMAGE"], sweep)
-	// The node's store has make image's index, by its digest: the archive
-	// imported as it is (.cache/image/netns-pin.oci.tar.digest is what
-	// hack/image.sh printed).
-	digest, err := os.ReadFile(filepath.Join(c.repo, ".cache", "image", "netns-pin.oci.tar.digest"))
-	require.NoError(t, err)
+	// The node's image is make image's linux/amd64 image: its image ID is
+	// the config digest the archive's index names for linux/amd64.
+	want := archiveConfigDigest(t, filepath.Join(c.repo, ".cache", "image", "netns-pin.oci.tar"), "amd64")
 	r := c.crictlRun("inspecti", "-o", "json", install)
 	require.NoError(t, r.Err, "image %s is not in the node's image store:\n%s", install, r)
 	var img struct {
 		Status struct {
-			RepoDigests []string `json:"repoDigests"`
+			ID string `json:"id"`
 		} `json:"status"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &img), "crictl inspecti: %s", r.Stdout)
-	want := strings.SplitN(install, ":", 2)[0] + "@" + strings.TrimSpace(string(digest))
-	assert.Contains(t, img.Status.RepoDigests, want, "the node's image is make image's index")
+	assert.Equal(t, strings.TrimPrefix(want, "sha256:"), strings.TrimPrefix(img.Status.ID, "sha256:"),
+		"the node's %s is the linux/amd64 image of make image's archive", install)
 	r = c.crictlRun("inspecti", "registry.k8s.io/pause:3.10")
 	assert.NoError(t, r.Err, "the holder's image is in the node's store:\n%s", r)
 
@@ -83,4 +83,55 @@ func TestInstalledByDaemonSet(t *testing.T) {
 	built, err := os.ReadFile(filepath.Join(c.env["KUBE_IMAGE_BIN_DIR"], "netns-pin"))
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(installed, built), "%s is not the linux/amd64 netns-pin of make image", c.pinBin)
+}
+
+// archiveConfigDigest reads an OCI archive of hack/image.sh (index.json ->
+// the image index -> the manifest of arch -> its config) and returns the
+// config's digest, the image ID a runtime shows.
+func archiveConfigDigest(t *testing.T, path, arch string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	files := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err, "read %s", path)
+		b, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		files[strings.TrimPrefix(h.Name, "./")] = b
+	}
+	type desc struct {
+		Digest   string `json:"digest"`
+		Platform struct {
+			Architecture string `json:"architecture"`
+		} `json:"platform"`
+	}
+	blob := func(d string) []byte {
+		b, ok := files["blobs/sha256/"+strings.TrimPrefix(d, "sha256:")]
+		require.True(t, ok, "%s has no blob %s", path, d)
+		return b
+	}
+	var top, index struct {
+		Manifests []desc `json:"manifests"`
+	}
+	require.NoError(t, json.Unmarshal(files["index.json"], &top), "%s: index.json", path)
+	require.Len(t, top.Manifests, 1)
+	require.NoError(t, json.Unmarshal(blob(top.Manifests[0].Digest), &index))
+	for _, m := range index.Manifests {
+		if m.Platform.Architecture != arch {
+			continue
+		}
+		var man struct {
+			Config desc `json:"config"`
+		}
+		require.NoError(t, json.Unmarshal(blob(m.Digest), &man))
+		return man.Config.Digest
+	}
+	t.Fatalf("%s has no %s image", path, arch)
+	return ""
 }
