@@ -8,8 +8,8 @@ package kube
 import (
 	"archive/tar"
 	"bytes"
-	"io"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
