@@ -106,9 +106,10 @@ func TestInstallerMetricsDuringAHolderRollout(t *testing.T) {
 // with --json, and the table is printed too.
 func (c *cluster) nodeCheck(t *testing.T, args ...string) (int, []map[string]string, string) {
 	t.Helper()
-	// The host's mount namespace as the sweep container enters it (the
-	// image has no shell): netns-pin host-exec.
-	argv := []string{"/netns-pin", "host-exec", "--", c.pinBin, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "check"}
+	// The sweep container's process entered the host's mount namespace
+	// (netns-pin host-exec) and kubectl exec joins its namespaces: the
+	// installed binary runs by its host path, as the sweeper does.
+	argv := []string{c.pinBin, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "check"}
 	r := c.installerExec(append(argv, args...)...)
 	table := c.installerExec(append(argv, args[:len(args)-1]...)...)
 	t.Logf("netns-pin check in the installer pod:\n%s", table.Stdout)

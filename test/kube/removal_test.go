@@ -106,6 +106,8 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 	appSB := c.sandboxOf(t, app)
 
 	// 1. uninstall refuses while netns-pin serves pods, naming them
+	v := host.RunCmd(cmdTimeout, nil, nil, c.pinBin, "version")
+	t.Logf("%s: %s", c.pinBin, v.Stdout)
 	r := host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs()...)
 	require.Error(t, r.Err, "uninstall with a holder pinned: %s", r)
 	t.Logf("netns-pin uninstall with pods attached:\n%s%s", r.Stdout, r.Stderr)

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -67,8 +68,9 @@ func (c *cluster) pinCLI(args ...string) host.CmdResult {
 }
 
 // listed is `netns-pin list --json` by the installed binary: attachment ->
-// state; the command must succeed (every record read).
-func (c *cluster) listed(t *testing.T) map[string]string {
+// state of the attachments asked for; the command must succeed (every
+// record read).
+func (c *cluster) listed(t *testing.T, atts ...string) map[string]string {
 	t.Helper()
 	r := c.pinCLI("--json", "list")
 	require.NoError(t, r.Err, "netns-pin list by %s: %s", c.pinBin, r)
@@ -79,7 +81,9 @@ func (c *cluster) listed(t *testing.T) map[string]string {
 	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &recs), "list --json: %s", r.Stdout)
 	out := map[string]string{}
 	for _, rec := range recs {
-		out[rec.Attachment] = rec.State
+		if slices.Contains(atts, rec.Attachment) {
+			out[rec.Attachment] = rec.State
+		}
 	}
 	return out
 }
@@ -191,7 +195,7 @@ func TestUpgradeAndRollbackWithLivePins(t *testing.T) {
 
 	// both pins adopted: listed, the active one linked, the draining one's
 	// next DEL refused by the new binary, which rewrites its record
-	assert.Equal(t, map[string]string{draining.sb.id + "." + storageIf: "draining", active.sb.id + "." + storageIf: "active"}, c.listed(t))
+	assert.Equal(t, map[string]string{draining.sb.id + "." + storageIf: "draining", active.sb.id + "." + storageIf: "active"}, c.listed(t, draining.sb.id+"."+storageIf, active.sb.id+"."+storageIf))
 	h.requireLinkTo(t, active)
 	before := failedKills(c.eventsOf(t, draining.pod, "FailedKillPod"))
 	start := time.Now()
@@ -213,7 +217,7 @@ func TestUpgradeAndRollbackWithLivePins(t *testing.T) {
 	// (format 2 both) and still finds the client
 	rolled := c.setInstallerImage(t, oldImage)
 	require.Equal(t, oldLine, rolled)
-	assert.Equal(t, map[string]string{draining.sb.id + "." + storageIf: "draining", active.sb.id + "." + storageIf: "active"}, c.listed(t),
+	assert.Equal(t, map[string]string{draining.sb.id + "." + storageIf: "draining", active.sb.id + "." + storageIf: "active"}, c.listed(t, draining.sb.id+"."+storageIf, active.sb.id+"."+storageIf),
 		"the earlier release reads the records the new one wrote")
 	r := c.pinCLI("--json", "inuse", draining.sb.id+"."+storageIf)
 	require.NoError(t, r.Err, "netns-pin inuse by the earlier release: %s", r)
