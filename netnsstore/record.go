@@ -1,6 +1,7 @@
 package netnsstore
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -204,12 +205,7 @@ func (s *Store) readRecord(attachment string, readOnly bool) (*Record, error) {
 		return nil, fmt.Errorf("decode record %s (%d bytes): %w: %w", attachment, len(data), errTornRecord, err)
 	}
 	if r.Format > recordFormat {
-		writer := r.Writer
-		if writer == "" {
-			writer = "an unknown version"
-		}
-		return nil, fmt.Errorf("record %s: %w %d, written by netns-pin %s; this netns-pin (%s) reads formats up to %d: upgrade it",
-			attachment, errNewerFormat, r.Format, writer, s.writerName(), recordFormat)
+		return nil, newerFormatError(attachment, r, s.writerName())
 	}
 	if r.Attachment != attachment {
 		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)
@@ -229,6 +225,18 @@ func (s *Store) readRecord(attachment string, readOnly bool) (*Record, error) {
 		s.log.Info("upgraded record", "attachment", attachment, "format", recordFormat)
 	}
 	return r, nil
+}
+
+// newerFormatError is the refusal of a record this program cannot read:
+// it names the netns-pin version that wrote it, the one (or a later one)
+// the node needs back (CHANGELOG.md lists the formats each release reads).
+func newerFormatError(attachment string, r *Record, reader string) error {
+	need := "netns-pin " + r.Writer + " or later"
+	if r.Writer == "" {
+		need = fmt.Sprintf("a netns-pin that reads format %d", r.Format)
+	}
+	return fmt.Errorf("record %s: %w %d, written by netns-pin %s; this netns-pin (%s) reads formats up to %d: it needs %s",
+		attachment, errNewerFormat, r.Format, cmp.Or(r.Writer, "of an unknown version"), reader, recordFormat, need)
 }
 
 func (s *Store) writerName() string {

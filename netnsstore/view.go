@@ -69,7 +69,7 @@ func readRecordFile(path, attachment string) (*Record, error) {
 		return nil, fmt.Errorf("decode record %s (%d bytes): %w: %w", attachment, len(data), errTornRecord, err)
 	}
 	if r.Format > recordFormat {
-		return nil, fmt.Errorf("record %s: %w %d, written by netns-pin %q; this reader knows formats up to %d", attachment, errNewerFormat, r.Format, r.Writer, recordFormat)
+		return nil, newerFormatError(attachment, r, "this reader")
 	}
 	if r.Attachment != attachment {
 		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -40,6 +41,11 @@ commands:
   install --cni-bin-dir DIR     copy netns-pin and netns-pin-* beside it into
                                 the CNI bin folder, atomically (the installer)
   host-exec -- PROGRAM [ARGS]   exec PROGRAM in the host's mount namespace
+  uninstall --cni-bin-dir DIR [--dry-run]
+                                remove netns-pin from this node (binaries,
+                                pinDir, stateDir, logFile) once no record,
+                                pin or cached attachment needs it; else
+                                name what remains (exit 1)
 
 flags:
 `
@@ -92,6 +98,8 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return runSweep(c, cf.interval, cf.once, nil, stderr)
 	case "check":
 		return runCheck(c, cf, g.json, stdout, stderr)
+	case "uninstall":
+		return runUninstall(c, cf, g.json, stdout, stderr)
 	}
 	// Never create the folders from the command line: no stateDir means
 	// nothing was ever pinned with this configuration.
@@ -151,16 +159,20 @@ type commandFlags struct {
 	cephCSIConfig string
 	csiPIDs       []int
 	csiProcesses  []string
+	// uninstall
+	cniBinDir string
+	cacheDirs []string
 }
 
 // commandUsage is each command's synopsis, printed when it is misused.
 var commandUsage = map[string]string{
-	"list":    "netns-pin list",
-	"inuse":   "netns-pin inuse <cluster (namespace/name) | attachment>",
-	"gc":      "netns-pin gc [--dry-run]",
-	"release": "netns-pin release <attachment> [--force]",
-	"sweep":   "netns-pin sweep [--interval 10s | --once] [--metrics-address HOST:PORT]",
-	"check":   "netns-pin check [--ceph-csi-config FILE] [--csi-pid PID]... [--csi-process NAME]...",
+	"list":      "netns-pin list",
+	"inuse":     "netns-pin inuse <cluster (namespace/name) | attachment>",
+	"gc":        "netns-pin gc [--dry-run]",
+	"release":   "netns-pin release <attachment> [--force]",
+	"sweep":     "netns-pin sweep [--interval 10s | --once] [--metrics-address HOST:PORT]",
+	"check":     "netns-pin check [--ceph-csi-config FILE] [--csi-pid PID]... [--csi-process NAME]...",
+	"uninstall": "netns-pin uninstall --cni-bin-dir DIR [--dry-run] [--cache-dir DIR]...",
 }
 
 // parseCommand reads the command's flags and arguments in any order, with
@@ -190,6 +202,16 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 		fs.DurationVar(&cf.interval, "interval", cf.interval, "time between rounds")
 		fs.BoolVar(&cf.once, "once", false, "run one round and exit (1 if it failed)")
 		fs.StringVar(&cf.metrics, "metrics-address", "", "refused: netns-pin-agent serves the metrics")
+	case "uninstall":
+		fs.StringVar(&cf.cniBinDir, "cni-bin-dir", "", "the CNI bin folder netns-pin was installed into (required)")
+		fs.BoolVar(&cf.dryRun, "dry-run", false, "report what would be removed and what remains, remove nothing")
+		fs.Func("cache-dir", "a CNI cache folder to look for attachments through netns-pin (repeatable; default the configuration's cacheDirs)", func(v string) error {
+			if !filepath.IsAbs(v) {
+				return fmt.Errorf("not an absolute path: %q", v)
+			}
+			cf.cacheDirs = append(cf.cacheDirs, filepath.Clean(v))
+			return nil
+		})
 	case "check":
 		fs.StringVar(&cf.cephCSIConfig, "ceph-csi-config", "", "ceph-csi's config.json (or its ConfigMap as JSON): check every netNamespaceFilePath")
 		fs.Func("csi-pid", "a csi node plugin process (repeatable; default: every process named by --csi-process)", func(v string) error {
@@ -214,7 +236,7 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 		}
 		cf.args, rest = append(cf.args, fs.Arg(0)), fs.Args()[1:]
 	}
-	if len(cf.args) != wantArgs || cf.interval <= 0 {
+	if len(cf.args) != wantArgs || cf.interval <= 0 || (cmd == "uninstall" && cf.cniBinDir == "") {
 		fs.Usage()
 		return cf, false
 	}

@@ -8,9 +8,16 @@
 #                                `go build` of the wrapper module hack/kube/k8s
 #   .cache/kube/whereabouts-<v>/ whereabouts (IPAM plugin), ip-control-loop
 #                                (its controller) and its CRDs
-#   .cache/kube/images/*.tar     OCI archives: the pause image, a busybox image,
-#                                the netns-pin image (the binaries of make build) and
-#                                whereabouts' controller (hack/kube/whereabouts.sh)
+#   .cache/kube/images/*.tar     OCI archives: the pause image, a busybox image
+#                                and whereabouts' controller (hack/kube/whereabouts.sh)
+#   .cache/image/netns-pin.oci.tar
+#                                netns-pin's image: make image (hack/image.sh),
+#                                the archive that ships, installed as it is
+#   .cache/kube/upgrade-from-<commit>/netns-pin.oci.tar
+#                                the image of the earlier commit named in
+#                                hack/kube/upgrade-from, built by that commit's
+#                                own hack/image.sh from a git worktree (kept:
+#                                once per commit)
 #   .cache/kube/bin/             links to the binaries of the pinned versions
 #
 # Multus (thin plugin), crictl, containerd and runc come from
@@ -107,23 +114,56 @@ busybox_args() {
 }
 
 # Images: no registry is reachable, so each is an OCI archive made here.
-# The netns-pin image carries what make image does (not its archive): the static
-# plugin at /netns-pin and netns-pin-agent at /netns-pin-agent on busybox,
-# entrypoint /netns-pin, command version.
 build_images() {
 	local sum
 	mkdir -p "${IMAGES}" "${KUBE_CACHE}/bin"
-	sum="$(cat "${ROOT}/hack/runtime/pause/main.go" "${ROOT}/hack/runtime/ociimage/main.go" "${CACHE}/cni/bin/netns-pin" "${ROOT}/bin/netns-pin-agent" /bin/busybox | cksum | cut -d' ' -f1)"
-	stamp_ok kube-images "${sum}" && [[ -f "${IMAGES}/netns-pin.tar" ]] && return 0
-	log "OCI archives: ${PAUSE_IMAGE}, ${BUSYBOX_IMAGE}, ${INSTALLER_IMAGE}"
+	sum="$(cat "${ROOT}/hack/runtime/pause/main.go" "${ROOT}/hack/runtime/ociimage/main.go" /bin/busybox | cksum | cut -d' ' -f1)"
+	stamp_ok kube-images "${sum}" && [[ -f "${IMAGES}/busybox.tar" ]] && return 0
+	log "OCI archives: ${PAUSE_IMAGE}, ${BUSYBOX_IMAGE}"
 	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "${KUBE_CACHE}/bin/pause" ./hack/runtime/pause)
 	ociimage -bin "${KUBE_CACHE}/bin/pause" -ref "${PAUSE_IMAGE}" -o "${IMAGES}/pause.tar"
 	# shellcheck disable=SC2046
 	ociimage -bin /bin/busybox -name /bin/busybox $(busybox_args | grep -v '^-add') -cmd sh -ref "${BUSYBOX_IMAGE}" -o "${IMAGES}/busybox.tar"
-	# shellcheck disable=SC2046
-	ociimage -bin "${CACHE}/cni/bin/netns-pin" -name /netns-pin -add "/netns-pin-agent=${ROOT}/bin/netns-pin-agent" $(busybox_args) -cmd version \
-		-ref "${INSTALLER_IMAGE}" -o "${IMAGES}/netns-pin.tar"
+	rm -f "${IMAGES}/netns-pin.tar" # the image of make build's binaries, before make image's
 	stamp_set kube-images "${sum}"
+}
+
+# build_netns_pin_image: make image, as a release is built (both
+# platforms, the same digests as `make image` of this commit); the suite
+# imports this archive and installs its linux/amd64 image. The archive of a
+# clean commit is the same every time (reproducible): kept while it names
+# this commit's version; a tree with changes is built again (16 s warm).
+build_netns_pin_image() {
+	local v
+	v="$("${ROOT}/hack/version.sh" version)"
+	if [[ "${v}" != *-dirty && -s "${IMAGE_ARCHIVE}" && -x "${IMAGE_BIN_DIR}/netns-pin" &&
+		"$(image_ref "${IMAGE_ARCHIVE}")" == *":${v}" ]]; then
+		return 0
+	fi
+	log "make image (${v}) -> ${IMAGE_ARCHIVE#"${ROOT}"/}"
+	bash "${ROOT}/hack/image.sh" >/dev/null
+}
+
+# build_upgrade_from_image: the image of the commit of hack/kube/upgrade-from,
+# made by that commit's own hack/image.sh in a git worktree (removed
+# afterwards), linux/amd64 only; kept under the commit's name.
+build_upgrade_from_image() {
+	local commit dir
+	commit="$(upgrade_from_commit)"
+	dir="$(upgrade_from_dir "${commit}")"
+	[[ -s "${dir}/netns-pin.oci.tar" ]] && return 0
+	git -C "${ROOT}" cat-file -e "${commit}^{commit}" 2>/dev/null ||
+		die "hack/kube/upgrade-from names ${commit}, which this clone does not have (a shallow clone? git fetch --unshallow)"
+	log "make image of ${commit:0:12} (hack/kube/upgrade-from) in a git worktree -> ${dir#"${ROOT}"/}"
+	local src="${dir}/src"
+	rm -rf "${dir}"
+	mkdir -p "${dir}"
+	# -f: a worktree of an interrupted run is registered but gone
+	git -C "${ROOT}" worktree add -f --detach "${src}" "${commit}" >/dev/null
+	IMAGE_DIR="${dir}/out" IMAGE_PLATFORMS=linux/amd64 bash "${src}/hack/image.sh" >/dev/null
+	git -C "${ROOT}" worktree remove --force "${src}"
+	mv "${dir}/out/netns-pin.oci.tar" "${dir}/netns-pin.oci.tar"
+	rm -rf "${dir}/out"
 }
 
 link_bins() {
@@ -143,6 +183,8 @@ main() {
 	mkdir -p "${KUBE_CACHE}"
 	multus_crd
 	build_images
+	build_netns_pin_image
+	build_upgrade_from_image
 	build_whereabouts
 	build_whereabouts_image
 	build_k8s

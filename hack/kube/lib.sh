@@ -27,7 +27,19 @@ ADMIN_KUBECONFIG="${KUBE_CACHE}/admin.kubeconfig"
 # Images the node's store gets (no registry is involved): the names the
 # manifests of deploy/ use, and a busybox for shell-based pods.
 PAUSE_IMAGE="registry.k8s.io/pause:3.10"
-INSTALLER_IMAGE="$(awk '/image: .*netns-pin/ {print $2; exit}' "${ROOT}/deploy/installer-daemonset.yaml")"
+# netns-pin's image as deploy/ names it (the placeholder an operator
+# replaces with the pushed reference), and the archives the suite installs
+# instead: make image's (NETNS_PIN_IMAGE_ARCHIVE) and the one of the
+# commit of hack/kube/upgrade-from.
+DEPLOY_IMAGE="$(awk '/image: .*netns-pin/ {print $2; exit}' "${ROOT}/deploy/installer-daemonset.yaml")"
+IMAGE_ARCHIVE="${CACHE}/image/netns-pin.oci.tar"
+# the linux/amd64 binaries of that archive (hack/image.sh)
+IMAGE_BIN_DIR="${CACHE}/image/bin/linux-amd64"
+upgrade_from_commit() { grep -E -m1 '^[0-9a-f]{40}$' "${ROOT}/hack/kube/upgrade-from"; }
+upgrade_from_dir() { echo "${KUBE_CACHE}/upgrade-from-$1"; }
+# image_ref ARCHIVE: the reference an OCI archive of hack/runtime/ociimage
+# names its image by (what ctr images import and skopeo read).
+image_ref() { tar -xOf "$1" index.json | jq -r '.manifests[0].annotations["io.containerd.image.name"]'; }
 BUSYBOX_IMAGE="localhost/netns-pin/busybox:test"
 
 # The running cluster: its own containerd root, state and socket, the

@@ -13,10 +13,14 @@
 #      folder; the NetworkAttachmentDefinition CRD from Multus' sources and
 #      whereabouts' CRDs from its own; whereabouts' controller
 #      (ip-control-loop, hack/kube/whereabouts.sh) as its DaemonSet runs it
-#   4. netns-pin: an image of the binaries of make build imported into the node's
-#      image store, deploy/installer-daemonset.yaml applied (its host path
-#      pointed at this node's CNI bin folder) and waited for until the
-#      binary is in place
+#   4. netns-pin: the archive of make image (.cache/image/netns-pin.oci.tar)
+#      imported into the node's image store as it is, beside the image of
+#      the earlier commit of hack/kube/upgrade-from (the upgrade scenario's);
+#      deploy/installer-daemonset.yaml and deploy/agent-daemonset.yaml
+#      applied with the archive's reference for deploy/'s placeholder, as an
+#      operator sets the pushed one (the installer's host path pointed at
+#      this node's CNI bin folder), and waited for until the binary is in
+#      place
 #
 # Idempotent: with the cluster up it only checks and re-applies. Afterwards
 #   .cache/kube/bin/kubectl --kubeconfig .cache/kube/admin.kubeconfig get nodes
@@ -263,8 +267,8 @@ start_containerd() {
 	start containerd containerd --config "${KUBE_DIR}/containerd/config.toml"
 	wait_until 60 "containerd" ctr --address "${CONTAINERD_SOCK}" version
 	local img
-	for img in pause busybox netns-pin whereabouts; do
-		ctr --address "${CONTAINERD_SOCK}" -n k8s.io images import "${IMAGES}/${img}.tar" >/dev/null
+	for img in "${IMAGES}/pause.tar" "${IMAGES}/busybox.tar" "${IMAGES}/whereabouts.tar" "${IMAGE_ARCHIVE}" "${UPGRADE_FROM_ARCHIVE}"; do
+		ctr --address "${CONTAINERD_SOCK}" -n k8s.io images import "${img}" >/dev/null
 	done
 }
 
@@ -273,15 +277,18 @@ start_containerd() {
 start_crio() {
 	if ! pid_of crio >/dev/null; then
 		local img ref
-		for img in pause busybox netns-pin whereabouts; do
+		for img in pause busybox whereabouts; do
 			case "${img}" in
 			pause) ref="${PAUSE_IMAGE}" ;;
 			busybox) ref="${BUSYBOX_IMAGE}" ;;
-			netns-pin) ref="${INSTALLER_IMAGE}" ;;
 			whereabouts) ref="${WHEREABOUTS_IMAGE}" ;;
 			esac
 			crio_import_image "${KUBE_DIR}" "${IMAGES}/${img}.tar" "${ref}"
 		done
+		# the archives name their images (containers/image picks the
+		# linux/amd64 one of make image's index)
+		crio_import_image "${KUBE_DIR}" "${IMAGE_ARCHIVE}" "${NETNS_PIN_IMAGE}"
+		crio_import_image "${KUBE_DIR}" "${UPGRADE_FROM_ARCHIVE}" "${UPGRADE_FROM_IMAGE}"
 	fi
 	start crio "${CRIO_BIN}/crio" --config "${KUBE_DIR}/crio/crio.conf" --config-dir "${KUBE_DIR}/crio/crio.conf.d"
 	wait_until 60 "crio" "${CACHE}/runtime/bin/crictl" --config "${KUBE_DIR}/crictl.yaml" version
@@ -368,6 +375,7 @@ install_netns_pin() {
 	# and rounds every 2 s instead of 10 s, so that the suite's metrics
 	# (updated each round) and abandoned teardowns are not waited for.
 	sed -E -e "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#" \
+		-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${NETNS_PIN_IMAGE}#" \
 		-e "s#^( *- )--interval=10s\$#\1--interval=2s\n\1--pin-dir=${KUBELET_DIR}/plugins/netns-pin\n\1--state-dir=${KUBE_DIR}/lib/cni/netns-pin#" \
 		"${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
@@ -379,6 +387,7 @@ install_netns_pin() {
 	kubectl_ create namespace rook-ceph --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
 	kubectl_ apply -f "${ROOT}/deploy/rbac.yaml" -f "${ROOT}/deploy/validating-admission-policy.yaml" >/dev/null
 	sed -E -e "s#^( *path: )/var/lib/cni/netns-pin#\1${KUBE_DIR}/lib/cni/netns-pin#" \
+		-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${NETNS_PIN_IMAGE}#" \
 		-e "s#- --listen-address=:9853#- --listen-address=:9853\n            - --state-dir=${KUBE_DIR}/lib/cni/netns-pin\n            - --pin-dir=${KUBELET_DIR}/plugins/netns-pin\n            - --status-dir=/var/lib/cni/netns-pin-agent\n            - --interval=1s#" \
 		-e "s#^( *mountPath: )/var/lib/cni/netns-pin\$#\1${KUBE_DIR}/lib/cni/netns-pin#" \
 		-e "s#^      serviceAccountName: netns-pin-agent\$#&\n      hostNetwork: true#" \
@@ -386,13 +395,13 @@ install_netns_pin() {
 		"${ROOT}/deploy/agent-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-agent --timeout=180s >/dev/null
 	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
-	if ! cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin"; then
-		# the plugin was rebuilt since (the image under the same name was
-		# re-imported): roll the installer, as a user upgrades
+	if ! cmp -s "${CNI_BIN_DIR}/netns-pin" "${IMAGE_BIN_DIR}/netns-pin"; then
+		# the plugin was rebuilt since (an image of a dirty tree, re-imported
+		# under the same name): roll the installer, as a user upgrades
 		log "netns-pin changed: kubectl rollout restart daemonset/netns-pin-installer"
 		kubectl_ -n kube-system rollout restart daemonset/netns-pin-installer >/dev/null
 		kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
-		cmp -s "${CNI_BIN_DIR}/netns-pin" "${CACHE}/cni/bin/netns-pin" ||
+		cmp -s "${CNI_BIN_DIR}/netns-pin" "${IMAGE_BIN_DIR}/netns-pin" ||
 			die "the installer DaemonSet did not install the new netns-pin"
 		kubectl_ -n kube-system rollout restart daemonset/netns-pin-agent >/dev/null
 		kubectl_ -n kube-system rollout status daemonset/netns-pin-agent --timeout=180s >/dev/null
@@ -417,6 +426,10 @@ KUBE_STORAGE_MASTER=${STORAGE_MASTER}
 KUBE_STORAGE_SUBNET=${STORAGE_SUBNET}
 KUBE_WHEREABOUTS_CONF=${CNI_CONF_DIR}/whereabouts.d/whereabouts.conf
 KUBE_BUSYBOX_IMAGE=${BUSYBOX_IMAGE}
+KUBE_IMAGE=${NETNS_PIN_IMAGE}
+KUBE_IMAGE_BIN_DIR=${IMAGE_BIN_DIR}
+KUBE_UPGRADE_FROM=${UPGRADE_FROM}
+KUBE_UPGRADE_FROM_IMAGE=${UPGRADE_FROM_IMAGE}
 K8S_VERSION=${K8S_VERSION}
 EOC
 }
@@ -428,6 +441,12 @@ main() {
 	bash "${ROOT}/hack/kube/build.sh"
 	local t_build
 	t_build="$(now_ms)"
+	NETNS_PIN_IMAGE="$(image_ref "${IMAGE_ARCHIVE}")"
+	UPGRADE_FROM="$(upgrade_from_commit)"
+	UPGRADE_FROM_ARCHIVE="$(upgrade_from_dir "${UPGRADE_FROM}")/netns-pin.oci.tar"
+	UPGRADE_FROM_IMAGE="$(image_ref "${UPGRADE_FROM_ARCHIVE}")"
+	[[ "${NETNS_PIN_IMAGE}" != "${UPGRADE_FROM_IMAGE}" ]] ||
+		die "make image and hack/kube/upgrade-from name the same image ${NETNS_PIN_IMAGE}: name an earlier commit there"
 	mkdir -p "${KUBE_DIR}/logs" "${KUBE_DIR}/pids" "${KUBE_DIR}/manifests"
 	chmod 0711 "${KUBE_DIR}"
 	check_runtime

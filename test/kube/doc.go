@@ -11,7 +11,7 @@
 //	             frees a deleted pod's addresses; its reconciler, every 10 s
 //
 // hack/kube/up.sh makes the cluster (cached builds; netns-pin installed by
-// deploy/installer-daemonset.yaml from an image of the binaries of make build)
+// deploy/installer-daemonset.yaml from make image's archive, as it ships)
 // when the suite starts, and hack/kube/down.sh removes it when it ends. The
 // tests apply the manifests of deploy/ as a user would, patching only
 // names, addresses and paths (the storage NIC, the address range, the

@@ -9,6 +9,7 @@ package kube
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,16 +35,19 @@ func (c *cluster) installerExec(args ...string) host.CmdResult {
 	return c.kubectl(append([]string{"-n", "kube-system", "exec", "daemonset/netns-pin-installer", "-c", "sweep", "--"}, args...)...)
 }
 
-// scrapeInstaller reads /metrics of the installer pod, from inside it
-// (busybox wget), as Prometheus would from the pod's address.
+// scrapeInstaller reads the node's /metrics, the agent's
+// (deploy/agent-daemonset.yaml), as Prometheus would from the pod's
+// address: the agent runs on the host's network in this suite
+// (hack/kube/up.sh), and its image has no shell or wget.
 func (c *cluster) scrapeInstaller(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	// The node's metrics are the agent's (deploy/agent-daemonset.yaml).
-	r := c.kubectl("-n", "kube-system", "exec", "daemonset/netns-pin-agent", "-c", "agent", "--",
-		"wget", "-q", "-O", "-", "http://127.0.0.1:"+metricsPort+"/metrics")
-	require.NoError(t, r.Err, "scrape the agent pod: %s", r)
+	hc := http.Client{Timeout: cmdTimeout}
+	resp, err := hc.Get("http://127.0.0.1:" + metricsPort + "/metrics")
+	require.NoError(t, err, "scrape the agent pod")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "scrape the agent pod")
 	var p expfmt.TextParser
-	mfs, err := p.TextToMetricFamilies(strings.NewReader(r.Stdout))
+	mfs, err := p.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err, "the text exposition format")
 	return mfs
 }
@@ -102,10 +106,10 @@ func TestInstallerMetricsDuringAHolderRollout(t *testing.T) {
 // with --json, and the table is printed too.
 func (c *cluster) nodeCheck(t *testing.T, args ...string) (int, []map[string]string, string) {
 	t.Helper()
-	// The host's mount namespace as the sweep container enters it: PID
-	// 1's, or kthreadd's where PID 1's cannot be opened.
-	enter := `for pid in 1 2; do if nsenter --target=$pid --mount -- true 2>/dev/null; then exec nsenter --target=$pid --mount -- "$@"; fi; done; exit 2`
-	argv := []string{"sh", "-c", enter, "sh", c.pinBin, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "check"}
+	// The sweep container's process entered the host's mount namespace
+	// (netns-pin host-exec) and kubectl exec joins its namespaces: the
+	// installed binary runs by its host path, as the sweeper does.
+	argv := []string{c.pinBin, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "check"}
 	r := c.installerExec(append(argv, args...)...)
 	table := c.installerExec(append(argv, args[:len(args)-1]...)...)
 	t.Logf("netns-pin check in the installer pod:\n%s", table.Stdout)

@@ -23,12 +23,13 @@ var (
 	// commandSteps: operator command -> the step that runs it ("" for
 	// commands that touch no state).
 	commandSteps = map[string]string{"list": "cli-list", "inuse": "cli-inuse", "gc": "cli-gc", "release": "cli-release", "sweep": "sweep", "version": "",
-		"install": "", "host-exec": ""}
+		"install": "", "host-exec": "", "uninstall": "cli-uninstall"}
 	// flagSteps: a command's flag -> the step that runs the command with
 	// it ("" for a flag that only repeats what another step runs: sweep's
 	// loop is rounds of --once).
 	flagSteps = map[string]string{"gc --dry-run": "cli-gc-dry-run", "release --force": "cli-release-force",
-		"sweep --interval": "", "sweep --once": "sweep", "install --cni-bin-dir": ""}
+		"sweep --interval": "", "sweep --once": "sweep", "install --cni-bin-dir": "",
+		"uninstall --cni-bin-dir": "cli-uninstall", "uninstall --dry-run": "cli-uninstall"}
 	// Record states: whole ones are the model's pinState; transient ones
 	// exist only between a crash and the next repairing operation.
 	wholeStates     = []string{string(pinActive), string(pinDraining), string(pinUnpinned)}

@@ -134,6 +134,7 @@ var stepTable = []stepDef{
 		return true
 	}},
 	{"cli-gc-dry-run", 1, func(d *driver) bool { d.cliGCDryRun(); return true }},
+	{"cli-uninstall", 1, func(d *driver) bool { d.cliUninstall(); return true }},
 	{"cli-wrong-pindir", 1, func(d *driver) bool { d.cliWrongDir("--pin-dir"); return true }},
 	{"cli-wrong-statedir", 1, func(d *driver) bool { d.cliWrongDir("--state-dir"); return true }},
 	{"record-unreadable", 1, func(d *driver) bool { return d.recordUnreadable() }},
@@ -650,6 +651,35 @@ func (d *driver) cliGCDryRun() {
 	}
 	if r.rc != 0 {
 		d.violation("I5", "netns-pin gc --dry-run failed: %s", r)
+	}
+}
+
+// cliUninstall runs `netns-pin uninstall` against a scratch CNI bin
+// folder: while anything is pinned it refuses (exit 1) and changes
+// nothing, its binary included (I4); with nothing pinned it runs with
+// --dry-run, which changes nothing either (the model keeps its folders).
+func (d *driver) cliUninstall() {
+	binDir := filepath.Join(d.e.work, "uninstall-bin")
+	require.NoError(d.t, os.MkdirAll(binDir, 0o755))
+	require.NoError(d.t, os.WriteFile(filepath.Join(binDir, "netns-pin"), []byte("netns-pin"), 0o755))
+	args := []string{"uninstall", "--cni-bin-dir", binDir, "--cache-dir", filepath.Join(d.e.work, "no-cni-cache")}
+	pinned := len(d.filter(func(h *holder) bool { return h.pin != pinNone || h.uncertain })) > 0
+	if !pinned {
+		args = append(args, "--dry-run")
+	}
+	before := d.snapshot()
+	r := d.e.cli(d.e.pinDir, "", args...)
+	d.logf("netns-pin %s (pinned: %v) -> %s", strings.Join(args, " "), pinned, r)
+	d.count("I4")
+	if after := d.snapshot(); after != before {
+		d.violation("I4", "netns-pin %s changed the store:%s", strings.Join(args, " "), before.diff(after))
+		d.crashedAll()
+	}
+	if _, err := os.Stat(filepath.Join(binDir, "netns-pin")); err != nil {
+		d.violation("I4", "netns-pin %s removed the binary: %v (%s)", strings.Join(args, " "), err, r)
+	}
+	if pinned && (r.rc != 1 || !strings.Contains(r.stdout, "remains: ")) {
+		d.violation("I4", "netns-pin uninstall with pins did not refuse naming them: %s", r)
 	}
 }
 

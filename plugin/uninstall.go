@@ -1,0 +1,368 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/netnsstore"
+)
+
+// storeLockFile is the store's lock in stateDir (netnsstore's lock.go):
+// uninstall holds it while it looks and removes, so that no ADD pins a
+// netns in between.
+const storeLockFile = "lock"
+
+// uninstallLockTimeout is how long uninstall waits for the store's lock,
+// as long as an ADD or DEL would.
+const uninstallLockTimeout = 30 * time.Second
+
+// remain is one thing that keeps netns-pin on the node.
+type remain struct {
+	// Kind: "record" (a pinned attachment's record), "pin" (a pin under
+	// pinDir/pins) or "attachment" (a pod whose runtime or Multus cache
+	// still lists netns-pin in its chain: its DEL will run netns-pin).
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	Pod  string `json:"pod,omitempty"`
+	Path string `json:"path"`
+}
+
+// uninstallReport is uninstall's result, one JSON object with --json.
+type uninstallReport struct {
+	DryRun  bool     `json:"dryRun,omitempty"`
+	Removed []string `json:"removed"`
+	Remains []remain `json:"remains"`
+}
+
+// runUninstall is `netns-pin uninstall --cni-bin-dir DIR [--dry-run]`:
+// the installer's clean removal (docs/operating.md, "Removing
+// netns-pin"). Under the store's lock it looks for what still needs
+// netns-pin on this node: records, pins, and the CNI result caches of
+// cacheDirs (the runtime's and Multus') that still list netns-pin in an
+// attachment's chain, since the DEL of such a pod runs netns-pin even
+// after the NetworkAttachmentDefinition dropped it. With none, it removes
+// netns-pin from the CNI bin folder, stateDir, pinDir and the configured
+// logFile; otherwise it removes nothing and names what remains (exit 1).
+func runUninstall(c *conf.Config, cf commandFlags, jsonOut bool, stdout, stderr io.Writer) int {
+	if len(cf.cacheDirs) > 0 {
+		c.CacheDirs = cf.cacheDirs
+	}
+	rep, err := uninstall(c, cf.cniBinDir, cf.dryRun)
+	if err != nil {
+		fmt.Fprintln(stderr, "netns-pin uninstall:", err)
+		return 1
+	}
+	if jsonOut {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		printUninstall(stdout, rep)
+	}
+	if len(rep.Remains) > 0 {
+		if !jsonOut {
+			fmt.Fprintf(stderr, "netns-pin uninstall: refused: %d thing(s) on this node still need netns-pin (above); "+
+				"remove it from the NetworkAttachmentDefinitions, wait until these pods are gone, then run it again (docs/operating.md, \"Removing netns-pin\")\n",
+				len(rep.Remains))
+		}
+		return 1
+	}
+	return 0
+}
+
+func printUninstall(w io.Writer, rep *uninstallReport) {
+	for _, r := range rep.Remains {
+		pod := ""
+		if r.Pod != "" {
+			pod = " pod " + r.Pod
+		}
+		fmt.Fprintf(w, "remains: %s %s%s (%s)\n", r.Kind, r.Name, pod, r.Path)
+	}
+	verb := "removed"
+	if rep.DryRun {
+		verb = "would remove"
+	}
+	if len(rep.Remains) > 0 {
+		verb = "kept"
+	}
+	if len(rep.Removed) == 0 {
+		fmt.Fprintf(w, "%s nothing: netns-pin is not installed here\n", verb)
+		return
+	}
+	for _, p := range rep.Removed {
+		fmt.Fprintf(w, "%s %s\n", verb, p)
+	}
+}
+
+// uninstall does runUninstall's work; Removed lists what was (or, with
+// dryRun or remains, would be) removed.
+func uninstall(c *conf.Config, cniBinDir string, dryRun bool) (*uninstallReport, error) {
+	rep := &uninstallReport{DryRun: dryRun, Removed: []string{}, Remains: []remain{}}
+	unlock, err := lockStateDir(c.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if rep.Remains, err = remains(c); err != nil {
+		return nil, err
+	}
+	var targets []string
+	for _, name := range []string{"netns-pin", "netns-pin-agent"} {
+		targets = append(targets, filepath.Join(cniBinDir, name))
+	}
+	// an install cut short leaves its temporary file
+	tmps, _ := filepath.Glob(filepath.Join(cniBinDir, ".netns-pin*.tmp"))
+	targets = append(targets, tmps...)
+	targets = append(targets, c.StateDir, c.PinDir)
+	if c.LogFile != "" {
+		targets = append(targets, c.LogFile)
+	}
+	for _, p := range targets {
+		if _, err := os.Lstat(p); err == nil {
+			rep.Removed = append(rep.Removed, p)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("look at %s: %w", p, err)
+		}
+	}
+	if dryRun || len(rep.Remains) > 0 {
+		return rep, nil
+	}
+	for _, p := range rep.Removed {
+		var err error
+		switch p {
+		case c.PinDir:
+			err = removePinDir(p)
+		default:
+			err = os.RemoveAll(p)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("remove %s: %w", p, err)
+		}
+	}
+	return rep, nil
+}
+
+// lockStateDir takes the store's lock when stateDir exists (none: nothing
+// was ever pinned there, and nothing is locked).
+func lockStateDir(stateDir string) (func(), error) {
+	fd, err := unix.Open(filepath.Join(stateDir, storeLockFile), unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the store's lock %s/%s: %w", stateDir, storeLockFile, err)
+	}
+	deadline := time.Now().Add(uninstallLockTimeout)
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { unix.Close(fd) }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) || time.Now().After(deadline) {
+			unix.Close(fd)
+			return nil, fmt.Errorf("lock %s/%s: %w", stateDir, storeLockFile, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// remains lists the records, the pins and the cached attachments whose
+// chain names netns-pin.
+func remains(c *conf.Config) ([]remain, error) {
+	out := []remain{}
+	recDir := filepath.Join(c.StateDir, "records")
+	names, err := dirNames(recDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, ".tmp-") {
+			continue // a write cut short, not a record; removed with stateDir
+		}
+		r := remain{Kind: "record", Name: strings.TrimSuffix(n, ".json"), Path: filepath.Join(recDir, n)}
+		var rec struct {
+			PodNS   string `json:"podNamespace"`
+			PodName string `json:"podName"`
+		}
+		if data, err := readLimited(r.Path, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
+			r.Pod = rec.PodNS + "/" + rec.PodName
+		}
+		out = append(out, r)
+	}
+	pinsDir := filepath.Join(c.PinDir, netnsstore.PinsSubdir)
+	if names, err = dirNames(pinsDir); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		out = append(out, remain{Kind: "pin", Name: n, Path: filepath.Join(pinsDir, n)})
+	}
+	for _, dir := range c.CacheDirs {
+		found, err := cachedAttachments(dir)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
+// dirNames lists a folder, sorted; a missing folder is empty.
+func dirNames(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// cachedAttachments finds, in a CNI cache folder, the attachments whose
+// chain lists netns-pin: libcni's result cache (<dir>/results/<network>-
+// <containerID>-<ifname>, what a runtime's DEL and Multus' delegates'
+// DELs read the configuration from) and Multus' own cache of a pod's
+// delegates (<dir>/<containerID>, what Multus' DEL calls). An unreadable
+// or undecodable file is not a reference; a folder that cannot be listed
+// is an error.
+func cachedAttachments(dir string) ([]remain, error) {
+	var out []remain
+	results := filepath.Join(dir, "results")
+	names, err := dirNames(results)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		p := filepath.Join(results, n)
+		var entry struct {
+			ContainerID string     `json:"containerId"`
+			CNIArgs     [][]string `json:"cniArgs"`
+		}
+		v, ok := cacheJSON(p)
+		if !ok || !namesNetnsPin(v, 0) {
+			continue
+		}
+		r := remain{Kind: "attachment", Name: n, Path: p}
+		if data, err := readLimited(p, maxCacheEntry); err == nil && json.Unmarshal(data, &entry) == nil {
+			var ns, name string
+			for _, kv := range entry.CNIArgs {
+				if len(kv) == 2 && kv[0] == "K8S_POD_NAMESPACE" {
+					ns = kv[1]
+				} else if len(kv) == 2 && kv[0] == "K8S_POD_NAME" {
+					name = kv[1]
+				}
+			}
+			if name != "" {
+				r.Pod = ns + "/" + name
+			}
+		}
+		out = append(out, r)
+	}
+	if names, err = dirNames(dir); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if v, ok := cacheJSON(p); ok && namesNetnsPin(v, 0) {
+			out = append(out, remain{Kind: "attachment", Name: "container " + n + " (Multus delegates)", Path: p})
+		}
+	}
+	return out, nil
+}
+
+func cacheJSON(path string) (any, bool) {
+	data, err := readLimited(path, maxCacheEntry)
+	if err != nil {
+		return nil, false
+	}
+	var v any
+	return v, json.Unmarshal(data, &v) == nil
+}
+
+// namesNetnsPin reports whether v holds a plugin entry of type netns-pin,
+// also inside the base64 of a configuration as libcni ("config") and
+// Multus ("Bytes") cache them.
+func namesNetnsPin(v any, depth int) bool {
+	if depth > 8 {
+		return false
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		if v["type"] == selfType {
+			return true
+		}
+		for _, e := range v {
+			if namesNetnsPin(e, depth+1) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if namesNetnsPin(e, depth+1) {
+				return true
+			}
+		}
+	case string:
+		if len(v) < 16 {
+			return false
+		}
+		b, err := base64.StdEncoding.DecodeString(v)
+		if err != nil || len(b) == 0 || (b[0] != '{' && b[0] != '[') {
+			return false
+		}
+		var inner any
+		return json.Unmarshal(b, &inner) == nil && namesNetnsPin(inner, depth+1)
+	}
+	return false
+}
+
+// selfType is netns-pin's "type" in a chain.
+const selfType = "netns-pin"
+
+// removePinDir removes pinDir, whose pins folder is empty: its links and
+// folders, then the folder itself, unmounting the bind mount of pinDir
+// onto itself that netns-pin makes to share it (docs/design.md, "Mount
+// propagation") when the folder is still a mount point.
+func removePinDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	for range 8 {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+		if err := unix.Unmount(dir, 0); err != nil {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+	return fmt.Errorf("rmdir %s: still a mount point", dir)
+}

@@ -1,0 +1,190 @@
+package kube
+
+// Removing netns-pin from a node in the documented order
+// (docs/operating.md, "Removing netns-pin"): out of the
+// NetworkAttachmentDefinition first, the binary left as a pass-through
+// until no pod attached before that runs, then `netns-pin uninstall`.
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/internal/host"
+)
+
+// multusCacheDir is the suite's Multus cniDir (hack/kube/up.sh): its
+// delegates' libcni result caches and its own cache of each pod's
+// delegates.
+func (c *cluster) multusCacheDir() string {
+	return filepath.Join(c.env["KUBE_DIR"], "lib", "cni", "multus")
+}
+
+// uninstallArgs is `netns-pin uninstall` on this node's folders.
+func (c *cluster) uninstallArgs(extra ...string) []string {
+	return append([]string{"--pin-dir", c.pinDir, "--state-dir", c.stateDir, "uninstall",
+		"--cni-bin-dir", c.env["KUBE_CNI_BIN_DIR"], "--cache-dir", c.multusCacheDir()}, extra...)
+}
+
+// withoutNetnsPin is the NAD with netns-pin taken out of its chain.
+func withoutNetnsPin(t *testing.T, n *storageNet) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(n.object)
+	require.NoError(t, err)
+	var obj map[string]any
+	require.NoError(t, json.Unmarshal(b, &obj))
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal([]byte(str(obj, "spec", "config")), &cfg))
+	plugins := cfg["plugins"].([]any)
+	require.Equal(t, "netns-pin", plugins[len(plugins)-1].(map[string]any)["type"])
+	cfg["plugins"] = plugins[:len(plugins)-1]
+	b, err = json.MarshalIndent(cfg, "", "  ")
+	require.NoError(t, err)
+	obj["spec"].(map[string]any)["config"] = string(b)
+	return obj
+}
+
+// uninstallPod is the removal as an operator runs it on a node without a
+// shell: the installer image's host-exec runs the installed netns-pin's
+// uninstall in the host's mount namespace (as the sweep container runs
+// sweep), privileged, on the host's PID namespace.
+func (c *cluster) uninstallPod(name string) map[string]any {
+	bin := filepath.Join(c.env["KUBE_CNI_BIN_DIR"], "netns-pin")
+	return map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": "kube-system"},
+		"spec": map[string]any{
+			"restartPolicy": "Never", "hostPID": true, "automountServiceAccountToken": false,
+			"containers": []any{map[string]any{
+				"name": "uninstall", "image": c.env["KUBE_IMAGE"],
+				"command":         append([]any{"/netns-pin", "host-exec", "--", bin}, anySlice(c.uninstallArgs())...),
+				"securityContext": map[string]any{"privileged": true},
+			}},
+		},
+	}
+}
+
+func anySlice(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// Scenario: a holder and a pod that is no holder run on a NAD with
+// netns-pin. uninstall refuses, naming the holder's record and pin and both
+// pods' cached attachments. netns-pin comes out of the NAD: a pod started
+// after that is not attached through it, while the two attached before
+// still are (their DEL runs netns-pin from Multus' cache), and `netns-pin
+// list` and `uninstall --dry-run` show them. Once they are deleted (their
+// DELs go through the binary still in place: the holder released, no
+// FailedKillPod), the agent and the installer DaemonSets are deleted and
+// uninstall, run from the image, removes the binary, pinDir and stateDir;
+// the newer pod stops without netns-pin. hack/kube/up.sh installs it again.
+func TestRemovalInTheDocumentedOrder(t *testing.T) {
+	c := requireCluster(t)
+	t.Cleanup(func() {
+		r := host.RunCmd(10*time.Minute, nil, nil, filepath.Join(c.repo, "hack", "kube", "up.sh"))
+		require.NoError(t, r.Err, "hack/kube/up.sh after the removal:\n%s", host.Tail(r.Stderr, 30))
+		assert.FileExists(t, c.pinBin, "netns-pin installed again")
+	})
+	h := c.newHolderSet(t, "network-attachment-definition.yaml")
+	ho := h.waitHolder(t)
+	att := ho.sb.id + "." + storageIf
+	nadRef := `[{"name":"` + h.nad.name + `","namespace":"` + pinNamespace + `"}]`
+	before := "app-" + host.RandHex(5)
+	c.apply(t, c.appPod(pinNamespace, before, nadRef))
+	t.Cleanup(func() { c.deleteAndWait(t, pinNamespace, "pod", before, "app="+before) })
+	app := c.waitRunning(t, pinNamespace, "app="+before)
+	appSB := c.sandboxOf(t, app)
+
+	// 1. uninstall refuses while netns-pin serves pods, naming them
+	v := host.RunCmd(cmdTimeout, nil, nil, c.pinBin, "version")
+	t.Logf("%s: %s", c.pinBin, v.Stdout)
+	r := host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs()...)
+	require.Error(t, r.Err, "uninstall with a holder pinned: %s", r)
+	t.Logf("netns-pin uninstall with pods attached:\n%s%s", r.Stdout, r.Stderr)
+	assert.Contains(t, r.Stdout, "remains: record "+att+" pod "+ho.pod.String())
+	assert.Contains(t, r.Stdout, "remains: pin "+att)
+	assert.Contains(t, r.Stdout, "pod "+app.String()+" (", "the pod that is no holder is attached through netns-pin")
+	assert.Contains(t, r.Stdout, "container "+appSB.id+" (Multus delegates)")
+	assert.Contains(t, r.Stderr, "refused")
+	assert.FileExists(t, c.pinBin)
+
+	// 2. out of the NAD: new pods are not attached through netns-pin
+	c.apply(t, withoutNetnsPin(t, h.nad))
+	after := "app-" + host.RandHex(5)
+	c.apply(t, c.appPod(pinNamespace, after, nadRef))
+	t.Cleanup(func() { c.deleteAndWait(t, pinNamespace, "pod", after, "app="+after) })
+	newer := c.waitRunning(t, pinNamespace, "app="+after)
+	newerSB := c.sandboxOf(t, newer)
+	assert.NotEmpty(t, newer.storageIP(), "the newer pod is on the storage network")
+
+	// the pods attached before still are: list and uninstall --dry-run
+	list := hostList(t, c)
+	assert.Contains(t, list, att, "netns-pin list shows the holder still pinned")
+	r = host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs("--dry-run")...)
+	require.Error(t, r.Err, "uninstall --dry-run with pods attached before the edit: %s", r)
+	t.Logf("netns-pin uninstall --dry-run after the NAD edit:\n%s", r.Stdout)
+	assert.Contains(t, r.Stdout, "pod "+ho.pod.String())
+	assert.Contains(t, r.Stdout, "pod "+app.String()+" (")
+	assert.NotContains(t, r.Stdout, newerSB.id, "a pod attached after the edit does not reference netns-pin")
+	assert.NotContains(t, r.Stdout, newer.String())
+
+	// 3. the pods attached before go; their DELs run the binary still there
+	c.deleteAndWait(t, pinNamespace, "daemonset", h.name, h.selector)
+	require.True(t, host.Poll(releaseTimeout, 500*time.Millisecond, func() bool { return c.unpinned(ho.sb) }),
+		"the holder's pin and record are still there after its pod went")
+	c.deleteAndWait(t, pinNamespace, "pod", before, "app="+before)
+	for _, p := range []pod{ho.pod, app} {
+		for _, e := range c.eventsOf(t, p, "FailedKillPod") {
+			assert.NotContains(t, e.Message, "failed to find plugin", "the DEL of %s found netns-pin", p)
+		}
+	}
+	r = host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs("--dry-run")...)
+	require.NoError(t, r.Err, "uninstall --dry-run once the pods attached before are gone: %s", r)
+	assert.Contains(t, r.Stdout, "would remove "+c.pinBin+"\n")
+
+	// 4. the DaemonSets, then uninstall from the image
+	for _, ds := range []string{"netns-pin-agent", "netns-pin-installer"} {
+		c.deleteAndWait(t, "kube-system", "daemonset", ds, "app.kubernetes.io/name="+ds)
+	}
+	name := "netns-pin-uninstall-" + host.RandHex(5)
+	c.apply(t, c.uninstallPod(name))
+	t.Cleanup(func() { c.kubectl("-n", "kube-system", "delete", "pod", name, "--ignore-not-found", "--wait=false") })
+	var phase string
+	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
+		phase = strings.TrimSpace(c.mustKubectl(t, "-n", "kube-system", "get", "pod", name, "-o", "jsonpath={.status.phase}"))
+		return phase == "Succeeded" || phase == "Failed"
+	}), "the uninstall pod did not finish (phase %q)", phase)
+	logs := c.mustKubectl(t, "-n", "kube-system", "logs", name)
+	t.Logf("netns-pin uninstall (pod %s, %s):\n%s", name, phase, logs)
+	require.Equal(t, "Succeeded", phase)
+	for _, p := range []string{c.pinBin, c.stateDir, c.pinDir} {
+		assert.Contains(t, logs, "removed "+p+"\n")
+		_, err := os.Lstat(p)
+		assert.True(t, os.IsNotExist(err), "%s is still there: %v", p, err)
+	}
+	assert.FileExists(t, filepath.Join(c.env["KUBE_CNI_BIN_DIR"], "macvlan"), "the other plugins stay")
+
+	// 5. the newer pod stops without netns-pin
+	c.deleteAndWait(t, pinNamespace, "pod", after, "app="+after)
+	assert.Empty(t, c.eventsOf(t, newer, "FailedKillPod"), "the pod attached after the edit stops without netns-pin")
+}
+
+// hostList is `netns-pin list` by the installed binary on this node's
+// folders (a person's table).
+func hostList(t *testing.T, c *cluster) string {
+	t.Helper()
+	r := c.pinCLI("list")
+	require.NoError(t, r.Err, "netns-pin list: %s", r)
+	t.Logf("netns-pin list:\n%s", r.Stdout)
+	return r.Stdout
+}
