@@ -115,8 +115,9 @@ func (s *suite) requireObjectStaysUntilRelease(t *testing.T, sn *storageNet, sb 
 // sandbox (the shim reports success, the runtime drops its netns, nothing
 // will DEL it again) and makes its final delete. The old object stays in
 // the API until the sweeper's release, then goes; the replacement is
-// untouched.
-func TestThickMultusRolloutObjectStaysUntilSweeperRelease(t *testing.T) {
+// untouched. (The test's name is short: the daemon's socket is under its
+// folder and must fit in sun_path.)
+func TestThickMultusRolloutKeepsObject(t *testing.T) {
 	s := requireRuntime(t, containerd) // multus-daemon runs in a container of containerd
 	const cluster = "rook-ceph/thick-f"
 	cache := filepath.Join(s.testDir(t), "multus-cache")
@@ -208,7 +209,7 @@ func (c *crioOneDEL) resultFile() string {
 //     final delete of the object.
 //
 // The object stays until the sweeper's release, then goes.
-func TestCRIOOneDELObjectStaysUntilSweeperRelease(t *testing.T) {
+func TestCRIOOneDELKeepsObject(t *testing.T) {
 	s := requireRuntime(t, containerd)
 	const cluster = "rook-ceph/crio-f"
 	sn := s.newStorageNet(t, netSpec{holders: []map[string]any{{"podNamespace": nadNamespace, "podName": "csi-holder-*", "cluster": cluster}}})
