@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
@@ -215,24 +217,99 @@ func (k *kubeAPI) ensureNamespace(ns string) error {
 // runtime starts its sandbox, and returns the UID the API server gave it
 // (Multus checks the sandbox's K8S_POD_UID against it).
 func (k *kubeAPI) createPod(ns, name string, annotations map[string]string) (string, error) {
-	if err := k.ensureNamespace(ns); err != nil {
+	return k.createPodObject(podObject{ns: ns, name: name, annotations: annotations})
+}
+
+// podObject is a Pod as the suite creates it in the API server.
+type podObject struct {
+	ns, name    string
+	annotations map[string]string
+	// node is spec.nodeName: a pod scheduled to it. Its graceful delete
+	// only sets the deletionTimestamp; the object goes at the kubelet's
+	// final delete (grace period 0, finalDelete) once no finalizer is
+	// left.
+	node           string
+	serviceAccount string
+	finalizers     []string
+}
+
+// createPodObject creates the pod and returns its UID.
+func (k *kubeAPI) createPodObject(p podObject) (string, error) {
+	if err := k.ensureNamespace(p.ns); err != nil {
 		return "", err
 	}
-	pod := map[string]any{
-		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": name, "namespace": ns, "annotations": annotations},
-		"spec": map[string]any{
-			"containers": []any{map[string]any{"name": "holder", "image": "localhost/netns-pin/pause:test"}},
-		},
+	meta := map[string]any{"name": p.name, "namespace": p.ns, "annotations": p.annotations}
+	if len(p.finalizers) > 0 {
+		meta["finalizers"] = p.finalizers
 	}
-	if err := k.apply(pod); err != nil {
+	spec := map[string]any{
+		"containers": []any{map[string]any{"name": "holder", "image": "localhost/netns-pin/pause:test"}},
+	}
+	if p.node != "" {
+		spec["nodeName"] = p.node
+	}
+	if p.serviceAccount != "" {
+		spec["serviceAccountName"] = p.serviceAccount
+	}
+	if err := k.apply(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}); err != nil {
 		return "", err
 	}
-	r := k.kubectl(nil, "-n", ns, "get", "pod", name, "-o", "jsonpath={.metadata.uid}")
+	r := k.kubectl(nil, "-n", p.ns, "get", "pod", p.name, "-o", "jsonpath={.metadata.uid}")
 	if r.Err != nil {
 		return "", errors.New(r.String())
 	}
 	return strings.TrimSpace(r.Stdout), nil
+}
+
+// getPod returns the pod of that UID, nil when it is gone (a pod being
+// deleted that still carries a finalizer is there).
+func (k *kubeAPI) getPod(ns, name, uid string) (*corev1.Pod, error) {
+	r := k.kubectl(nil, "-n", ns, "get", "pod", name, "-o", "json")
+	if r.Err != nil {
+		if strings.Contains(r.Stderr, "NotFound") {
+			return nil, nil
+		}
+		return nil, errors.New(r.String())
+	}
+	var p corev1.Pod
+	if err := json.Unmarshal([]byte(r.Stdout), &p); err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", ns, name, err)
+	}
+	if string(p.UID) != uid {
+		return nil, nil // a newer pod of the same name
+	}
+	return &p, nil
+}
+
+// finalDelete deletes the pod with grace period 0, as the kubelet does once
+// it has stopped the pod's sandbox (its status manager): without a
+// finalizer the object goes at once, with one it stays until the finalizer
+// is lifted.
+func (k *kubeAPI) finalDelete(ns, name string) error {
+	if r := k.kubectl(nil, "-n", ns, "delete", "pod", name, "--grace-period=0", "--force", "--wait=false"); r.Err != nil {
+		return errors.New(r.String())
+	}
+	return nil
+}
+
+// forgetPod lifts every finalizer of the pod and deletes it at once: the
+// cleanup of a test's pod objects, whatever it left.
+func (k *kubeAPI) forgetPod(ns, name string) {
+	k.kubectl(nil, "-n", ns, "patch", "pod", name, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
+	k.kubectl(nil, "-n", ns, "delete", "pod", name, "--ignore-not-found", "--grace-period=0", "--force", "--wait=false")
+}
+
+// events returns the Events on the object of that UID.
+func (k *kubeAPI) events(ns, uid string) ([]corev1.Event, error) {
+	r := k.kubectl(nil, "-n", ns, "get", "events", "--field-selector", "involvedObject.uid="+uid, "-o", "json")
+	if r.Err != nil {
+		return nil, errors.New(r.String())
+	}
+	var l corev1.EventList
+	if err := json.Unmarshal([]byte(r.Stdout), &l); err != nil {
+		return nil, fmt.Errorf("events of %s: %w", uid, err)
+	}
+	return l.Items, nil
 }
 
 // deletePod deletes a pod; unscheduled, it goes at once.

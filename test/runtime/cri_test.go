@@ -287,6 +287,14 @@ func (s *suite) runPodIf(t *testing.T, ns, name string, annotations map[string]s
 	uid, err := s.api.createPod(ns, name, annotations)
 	require.NoError(t, err)
 	sb := &sandbox{s: s, ns: ns, name: name, uid: uid, annotation: annotations, ifname: ifname}
+	return sb, s.startSandbox(t, sb)
+}
+
+// startSandbox starts the sandbox of the pod sb names (its object is in
+// the API server), as kubelet would. A failed runp leaves sb.id empty.
+func (s *suite) startSandbox(t *testing.T, sb *sandbox) host.CmdResult {
+	t.Helper()
+	ns, name, annotations, ifname := sb.ns, sb.name, sb.annotation, sb.ifname
 	dir := filepath.Join(s.work, "pods")
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	sb.podJSON = filepath.Join(dir, ns+"_"+name+"_"+sb.uid+".json")
@@ -304,7 +312,7 @@ func (s *suite) runPodIf(t *testing.T, ns, name string, annotations map[string]s
 	r := s.crictlRun("runp", sb.podJSON)
 	t.Cleanup(func() { sb.cleanup(t) })
 	if r.Err != nil {
-		return sb, r
+		return r
 	}
 	sb.id = strings.TrimSpace(r.Stdout)
 	require.Len(t, sb.id, 64, "crictl runp printed %q", r.Stdout)
@@ -317,7 +325,7 @@ func (s *suite) runPodIf(t *testing.T, ns, name string, annotations map[string]s
 	addrs := hosttest.AddrsIn(t, sb.netnsPath, ifname)
 	require.Len(t, addrs, 1, "%s: addresses of %s", sb, ifname)
 	sb.storageIP = addrs[0]
-	return sb, r
+	return r
 }
 
 // mustRunPod is runPod that requires success.

@@ -146,6 +146,14 @@ type thickMultus struct {
 // (upstream: the host's /var/lib/cni/multus); "" makes one.
 func (s *suite) startThickMultus(t *testing.T, pinDir, cache string) *thickMultus {
 	t.Helper()
+	return s.startThickMultusOn(t, "", pinDir, cache)
+}
+
+// startThickMultusOn is startThickMultus for the pods of node, as the
+// upstream DaemonSet runs the daemon (MULTUS_NODE_NAME from spec.nodeName:
+// its pod informer sees only that node's pods); "" sees every pod.
+func (s *suite) startThickMultusOn(t *testing.T, node, pinDir, cache string) *thickMultus {
+	t.Helper()
 	shareRoot(t)
 	env, err := host.ReadEnvFile(filepath.Join(s.dir, "env"), "MULTUS_DAEMON_IMAGE", "MULTUS_BIN_DIR")
 	require.NoError(t, err)
@@ -198,10 +206,12 @@ func (s *suite) startThickMultus(t *testing.T, pinDir, cache string) *thickMultu
 		require.NoError(t, os.MkdirAll(pinDir, 0o755))
 		mounts = append(mounts, criMount{ContainerPath: "/hostroot" + pinDir, HostPath: pinDir, Propagation: propBidirectional})
 	}
+	daemonEnv := map[string]string{"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": strings.TrimPrefix(s.api.url, "https://127.0.0.1:")}
+	if node != "" {
+		daemonEnv["MULTUS_NODE_NAME"] = node
+	}
 	c := s.startHostContainer(t, "kube-multus-"+host.RandHex(4), env["MULTUS_DAEMON_IMAGE"],
-		[]string{"/multus-daemon", "-config", "/etc/cni/net.d/multus.d/daemon-config.json"},
-		map[string]string{"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": strings.TrimPrefix(s.api.url, "https://127.0.0.1:")},
-		mounts)
+		[]string{"/multus-daemon", "-config", "/etc/cni/net.d/multus.d/daemon-config.json"}, daemonEnv, mounts)
 	sock := filepath.Join(socketDir, "multus.sock")
 	require.True(t, host.Poll(readyTimeout, 50*time.Millisecond, func() bool { _, err := os.Stat(sock); return err == nil }),
 		"multus-daemon made no socket %s:\n%s", sock, s.crictlRun("logs", c.ctrID))
