@@ -269,7 +269,7 @@ func assertConsistent(t *testing.T, s *Store) {
 	owned := map[string]*Record{}
 	for _, r := range rs {
 		owned[r.Attachment] = r
-		assert.Contains(t, []State{StateActive, StateDraining}, r.State, "record %s", r.Attachment)
+		assert.Contains(t, []string{StateActive, StateDraining}, r.State, "record %s", r.Attachment)
 		id, mounted, err := s.pinState(r.Attachment)
 		require.NoError(t, err)
 		assert.True(t, mounted, "record %s has its pin mounted", r.Attachment)
@@ -290,7 +290,7 @@ func assertConsistent(t *testing.T, s *Store) {
 		}
 		r, ok := owned[filepath.Base(target)]
 		if assert.True(t, ok, "link %s -> %s points at a recorded pin", p, target) {
-			assert.Contains(t, []State{StateActive, StateDraining}, r.State)
+			assert.Contains(t, []string{StateActive, StateDraining}, r.State)
 		}
 		return nil
 	}))

@@ -70,7 +70,7 @@ func TestEventsCountRefusalsAndReleases(t *testing.T) {
 	// and its own counts.
 	s.actor = ByGC
 	s.note(Event{Kind: EventRelease, By: ByGC, Cluster: "ns/cl", Count: 1})
-	more, next, _, err = s.readEvents(next2)
+	more, _, _, err = s.readEvents(next2)
 	require.NoError(t, err)
 	assert.Empty(t, more, "a line torn and continued is skipped")
 
