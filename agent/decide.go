@@ -46,7 +46,7 @@ type Pin struct {
 	PodName             string
 	PodUID              string
 	Links               []string
-	State               netnsstore.State
+	State               string
 	Abandoned           bool
 	DrainingSince       time.Time
 	Updated             time.Time

@@ -138,15 +138,15 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 func TestCrashThenClientKeepsTheNetns(t *testing.T) {
 	for _, tc := range []struct {
 		op, fp string
-		want   State
+		want   string
 	}{
 		// ADD writes an active record first; the next operation pins it
 		// again where the crash left it without a pin.
-		{"pin", "add-record-written", stateActive}, {"pin", "add-pin-mounted", stateActive}, {"pin", "add-links-set", stateActive},
+		{"pin", "add-record-written", StateActive}, {"pin", "add-pin-mounted", StateActive}, {"pin", "add-links-set", StateActive},
 		// An interrupted DEL decided nothing: the holder is still active,
 		// and the runtime's retry settles it.
-		{"release", "del-links-moved", stateActive},
-		{"release", "del-unpinned", stateActive},
+		{"release", "del-links-moved", StateActive},
+		{"release", "del-unpinned", StateActive},
 	} {
 		t.Run(tc.op+"/"+tc.fp, func(t *testing.T) {
 			s := testStore(t)
@@ -166,7 +166,7 @@ func TestCrashThenClientKeepsTheNetns(t *testing.T) {
 			require.NoError(t, err)
 			require.NotNil(t, r, "the record stays")
 			assert.Equal(t, tc.want, r.State)
-			if tc.want == stateDraining {
+			if tc.want == StateDraining {
 				assert.Equal(t, []string{"process 7 (rbd)"}, r.References)
 			}
 			assertConsistent(t, s)
@@ -208,7 +208,7 @@ func TestCrashWhileFinishingAnAbandonedTeardown(t *testing.T) {
 			require.NoError(t, err)
 			// Refused once, then the runtime abandoned it: its netns path
 			// is gone.
-			r.State, r.Teardown = stateDraining, &Teardown{Netns: filepath.Join(t.TempDir(), "removed-by-the-runtime")}
+			r.State, r.Teardown = StateDraining, &Teardown{Netns: filepath.Join(t.TempDir(), "removed-by-the-runtime")}
 			writeRaw(t, s, r)
 
 			runCrashChild(t, s, "finish", "", "", fp)
@@ -269,7 +269,7 @@ func assertConsistent(t *testing.T, s *Store) {
 	owned := map[string]*Record{}
 	for _, r := range rs {
 		owned[r.Attachment] = r
-		assert.Contains(t, []State{stateActive, stateDraining}, r.State, "record %s", r.Attachment)
+		assert.Contains(t, []string{StateActive, StateDraining}, r.State, "record %s", r.Attachment)
 		id, mounted, err := s.pinState(r.Attachment)
 		require.NoError(t, err)
 		assert.True(t, mounted, "record %s has its pin mounted", r.Attachment)
@@ -290,7 +290,7 @@ func assertConsistent(t *testing.T, s *Store) {
 		}
 		r, ok := owned[filepath.Base(target)]
 		if assert.True(t, ok, "link %s -> %s points at a recorded pin", p, target) {
-			assert.Contains(t, []State{stateActive, stateDraining}, r.State)
+			assert.Contains(t, []string{StateActive, StateDraining}, r.State)
 		}
 		return nil
 	}))

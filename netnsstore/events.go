@@ -27,7 +27,7 @@ import (
 // holder ADD: one open, one write, one close, no fsync. A machine crash may
 // lose the last lines or tear one (a torn line is skipped): the counts are
 // for alerting, not accounting. The agent folds the file into one line per
-// counter when it grows past a size (Store.Events), under the lock.
+// counter when it grows past a size (Store.FoldEvents), under the lock.
 const eventsFile = "events"
 
 // Event kinds.
@@ -161,28 +161,26 @@ func eventsFrom(data []byte, err error, from int64) (events []Event, next int64,
 // sweeper runs: a refusal every 10 s for years.
 const maxEvents = 256 << 20
 
-// Events is readEvents for the node agent, which also keeps the file
-// small: past foldOver bytes it reads the rest and folds the file into one
-// line per counter, under the lock (appenders hold it), and returns the
-// offset of the folded file's end.
-func (s *Store) Events(from, foldOver int64) (events []Event, next int64, reset bool, err error) {
-	events, next, reset, err = s.readEvents(from)
-	if err != nil || next <= foldOver {
-		return events, next, reset, err
+// FoldEvents keeps the events file small for the node agent, which reads
+// it (ReadEvents): past over bytes it is folded into one line per counter,
+// under the lock (appenders hold it). The sweeper folds each round, so the
+// file stays small while a holder's DEL is refused for weeks.
+func (s *Store) FoldEvents(over int64) error {
+	var st unix.Stat_t
+	switch err := unix.Fstatat(s.stateFd, eventsFile, &st, unix.AT_SYMLINK_NOFOLLOW); {
+	case errors.Is(err, unix.ENOENT) || err == nil && st.Size <= over:
+		return nil
+	case err != nil:
+		return fmt.Errorf("stat %s/%s: %w", s.StateDir, eventsFile, err)
 	}
 	unlock, err := s.lock()
 	if err != nil {
-		return events, next, reset, err
+		return err
 	}
 	defer unlock()
-	more, _, _, err := s.readEvents(next)
-	if err != nil {
-		return events, next, reset, err
-	}
-	events = append(events, more...)
 	all, _, _, err := s.readEvents(0)
 	if err != nil {
-		return events, next, reset, err
+		return err
 	}
 	sums := map[[3]string]uint64{}
 	for _, e := range all {
@@ -193,7 +191,7 @@ func (s *Store) Events(from, foldOver int64) (events []Event, next int64, reset 
 		b.WriteString(Event{Kind: k[0], By: k[1], Cluster: k[2], Count: sums[k]}.line())
 	}
 	if err := s.replaceFile(s.stateFd, eventsFile, []byte(b.String()), false); err != nil {
-		return events, next, reset, fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
+		return fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
 	}
-	return events, int64(b.Len()), reset, nil
+	return nil
 }

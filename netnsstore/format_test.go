@@ -76,7 +76,7 @@ func TestStoreReadsTheFilesOf3819815(t *testing.T) {
 		assert.Equal(t, s.PinDir, r.PinDir)
 	}
 	c1 := byName["c1.net1"]
-	assert.Equal(t, stateDraining, c1.State)
+	assert.Equal(t, StateDraining, c1.State)
 	assert.Equal(t, []string{"10.99.0.2"}, c1.IPs)
 	assert.Equal(t, "csi-holder-a", c1.PodName)
 	assert.Equal(t, "block", c1.InUse["unattributed"])
@@ -87,7 +87,7 @@ func TestStoreReadsTheFilesOf3819815(t *testing.T) {
 	assert.JSONEq(t, `{"kind":"cniCacheV1","containerId":"c1","config":"eyJ0eXBlIjoibWFjdmxhbiJ9","ifName":"net1","networkName":"ceph-public","cniArgs":[["K8S_POD_NAME","csi-holder-a"]],"result":{"cniVersion":"1.0.0","ips":[{"address":"10.99.0.2/24"}]}}`, string(c1.Teardown.Cache))
 	assert.False(t, c1.DrainingSince.IsZero())
 	c2 := byName["c2.net1"]
-	assert.Equal(t, stateActive, c2.State)
+	assert.Equal(t, StateActive, c2.State)
 	assert.Equal(t, []string{"fd00:99::3"}, c2.IPs)
 	assert.Nil(t, c2.Teardown)
 	c9 := byName["c9.eth9"]

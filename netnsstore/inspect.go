@@ -20,13 +20,6 @@ import (
 // tests the operations make, exported read-only, so that the check says
 // what ADD, DEL and the link rule would see rather than a second opinion.
 
-// The record states a check reports on.
-const (
-	StateActive   = stateActive
-	StateDraining = stateDraining
-	StateUnpinned = stateUnpinned
-)
-
 // CheckTrustedDir fails unless dir is what Open requires of pinDir and
 // stateDir: a real directory owned by root, not writable by group or
 // others. Unlike Open it creates nothing.
@@ -93,31 +86,25 @@ type Snapshot struct {
 // the node.
 func (s *Store) Inspect() (*Snapshot, error) {
 	snap := &Snapshot{Unreadable: map[string]string{}, BootID: s.bootID}
-	err := s.locked(true, func(v *view) error {
+	take := func(v *view) error {
 		snap.Records = v.recs
 		for n, err := range v.bad {
 			snap.Unreadable[n] = err.Error()
 		}
 		return nil
-	})
-	if err != nil && !errors.Is(err, ErrOtherStateDir) {
-		return nil, err
 	}
+	err := s.locked(true, take)
 	if errors.Is(err, ErrOtherStateDir) {
 		snap.OwnerErr = err
 		// locked stops at the owner: read the rest without the lock's
 		// view, as a refused operation would have seen it.
-		v, lerr := s.load(true)
-		if lerr != nil {
-			return nil, lerr
+		var v *view
+		if v, err = s.load(true); err == nil {
+			err = errors.Join(take(v), s.openPinDir())
 		}
-		snap.Records = v.recs
-		for n, err := range v.bad {
-			snap.Unreadable[n] = err.Error()
-		}
-		if err := s.openPinDir(); err != nil {
-			return nil, err
-		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	snap.Owner = s.readOwner()
 	names, err := readDirNames(s.pinsFd)

@@ -13,19 +13,6 @@ import (
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
-// PinRequest describes a holder attachment to pin.
-type PinRequest struct {
-	ContainerID string
-	IfName      string
-	Network     string
-	Cluster     string
-	PodNS       string
-	PodName     string
-	PodUID      string
-	NetnsPath   string
-	Links       []string // absolute well-known paths of the cluster
-}
-
 // view is the store as one operation sees it under the lock: the records
 // it could read, oldest first, and those it could not use.
 type view struct {
@@ -136,12 +123,14 @@ func (s *Store) load(readOnly bool) (*view, error) {
 	return &view{recs: rs, bad: bad, readOnly: readOnly}, nil
 }
 
-// Pin pins the netns of an attachment and points the cluster's links at
-// it: an active record with the netns's addresses, the bind mount, the
-// links. Pinning an attachment that is already pinned to the same netns is
+// Pin pins the netns of the holder attachment that req describes (its
+// ContainerID, IfName, Network, Cluster, PodNS, PodName, PodUID, NetnsPath
+// and Links, the absolute well-known paths of the cluster; the store fills
+// in the rest) and points the cluster's links at it: an active record with
+// the netns's addresses, the bind mount, the links. Pinning an attachment that is already pinned to the same netns is
 // a no-op but for what is missing: an interrupted ADD is completed, a pin
 // unmounted from outside is made again.
-func (s *Store) Pin(req PinRequest) (*Record, error) {
+func (s *Store) Pin(req Record) (*Record, error) {
 	name, err := AttachmentName(req.ContainerID, req.IfName)
 	if err != nil {
 		return nil, err
@@ -181,7 +170,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 		}
 		// An ADD interrupted in a format that wrote an intent record first,
 		// or a release that this ADD interrupts: completed as an ADD.
-		r.State = stateActive
+		r.State = StateActive
 		if err := s.publish(v, r, src); err != nil {
 			return errors.Join(err, s.settle(v, r, nil))
 		}
@@ -201,7 +190,7 @@ func (s *Store) Pin(req PinRequest) (*Record, error) {
 // links exist. A crash after it leaves an active record without a pin,
 // which the next operation pins again from the runtime's netns or settles
 // when that is gone.
-func (s *Store) pinNew(v *view, name string, req PinRequest, src *os.File, srcID NetnsID) (*Record, error) {
+func (s *Store) pinNew(v *view, name string, req Record, src *os.File, srcID NetnsID) (*Record, error) {
 	ips, err := nsinfo.GlobalAddrs(int(src.Fd()))
 	if err != nil {
 		return nil, fmt.Errorf("pin %s: %w", name, err)
@@ -211,7 +200,7 @@ func (s *Store) pinNew(v *view, name string, req PinRequest, src *os.File, srcID
 		Attachment: name, ContainerID: req.ContainerID, IfName: req.IfName, Network: req.Network,
 		Cluster: req.Cluster, PodNS: req.PodNS, PodName: req.PodName, PodUID: req.PodUID,
 		NetnsPath: req.NetnsPath, PinPath: s.pinPath(name), NetnsDev: srcID.Dev, NetnsIno: srcID.Ino,
-		IPs: unionAddrs(nil, ips), InUse: s.inUseConfig, Links: slices.Clone(req.Links), BootID: s.bootID, State: stateActive,
+		IPs: unionAddrs(nil, ips), InUse: s.inUseConfig, Links: slices.Clone(req.Links), BootID: s.bootID, State: StateActive,
 		Created: time.Now().UTC(),
 	}
 	if err := s.ensureShared(); err != nil {
@@ -243,8 +232,8 @@ func (s *Store) repinFrom(v *view, r *Record, src *os.File) error {
 	if err := s.mountPin(src, r.NetnsID(), r.Attachment); err != nil {
 		return err
 	}
-	if r.State == stateUnpinned {
-		r.State = stateDraining
+	if r.State == StateUnpinned {
+		r.State = StateDraining
 	}
 	return errors.Join(s.writeRecord(r), s.relink(r.Cluster, v.recs))
 }
@@ -404,7 +393,7 @@ func (s *Store) check(v *view, attachment, netnsPath string) error {
 	if r == nil {
 		return fmt.Errorf("attachment %s has no record: it is not pinned", attachment)
 	}
-	if r.State != stateActive && r.State != stateDraining {
+	if r.State != StateActive && r.State != StateDraining {
 		return fmt.Errorf("attachment %s is in state %s", attachment, r.State)
 	}
 	if r.BootID != s.bootID {

@@ -17,30 +17,29 @@ import (
 	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
-// State is where an attachment is in its life (docs/design.md §7). An
-// active or draining record whose pin is whole needs nothing; any other is
-// settled by the next operation that takes the lock (see Store.settle):
-// what it becomes depends on the in-use check, never on the state alone.
-type State string
-
+// The states of a record: where an attachment is in its life
+// (docs/design.md §7, Record.State). An active or draining record whose
+// pin is whole needs nothing; any other is settled by the next operation
+// that takes the lock (see Store.settle): what it becomes depends on the
+// in-use check, never on the state alone.
 const (
-	// stateActive: pinned and linked; the cluster's links prefer it. ADD
+	// StateActive: pinned and linked; the cluster's links prefer it. ADD
 	// writes it first, before the pin and the links exist: a crash in
 	// between leaves an active record without a pin, pinned again by the
 	// next operation from the runtime's netns.
-	stateActive State = "active"
-	// stateDraining: a DEL (or GC, or repair) found it in use; it stays
+	StateActive = "active"
+	// StateDraining: a DEL (or GC, or repair) found it in use; it stays
 	// pinned and is linked only while its cluster has no active pin.
-	stateDraining State = "draining"
-	// stateUnpinned: in use, but its pin was unmounted from outside and
+	StateDraining = "draining"
+	// StateUnpinned: in use, but its pin was unmounted from outside and
 	// the netns could not be reached to pin it again (the kernel clients
 	// hold it). Never a link target; DEL refuses until nothing uses it.
-	stateUnpinned State = "unpinned"
+	StateUnpinned = "unpinned"
 	// stateIntent and stateReleasing are written by the previous release
 	// only (an ADD before its mount, a release after its check); a store
 	// that finds one settles it like a DEL, and a repeated ADD completes it.
-	stateIntent    State = "intent"
-	stateReleasing State = "releasing"
+	stateIntent    = "intent"
+	stateReleasing = "releasing"
 )
 
 // recordFormat is the format this program writes. Format 1 (no "format"
@@ -82,7 +81,7 @@ type Record struct {
 	InUse   map[string]string `json:"inUse,omitempty"`
 	Links   []string          `json:"links"`
 	BootID  string            `json:"bootID"`
-	State   State             `json:"state"`
+	State   string            `json:"state"` // StateActive, StateDraining, ...
 	Created time.Time         `json:"created"`
 	Updated time.Time         `json:"updated"`
 	// References found by the last check that kept the pin.
@@ -198,6 +197,27 @@ func (s *Store) readRecord(attachment string, readOnly bool) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read record %s: %w", attachment, err)
 	}
+	r, err := decodeRecord(data, attachment, s.writerName())
+	if err != nil {
+		return nil, err
+	}
+	if r.PinDir != s.PinDir {
+		return nil, fmt.Errorf("%w: record %s was made under pinDir %s, this store's pinDir is %s", ErrOtherPinDir, attachment, r.PinDir, s.PinDir)
+	}
+	if r.Format < recordFormat && !readOnly {
+		if err := s.writeRecord(r); err != nil {
+			return nil, fmt.Errorf("upgrade record %s: %w", attachment, err)
+		}
+		s.log.Info("upgraded record", "attachment", attachment, "format", recordFormat)
+	}
+	return r, nil
+}
+
+// decodeRecord decodes the record file of attachment, for reader (the
+// program version that reads it, named when the record is too new). A
+// record of format 1 kept no pinDir: it is derived from its pin's path,
+// <pinDir>/pins/<attachment>.
+func decodeRecord(data []byte, attachment, reader string) (*Record, error) {
 	r := &Record{}
 	if err := json.Unmarshal(data, r); err != nil {
 		// Empty or cut short: what a power loss leaves of a record written
@@ -205,24 +225,13 @@ func (s *Store) readRecord(attachment string, readOnly bool) (*Record, error) {
 		return nil, fmt.Errorf("decode record %s (%d bytes): %w: %w", attachment, len(data), errTornRecord, err)
 	}
 	if r.Format > recordFormat {
-		return nil, newerFormatError(attachment, r, s.writerName())
+		return nil, newerFormatError(attachment, r, reader)
 	}
 	if r.Attachment != attachment {
 		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)
 	}
-	old := r.Format < recordFormat
-	if old && r.PinDir == "" {
-		// Format 1 kept the pin's path, <pinDir>/pins/<attachment>.
+	if r.Format < recordFormat && r.PinDir == "" {
 		r.PinDir = filepath.Dir(filepath.Dir(r.PinPath))
-	}
-	if r.PinDir != s.PinDir {
-		return nil, fmt.Errorf("%w: record %s was made under pinDir %s, this store's pinDir is %s", ErrOtherPinDir, attachment, r.PinDir, s.PinDir)
-	}
-	if old && !readOnly {
-		if err := s.writeRecord(r); err != nil {
-			return nil, fmt.Errorf("upgrade record %s: %w", attachment, err)
-		}
-		s.log.Info("upgraded record", "attachment", attachment, "format", recordFormat)
 	}
 	return r, nil
 }

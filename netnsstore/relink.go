@@ -7,7 +7,7 @@ import (
 
 // linkCandidate: only pins that are whole may be link targets.
 func linkCandidate(r *Record) bool {
-	return r.State == stateActive || r.State == stateDraining
+	return r.State == StateActive || r.State == StateDraining
 }
 
 // linkTargetOf applies the link rule of a cluster: its newest active pin,
@@ -20,9 +20,9 @@ func linkTargetOf(cluster string, rs []*Record) string {
 			continue
 		}
 		switch r.State {
-		case stateActive:
+		case StateActive:
 			active = r
-		case stateDraining:
+		case StateDraining:
 			draining = r
 		}
 	}

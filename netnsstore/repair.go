@@ -50,7 +50,7 @@ func (s *Store) diagnose(r *Record) diagnosis {
 		return diagnosis{ActionSettle, "ADD was interrupted"}
 	case r.State == stateReleasing:
 		return diagnosis{ActionSettle, "a release was interrupted"}
-	case r.State == stateUnpinned:
+	case r.State == StateUnpinned:
 		return diagnosis{ActionSettle, "its pin was lost while in use"}
 	}
 	id, mounted, err := s.pinState(r.Attachment)

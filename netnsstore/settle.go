@@ -133,7 +133,7 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 			}
 		}
 	}
-	first := r.State != stateDraining && r.State != stateUnpinned
+	first := r.State != StateDraining && r.State != StateUnpinned
 	if first {
 		r.DrainingSince = time.Now().UTC()
 	}
@@ -142,9 +142,9 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 		// its result cache right after.
 		r.Teardown = del
 	}
-	r.State = stateDraining
+	r.State = StateDraining
 	if !s.pinnedAs(r) {
-		r.State = stateUnpinned
+		r.State = StateUnpinned
 	}
 	if checkErr == nil {
 		r.References = make([]string, len(uses))

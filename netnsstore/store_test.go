@@ -23,8 +23,8 @@ import (
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
-func pinReq(s *Store, id, cluster, netnsPath string) PinRequest {
-	return PinRequest{
+func pinReq(s *Store, id, cluster, netnsPath string) Record {
+	return Record{
 		ContainerID: id, IfName: "net1", Network: "ceph-public", Cluster: cluster,
 		PodNS: "rook-ceph", PodName: "holder-" + id, PodUID: "uid-" + id, NetnsPath: netnsPath,
 		Links: []string{filepath.Join(s.PinDir, cluster+".net")},
@@ -59,7 +59,7 @@ func TestPinKeepsNetnsAfterOriginalIsGone(t *testing.T) {
 	assert.Equal(t, orig, statID(t, pin), "pin is the same netns (dev, inode)")
 	assert.Equal(t, "../pins/c1.net1", readLink(t, link), "link is relative")
 	assert.Equal(t, orig, statID(t, link), "link resolves to the netns")
-	assert.Equal(t, stateActive, r.State)
+	assert.Equal(t, StateActive, r.State)
 	assert.Equal(t, []string{"10.98.0.5"}, r.IPs)
 
 	// What the pin is for: the original name goes, the netns with its
@@ -122,7 +122,7 @@ func TestReleaseRefusedWhileInUse(t *testing.T) {
 	assert.Equal(t, []string{"10.98.2.5"}, seen.IPs)
 	r, err := s.Get("c1.net1")
 	require.NoError(t, err)
-	assert.Equal(t, stateDraining, r.State)
+	assert.Equal(t, StateDraining, r.State)
 	assert.Equal(t, refs, r.References)
 	assert.True(t, mountedAt(t, r.PinPath), "pin stays while in use")
 	assert.Equal(t, "../pins/c1.net1", readLink(t, r.Links[0]), "a draining pin with no successor keeps the link")
@@ -308,7 +308,7 @@ func TestRepairAfterInterruptedSteps(t *testing.T) {
 // after an upgrade, are settled through the check: in use, they stay
 // pinned and draining.
 func TestIntentAndReleasingRecordsAreCheckedBeforeRelease(t *testing.T) {
-	for _, st := range []State{stateIntent, stateReleasing} {
+	for _, st := range []string{stateIntent, stateReleasing} {
 		t.Run(string(st), func(t *testing.T) {
 			s := testStore(t)
 			n := testNetns(t, "10.98.7.9/24")
@@ -320,7 +320,7 @@ func TestIntentAndReleasingRecordsAreCheckedBeforeRelease(t *testing.T) {
 			rs, err := s.List()
 			require.NoError(t, err)
 			require.Len(t, rs, 1)
-			assert.Equal(t, stateDraining, rs[0].State)
+			assert.Equal(t, StateDraining, rs[0].State)
 			assert.Equal(t, "../pins/c1.net1", readLink(t, r.Links[0]), "the only pin of its cluster is the link target")
 			assert.FileExists(t, r.PinPath)
 			assert.Equal(t, 2, nsfsMounts(t, r.NetnsIno), "the netns's own mount and its pin")
@@ -397,7 +397,7 @@ func TestRecordOfAnotherBootWithALivePinIsKept(t *testing.T) {
 // outlives the repair of the next boot.
 func TestRepairAfterRebootDropsAnAbandonedRecordWhoseTeardownFails(t *testing.T) {
 	s := testStore(t)
-	pinnedBeforeReboot(t, s, "10.98.18.5/24", func(r *Record) { r.Abandoned, r.State = true, stateDraining })
+	pinnedBeforeReboot(t, s, "10.98.18.5/24", func(r *Record) { r.Abandoned, r.State = true, StateDraining })
 	teardowns := 0
 	s.teardown = func(*Record) error { teardowns++; return errors.New("plugin macvlan not found in CNI_PATH") }
 
@@ -648,7 +648,7 @@ func TestReleaseKeepsWhenAddressesCannotBeListed(t *testing.T) {
 	assert.Equal(t, 2, nsfsMounts(t, r.NetnsIno), "the pin stays")
 	got, err := s.Get("c1.net1")
 	require.NoError(t, err)
-	assert.Equal(t, stateDraining, got.State)
+	assert.Equal(t, StateDraining, got.State)
 }
 
 // repair settles an unpinned record; the operator's GC that follows in the
@@ -660,7 +660,7 @@ func TestSweepChecksARecordOnceAHold(t *testing.T) {
 	r, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
 	require.NoError(t, err)
 	require.NoError(t, unix.Unmount(r.PinPath, unix.MNT_DETACH))
-	r.State = stateUnpinned
+	r.State = StateUnpinned
 	writeRaw(t, s, r)
 	checks := 0
 	s.inUse = func(*Record, string) ([]Use, error) { checks++; return uses("rbd 0"), nil }

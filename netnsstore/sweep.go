@@ -24,7 +24,7 @@ func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
 	}
 	var findings []Finding
 	err := s.op("", func(v *view) error {
-		collected, errs := s.collect(v, held, string(stateDraining))
+		collected, errs := s.collect(v, held, StateDraining)
 		findings = append(v.repaired, collected...)
 		return errors.Join(append(errs, v.badErrs()...)...)
 	})
@@ -50,7 +50,7 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 		blocked := v.blocked()
 		for _, r := range v.recs {
 			d := s.diagnose(r)
-			if d.action == "" && r.State != stateDraining {
+			if d.action == "" && r.State != StateDraining {
 				continue
 			}
 			f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: d.action, Reason: d.reason}
@@ -96,7 +96,7 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 }
 
 // held selects the records whose pin a runtime's DEL was refused for.
-func held(r *Record) bool { return r.State == stateDraining || r.State == stateUnpinned }
+func held(r *Record) bool { return r.State == StateDraining || r.State == StateUnpinned }
 
 // collect settles each record of v that want selects and says what became
 // of each: ActionRelease, or ActionKeep with the references that hold it.

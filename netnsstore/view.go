@@ -1,7 +1,6 @@
 package netnsstore
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -42,7 +41,11 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 		if !ok || strings.HasPrefix(n, tmpPrefix) {
 			continue // a leftover of a crash between write and rename: no record
 		}
-		r, err := readRecordFile(filepath.Join(dir, n), att)
+		data, err := smallfile.ReadPath(filepath.Join(dir, n), 1<<20)
+		var r *Record
+		if err == nil {
+			r, err = decodeRecord(data, att, "the node agent")
+		}
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			// Released between the listing and the read.
@@ -54,30 +57,6 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 	}
 	sortRecords(rs)
 	return rs, unreadable, nil
-}
-
-// readRecordFile decodes one record file as readRecord does, without
-// upgrading it or holding it to a store's pinDir: a regular file of at most
-// 1 MiB, opened without following a symlink and without blocking.
-func readRecordFile(path, attachment string) (*Record, error) {
-	data, err := smallfile.ReadPath(path, 1<<20)
-	if err != nil {
-		return nil, fmt.Errorf("read record %s: %w", attachment, err)
-	}
-	r := &Record{}
-	if err := json.Unmarshal(data, r); err != nil {
-		return nil, fmt.Errorf("decode record %s (%d bytes): %w: %w", attachment, len(data), errTornRecord, err)
-	}
-	if r.Format > recordFormat {
-		return nil, newerFormatError(attachment, r, "this reader")
-	}
-	if r.Attachment != attachment {
-		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)
-	}
-	if r.PinDir == "" {
-		r.PinDir = filepath.Dir(filepath.Dir(r.PinPath)) // format 1 (see readRecord)
-	}
-	return r, nil
 }
 
 // ReadEvents reads the events file of stateDir as readEvents does, for a

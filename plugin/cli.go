@@ -95,7 +95,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "netns-pin: --metrics-address: the node's metrics are served by netns-pin-agent (deploy/agent-daemonset.yaml), not by the sweeper; drop the flag")
 			return 2
 		}
-		return runSweep(c, cf.interval, cf.once, nil, stderr)
+		return runSweep(c, cf.interval, cf.once)
 	case "check":
 		return runCheck(c, cf, g.json, stdout, stderr)
 	case "uninstall":
@@ -296,7 +296,7 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 				held += fmt.Sprintf(" (+%d more)", len(r.References)-1)
 			}
 		}
-		state := string(r.State)
+		state := r.State
 		if r.Abandoned {
 			state += " (abandoned by the runtime)"
 		}
@@ -310,7 +310,7 @@ type inUseReport struct {
 	Attachment string            `json:"attachment"`
 	Cluster    string            `json:"cluster"`
 	Pod        string            `json:"pod"`
-	State      netnsstore.State  `json:"state"`
+	State      string            `json:"state"`
 	References []inuse.Reference `json:"references"`
 }
 

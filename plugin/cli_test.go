@@ -26,7 +26,7 @@ func cliStore(t *testing.T) (*netnsstore.Store, []string) {
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	n := hosttest.NewNetns(t, "npcli")
-	_, err = s.Pin(netnsstore.PinRequest{ContainerID: "c1", IfName: "net1", Network: "ceph-public", Cluster: "rook-ceph/my-cluster",
+	_, err = s.Pin(netnsstore.Record{ContainerID: "c1", IfName: "net1", Network: "ceph-public", Cluster: "rook-ceph/my-cluster",
 		PodNS: "rook-ceph", PodName: "csi-holder-a", NetnsPath: n.Path, Links: []string{filepath.Join(s.PinDir, "rook-ceph/my-cluster.net")}})
 	require.NoError(t, err)
 	return s, []string{"--pin-dir", s.PinDir, "--state-dir", s.StateDir}

@@ -135,7 +135,7 @@ func (r *request) pin(cl conf.Cluster) error {
 		return err
 	}
 	defer done()
-	_, err = s.Pin(netnsstore.PinRequest{
+	_, err = s.Pin(netnsstore.Record{
 		ContainerID: r.args.ContainerID, IfName: r.args.IfName, Network: r.conf.Name,
 		Cluster: cl.String(), PodNS: r.pod.Namespace, PodName: r.pod.Name, PodUID: r.pod.UID,
 		NetnsPath: r.args.Netns, Links: links,

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -19,9 +18,8 @@ import (
 // runtimes abandoned (netnsstore.Store.FinishAbandoned); what it does is
 // logged as JSON lines (stderr or logFile), and its status is written to
 // stateDir for `netns-pin check`. On a node where nothing was pinned yet it
-// waits for the stateDir rather than create it. obs, when not nil, sees
-// every round (the metrics of netns-pin-agent).
-func runSweep(c *conf.Config, interval time.Duration, once bool, obs sweepObserver, stderr io.Writer) int {
+// waits for the stateDir rather than create it.
+func runSweep(c *conf.Config, interval time.Duration, once bool) int {
 	log, closeLog := newLogger(c, "component", "sweep")
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -39,7 +37,6 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, obs sweepObserv
 		status.Interval = 0
 	}
 	var s *netnsstore.Store
-	var eventsRead int64 // offset in the events file
 	defer func() {
 		if s != nil {
 			if !once {
@@ -74,22 +71,9 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, obs sweepObserv
 			if werr := s.WriteSweepStatus(status); werr != nil {
 				log.Warn("sweep: write the sweeper's status", "error", werr)
 			}
-			// What other processes counted since the last round; past a
-			// size the file is folded, metrics or not, so that it stays
-			// small while a holder's DEL is refused for weeks.
-			r := sweepRound{store: s, err: err}
-			var next int64
-			r.events, next, r.reset, r.eventsErr = s.Events(eventsRead, eventsFoldOver)
-			if r.eventsErr != nil {
-				log.Warn("sweep: read the events file", "error", r.eventsErr)
-			} else {
-				eventsRead = next
+			if ferr := s.FoldEvents(eventsFoldOver); ferr != nil {
+				log.Warn("sweep: fold the events file", "error", ferr)
 			}
-			if obs != nil {
-				obs.round(r)
-			}
-		} else if obs != nil && err != nil {
-			obs.round(sweepRound{err: err})
 		}
 		if once {
 			if err != nil {
@@ -106,22 +90,8 @@ func runSweep(c *conf.Config, interval time.Duration, once bool, obs sweepObserv
 }
 
 // eventsFoldOver is the size past which the sweeper folds the events file
-// into one line per counter (netnsstore.Store.Events).
+// into one line per counter (netnsstore.Store.FoldEvents).
 const eventsFoldOver = 256 << 10
-
-// sweepRound is what one round of the sweeper saw.
-type sweepRound struct {
-	store     *netnsstore.Store // nil when it could not be opened
-	err       error             // the round's
-	events    []netnsstore.Event
-	reset     bool // the events file was replaced: its counts start again
-	eventsErr error
-}
-
-// sweepObserver sees each round of the sweeper (the agent's metrics).
-type sweepObserver interface {
-	round(r sweepRound)
-}
 
 // openSweptStore opens the store once its stateDir exists (nil, nil
 // before).

@@ -99,7 +99,7 @@ func TestStepSetCoversThePlugin(t *testing.T) {
 
 	files, err := filepath.Glob(filepath.Join(root, "netnsstore", "*.go"))
 	require.NoError(t, err)
-	stateConst := regexp.MustCompile(`\bState\s*=\s*"([a-z-]+)"`)
+	stateConst := regexp.MustCompile(`\b[sS]tate[A-Z][A-Za-z]*\s*=\s*"([a-z-]+)"`) // StateActive, stateIntent, ...
 	states := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
