@@ -42,7 +42,7 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 		if !ok || strings.HasPrefix(n, tmpPrefix) {
 			continue // a leftover of a crash between write and rename: no record
 		}
-		r, err := readRecordFile(filepath.Join(dir, n), att)
+		r, err := readRecordFile(stateDir, n, att)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			// Released between the listing and the read.
@@ -58,9 +58,10 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 
 // readRecordFile decodes one record file as readRecord does, without
 // upgrading it or holding it to a store's pinDir: a regular file of at most
-// 1 MiB, opened without following a symlink and without blocking.
-func readRecordFile(path, attachment string) (*Record, error) {
-	data, err := smallfile.ReadPath(path, 1<<20)
+// 1 MiB, opened beneath stateDir without following a symlink and without
+// blocking.
+func readRecordFile(stateDir, name, attachment string) (*Record, error) {
+	data, err := smallfile.ReadIn(stateDir, recordsSubdir+"/"+name, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("read record %s: %w", attachment, err)
 	}
@@ -84,10 +85,6 @@ func readRecordFile(path, attachment string) (*Record, error) {
 // reader without privilege or lock (the node agent): from offset from to
 // its last whole line. Only the store folds the file.
 func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
-	path := filepath.Join(stateDir, eventsFile)
-	data, err := smallfile.ReadPath(path, maxEvents)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		err = fmt.Errorf("read %s: %w", path, err)
-	}
+	data, err := smallfile.ReadIn(stateDir, eventsFile, maxEvents)
 	return eventsFrom(data, err, from)
 }

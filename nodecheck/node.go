@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/human"
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -77,7 +78,7 @@ type cephCSIEntry struct {
 // readCephCSIConfig reads config.json, or a ConfigMap (as JSON) that
 // carries it under data."config.json".
 func readCephCSIConfig(path string) ([]cephCSIEntry, error) {
-	data, err := os.ReadFile(path)
+	data, err := smallfile.ReadPath(path, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -268,8 +269,8 @@ func (c *checker) csiProcesses() ([]int, string, error) {
 }
 
 func readSmall(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil || len(data) > 4096 {
+	data, err := smallfile.ReadPath(path, 4096)
+	if err != nil {
 		return ""
 	}
 	return string(data)

@@ -248,6 +248,28 @@ func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, cf commandFla
 	return fmt.Errorf("unknown command %q", cmd)
 }
 
+// withoutCache is what list --json prints of records: each record but
+// the content of its captured libcni cache entry (the chain's
+// configuration, CNI_ARGS and capability arguments, which may carry pod
+// annotations), of which it says only the file it came from and its size.
+// The pod is named by its namespace, name and UID alone.
+func withoutCache(rs []*netnsstore.Record) []*netnsstore.Record {
+	out := make([]*netnsstore.Record, len(rs))
+	for i, r := range rs {
+		c := *r
+		if r.Teardown != nil {
+			td := *r.Teardown
+			if len(td.Cache) > 0 {
+				td.CacheFile = fmt.Sprintf("%s (%d bytes, not shown)", td.CacheFile, len(td.Cache))
+			}
+			td.Cache = nil
+			c.Teardown = &td
+		}
+		out[i] = &c
+	}
+	return out
+}
+
 func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 	// The readable records, then the error about those that are not: a
 	// record that cannot be read blocks every release and must show.
@@ -256,7 +278,7 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 		return err
 	}
 	if asJSON {
-		return errors.Join(json.NewEncoder(w).Encode(rs), err)
+		return errors.Join(json.NewEncoder(w).Encode(withoutCache(rs)), err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	// What held the pin when a release was last refused: a list shows the

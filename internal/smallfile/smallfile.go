@@ -16,6 +16,7 @@ package smallfile
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -56,11 +57,35 @@ func ReadPath(path string, limit int) ([]byte, error) {
 // stateDir. Errors are *os.PathError naming name.
 func ReadAt(dirfd int, name string, limit int) ([]byte, error) {
 	fd, err := OpenAt(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	if err == unix.ELOOP || err == unix.EXDEV {
+		return nil, &os.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w: a symlink (or a path through one, or out of its directory), never followed", err)}
+	}
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: name, Err: err}
 	}
 	defer unix.Close(fd)
 	return readRegular(fd, name, limit)
+}
+
+// ReadIn is ReadAt for a reader that holds no descriptor of the trusted
+// directory dir (the node agent, check, the sweeper's status): dir is
+// opened without following a symlink as its last component, and name is
+// read beneath it. Errors name dir/name.
+func ReadIn(dir, name string, limit int) ([]byte, error) {
+	dirfd, err := Retry(func() (int, error) {
+		return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dirfd)
+	data, err := ReadAt(dirfd, name, limit)
+	if pe, ok := err.(*os.PathError); ok {
+		pe.Path = filepath.Join(dir, pe.Path)
+	} else if err != nil {
+		err = fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
+	}
+	return data, err
 }
 
 // OpenAt is openat2 of name in dirfd with flags and mode, resolved as
@@ -82,7 +107,7 @@ func readRegular(fd int, name string, limit int) ([]byte, error) {
 		return nil, &os.PathError{Op: "stat", Path: name, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%s: not a regular file (mode %#o)", name, st.Mode)
+		return nil, &os.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w: %s", ErrNotRegular, Kind(st.Mode))}
 	}
 	// procfs and sysfs files say size 0: start small, grow by reading.
 	buf := make([]byte, 0, min(limit+1, max(int(st.Size)+1, 512)))
@@ -91,6 +116,29 @@ func readRegular(fd int, name string, limit int) ([]byte, error) {
 		return nil, &os.PathError{Op: "read", Path: name, Err: err}
 	}
 	return data, nil
+}
+
+// ErrNotRegular is the error for a FIFO, a device, a socket, a directory
+// or a symlink where a regular file is read.
+var ErrNotRegular = fmt.Errorf("not a regular file")
+
+// Kind names the type of a file of mode (a stat's st_mode): "a FIFO"...
+func Kind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFLNK:
+		return "a symlink"
+	}
+	return fmt.Sprintf("mode %#o", mode)
 }
 
 // ErrTooLarge is Read's error for a file over its limit.
