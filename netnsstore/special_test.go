@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -129,4 +130,68 @@ func TestEditedPinPathIsRefused(t *testing.T) {
 	assert.FileExists(t, path)
 	_, err = s.List()
 	assert.ErrorContains(t, err, "names the pin")
+}
+
+// TestEventsStayBoundedWithoutASweeper: a million refused DELs and no
+// sweeper to fold the events file. The writer folds it past eventsFoldAt,
+// so it stays about that size, and every refusal is still counted; reading
+// it takes at most a chunk at a time, so neither the writers nor a reader
+// grow with the count. The first thousand refusals are real DELs refused
+// by the in-use check, the rest are appended by the same writer under one
+// hold of the lock, for time. (At 3819815 only the sweeper folded: the file
+// grew by a line per refusal, about 40 MB here, and was read whole.)
+func TestEventsStayBoundedWithoutASweeper(t *testing.T) {
+	s := testStore(t)
+	n := testNetns(t, "10.98.9.7/24")
+	rec, err := s.Pin(pinReq(s, "c1", "ns/cl", n.Path))
+	require.NoError(t, err)
+	s.inUse = func(*Record, string) ([]Use, error) { return uses("process 1 (x)"), nil }
+	const total, real = 1_000_000, 1000
+	for range real {
+		_, err := s.Release("c1.net1", &Teardown{Netns: n.Path})
+		require.ErrorIs(t, err, errInUse)
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	events := filepath.Join(s.StateDir, eventsFile)
+	var largest int64
+	unlock, err := s.lock()
+	require.NoError(t, err)
+	for i := range total - real {
+		s.noteRefusal(rec)
+		if i%4096 == 0 {
+			st, err := os.Stat(events)
+			require.NoError(t, err)
+			largest = max(largest, st.Size())
+		}
+	}
+	unlock()
+	st, err := os.Stat(events)
+	require.NoError(t, err)
+	largest = max(largest, st.Size())
+	line := int64(len(Event{Kind: EventRefusal, By: ByDEL, Cluster: rec.Cluster, Count: 1, Check: time.Second}.line()))
+	assert.LessOrEqual(t, largest, eventsFoldAt+line, "the events file stays within its fold size")
+
+	var counted uint64
+	reads := 0
+	for from := int64(0); ; {
+		reads++
+		evs, next, _, err := ReadEvents(s.StateDir, from)
+		require.NoError(t, err)
+		for _, e := range evs {
+			if e.Kind == EventRefusal && e.Cluster == rec.Cluster {
+				counted += e.Count
+			}
+		}
+		if next == from {
+			break
+		}
+		from = next
+	}
+	assert.Equal(t, uint64(total), counted, "every refusal is counted across the folds")
+	runtime.ReadMemStats(&after)
+	grew := int64(after.Sys) - int64(before.Sys)
+	t.Logf("events file at most %d bytes, %d read(s) to count %d refusals, memory obtained from the OS grew by %d KiB", largest, reads, counted, grew>>10)
+	assert.Less(t, grew, int64(16<<20), "memory does not grow with the refusals")
 }

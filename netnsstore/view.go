@@ -82,9 +82,18 @@ func readRecordFile(stateDir, name, attachment string) (*Record, error) {
 }
 
 // ReadEvents reads the events file of stateDir as readEvents does, for a
-// reader without privilege or lock (the node agent): from offset from to
-// its last whole line. Only the store folds the file.
+// reader without privilege or lock (the node agent): from offset from, at
+// most a chunk, to its last whole line. Only the store folds the file.
 func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
-	data, err := smallfile.ReadIn(stateDir, eventsFile, maxEvents)
-	return eventsFrom(data, err, from)
+	err = smallfile.In(stateDir, eventsFile, func(dirfd int) (err error) {
+		events, next, reset, err = readEventsAt(dirfd, from)
+		return err
+	})
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, 0, from > 0, nil // no stateDir yet
+	case err != nil:
+		return nil, from, false, err
+	}
+	return events, next, reset, nil
 }

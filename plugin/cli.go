@@ -251,17 +251,14 @@ func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, cf commandFla
 // withoutCache is what list --json prints of records: each record but
 // the content of its captured libcni cache entry (the chain's
 // configuration, CNI_ARGS and capability arguments, which may carry pod
-// annotations), of which it says only the file it came from and its size.
-// The pod is named by its namespace, name and UID alone.
+// annotations), of which it names only the file it came from. The pod is
+// named by its namespace, name and UID alone.
 func withoutCache(rs []*netnsstore.Record) []*netnsstore.Record {
 	out := make([]*netnsstore.Record, len(rs))
 	for i, r := range rs {
 		c := *r
 		if r.Teardown != nil {
 			td := *r.Teardown
-			if len(td.Cache) > 0 {
-				td.CacheFile = fmt.Sprintf("%s (%d bytes, not shown)", td.CacheFile, len(td.Cache))
-			}
 			td.Cache = nil
 			c.Teardown = &td
 		}

@@ -72,20 +72,64 @@ func ReadAt(dirfd int, name string, limit int) ([]byte, error) {
 // opened without following a symlink as its last component, and name is
 // read beneath it. Errors name dir/name.
 func ReadIn(dir, name string, limit int) ([]byte, error) {
+	var data []byte
+	err := In(dir, name, func(dirfd int) (err error) {
+		data, err = ReadAt(dirfd, name, limit)
+		return err
+	})
+	return data, err
+}
+
+// In calls fn with a descriptor of dir, opened without following a
+// symlink as its last component; an *os.PathError of fn names dir/name.
+func In(dir, name string, fn func(dirfd int) error) error {
 	dirfd, err := Retry(func() (int, error) {
 		return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+		return &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(dirfd)
-	data, err := ReadAt(dirfd, name, limit)
-	if pe, ok := err.(*os.PathError); ok {
+	err = fn(dirfd)
+	if pe, ok := err.(*os.PathError); ok && !filepath.IsAbs(pe.Path) {
 		pe.Path = filepath.Join(dir, pe.Path)
-	} else if err != nil {
-		err = fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
 	}
-	return data, err
+	return err
+}
+
+// ReadChunkAt reads at most limit bytes of the regular file name of dirfd
+// from offset off on (resolved as ReadAt does), and returns them with the
+// file's size: a reader of a file that only grows reads it in bounded
+// pieces. An offset past the end reads nothing.
+func ReadChunkAt(dirfd int, name string, off int64, limit int) (data []byte, size int64, err error) {
+	fd, err := OpenAt(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, 0, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if _, err := Retry(func() (int, error) { return 0, unix.Fstat(fd, &st) }); err != nil {
+		return nil, 0, &os.PathError{Op: "stat", Path: name, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, 0, &os.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w: %s", ErrNotRegular, Kind(st.Mode))}
+	}
+	if off >= st.Size {
+		return nil, st.Size, nil
+	}
+	buf := make([]byte, min(int64(limit), st.Size-off))
+	n := 0
+	for n < len(buf) {
+		m, err := Retry(func() (int, error) { return unix.Pread(fd, buf[n:], off+int64(n)) })
+		if err != nil {
+			return nil, 0, &os.PathError{Op: "read", Path: name, Err: err}
+		}
+		if m == 0 {
+			break // cut shorter since the stat
+		}
+		n += m
+	}
+	return buf[:n], st.Size, nil
 }
 
 // OpenAt is openat2 of name in dirfd with flags and mode, resolved as
