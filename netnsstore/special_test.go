@@ -38,9 +38,9 @@ func special(t *testing.T, path string, try func() error) {
 		"directory": func() error { return os.Mkdir(path, 0o700) },
 		"symlink":   func() error { return os.Symlink("/dev/zero", path) },
 	}
-	for kind, make := range kinds {
+	for kind, mk := range kinds {
 		require.NoError(t, os.RemoveAll(path))
-		require.NoError(t, make(), kind)
+		require.NoError(t, mk(), kind)
 		err := within(t, filepath.Base(path)+" as a "+kind, try)
 		require.Error(t, err, "%s as a %s", path, kind)
 		t.Logf("%s as a %s: %v", filepath.Base(path), kind, err)

@@ -32,7 +32,7 @@ commands:
                                 that a runtime abandoned, once nothing uses
                                 their netns (JSON log on stderr or logFile);
                                 metrics: netns-pin-agent serves them
-  check [--ceph-csi-config FILE] [--csi-pid PID] [--csi-process NAME]
+  check [--ceph-csi-config FILE] [--csi-pid PID] [--csi-container ID]
                                 is this node set up right: pinDir, links,
                                 pins, in-use roots, ceph-csi's paths, the csi
                                 plugins' view, the sweeper (exit 0/1/2)
@@ -150,7 +150,7 @@ type commandFlags struct {
 	// check
 	cephCSIConfig string
 	csiPIDs       []int
-	csiProcesses  []string
+	csiContainers []string
 }
 
 // commandUsage is each command's synopsis, printed when it is misused.
@@ -160,7 +160,7 @@ var commandUsage = map[string]string{
 	"gc":      "netns-pin gc [--dry-run]",
 	"release": "netns-pin release <attachment> [--force]",
 	"sweep":   "netns-pin sweep [--interval 10s | --once] [--metrics-address HOST:PORT]",
-	"check":   "netns-pin check [--ceph-csi-config FILE] [--csi-pid PID]... [--csi-process NAME]...",
+	"check":   "netns-pin check [--ceph-csi-config FILE] [--csi-pid PID]... [--csi-container ID]...",
 }
 
 // parseCommand reads the command's flags and arguments in any order, with
@@ -192,7 +192,7 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 		fs.StringVar(&cf.metrics, "metrics-address", "", "refused: netns-pin-agent serves the metrics")
 	case "check":
 		fs.StringVar(&cf.cephCSIConfig, "ceph-csi-config", "", "ceph-csi's config.json (or its ConfigMap as JSON): check every netNamespaceFilePath")
-		fs.Func("csi-pid", "a csi node plugin process (repeatable; default: every process named by --csi-process)", func(v string) error {
+		fs.Func("csi-pid", "a csi node plugin process (repeatable)", func(v string) error {
 			pid, err := strconv.Atoi(v)
 			if err != nil || pid <= 0 {
 				return fmt.Errorf("not a pid: %q", v)
@@ -200,8 +200,11 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 			cf.csiPIDs = append(cf.csiPIDs, pid)
 			return nil
 		})
-		fs.Func("csi-process", "command name of the csi node plugin processes (repeatable; default cephcsi)", func(v string) error {
-			cf.csiProcesses = append(cf.csiProcesses, v)
+		fs.Func("csi-container", "the csi node plugin's container ID, as crictl ps prints it (repeatable): its processes, by their cgroup", func(v string) error {
+			if len(v) < 12 || strings.Trim(v, "0123456789abcdef") != "" {
+				return fmt.Errorf("not a container ID (12 to 64 hex digits): %q", v)
+			}
+			cf.csiContainers = append(cf.csiContainers, v)
 			return nil
 		})
 	}
@@ -451,7 +454,7 @@ func runCheck(c *conf.Config, cf commandFlags, asJSON bool, stdout, stderr io.Wr
 	rep := nodecheck.Run(nodecheck.Options{
 		PinDir: c.PinDir, StateDir: c.StateDir,
 		Sysfs: c.InUse.Sysfs, Debugfs: c.InUse.Debugfs, Proc: c.InUse.Proc, Unattributed: c.InUse.Unattributed,
-		CephCSIConfig: cf.cephCSIConfig, CSIPIDs: cf.csiPIDs, CSIProcessNames: cf.csiProcesses,
+		CephCSIConfig: cf.cephCSIConfig, CSIPIDs: cf.csiPIDs, CSIContainers: cf.csiContainers,
 		Open: func() (*netnsstore.Store, error) {
 			return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{Writer: Version})
 		},
