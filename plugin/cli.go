@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -62,6 +64,10 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if g.json && !jsonCommands[cmd] {
+		fmt.Fprintf(stderr, "netns-pin: --json: %s prints no JSON (list, inuse, gc and check do)\n", cmd)
+		return 2
+	}
 	if cmd == "version" {
 		if len(rest) > 0 {
 			fmt.Fprintln(stderr, "usage: netns-pin version")
@@ -75,6 +81,10 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	}
 	cf, ok := parseCommand(cmd, rest, &g, stderr)
 	if !ok {
+		return 2
+	}
+	if g.json && !jsonCommands[cmd] {
+		fmt.Fprintf(stderr, "netns-pin: --json: %s prints no JSON (list, inuse, gc and check do)\n", cmd)
 		return 2
 	}
 	c, err := conf.LoadFile(g.conf, g.paths)
@@ -117,6 +127,10 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// jsonCommands are the commands that print JSON with --json; any other
+// refuses the flag rather than ignore it.
+var jsonCommands = map[string]bool{"list": true, "inuse": true, "gc": true, "check": true}
 
 // globalFlags are the flags every command takes.
 type globalFlags struct {
@@ -270,15 +284,51 @@ func withoutCache(rs []*netnsstore.Record) []*netnsstore.Record {
 	return out
 }
 
+// inspect is what list and inuse read: the store as Inspect sees it under
+// the lock, changing nothing (no repair: a record that needs settling is
+// shown as such), with an error naming each record that cannot be used.
+func inspect(s *netnsstore.Store) (*netnsstore.Snapshot, error) {
+	snap, err := s.Inspect()
+	if err != nil {
+		return nil, err
+	}
+	if snap.OwnerErr != nil {
+		return nil, snap.OwnerErr
+	}
+	var errs []error
+	for _, n := range slices.Sorted(maps.Keys(snap.Unreadable)) {
+		errs = append(errs, errors.New(snap.Unreadable[n]))
+	}
+	return snap, errors.Join(errs...)
+}
+
+// settlesNote is how list and inuse show a record the next operation
+// changes.
+func settlesNote(snap *netnsstore.Snapshot, r *netnsstore.Record) string {
+	if why := snap.Settles(r); why != "" {
+		return "settles at the next operation: " + why
+	}
+	return ""
+}
+
 func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 	// The readable records, then the error about those that are not: a
 	// record that cannot be read blocks every release and must show.
-	rs, err := s.List()
-	if err != nil && len(rs) == 0 {
+	snap, err := inspect(s)
+	if snap == nil || err != nil && len(snap.Records) == 0 {
 		return err
 	}
+	rs := snap.Records
 	if asJSON {
-		return errors.Join(json.NewEncoder(w).Encode(withoutCache(rs)), err)
+		type listed struct {
+			*netnsstore.Record
+			Settles string `json:"settles,omitempty"`
+		}
+		out := []listed{}
+		for _, r := range withoutCache(rs) {
+			out = append(out, listed{r, settlesNote(snap, r)})
+		}
+		return errors.Join(json.NewEncoder(w).Encode(out), err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	// What held the pin when a release was last refused: a list shows the
@@ -300,6 +350,9 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 		if r.Abandoned {
 			state += " (abandoned by the runtime)"
 		}
+		if note := settlesNote(snap, r); note != "" {
+			state += " (" + note + ")"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Attachment, r.PodNS, r.PodName, state,
 			human.Age(time.Since(r.Created)), r.NetnsID(), strings.Join(r.IPs, ","), held)
 	}
@@ -311,6 +364,7 @@ type inUseReport struct {
 	Cluster    string            `json:"cluster"`
 	Pod        string            `json:"pod"`
 	State      netnsstore.State  `json:"state"`
+	Settles    string            `json:"settles,omitempty"`
 	References []inuse.Reference `json:"references"`
 }
 
@@ -334,10 +388,11 @@ func referencesNow(s *netnsstore.Store, r *netnsstore.Record) ([]inuse.Reference
 }
 
 func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJSON bool) (err error) {
-	rs, listErr := s.List()
-	if listErr != nil && len(rs) == 0 {
+	snap, listErr := inspect(s)
+	if snap == nil || listErr != nil && len(snap.Records) == 0 {
 		return listErr
 	}
+	rs := snap.Records
 	// Records that cannot be read are reported after what could be checked.
 	defer func() { err = errors.Join(err, listErr) }()
 	var reports []inUseReport
@@ -349,7 +404,7 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.Attachment, err)
 		}
-		reports = append(reports, inUseReport{r.Attachment, r.Cluster, r.PodNS + "/" + r.PodName, r.State, refs})
+		reports = append(reports, inUseReport{r.Attachment, r.Cluster, r.PodNS + "/" + r.PodName, r.State, settlesNote(snap, r), refs})
 	}
 	if len(reports) == 0 {
 		return fmt.Errorf("no pinned attachment or cluster %q (see netns-pin list)", what)
@@ -358,7 +413,11 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		return json.NewEncoder(w).Encode(reports)
 	}
 	for _, rep := range reports {
-		fmt.Fprintf(w, "%s  cluster %s  pod %s  %s: ", rep.Attachment, rep.Cluster, rep.Pod, rep.State)
+		state := string(rep.State)
+		if rep.Settles != "" {
+			state += " (" + rep.Settles + ")"
+		}
+		fmt.Fprintf(w, "%s  cluster %s  pod %s  %s: ", rep.Attachment, rep.Cluster, rep.Pod, state)
 		if len(rep.References) == 0 {
 			fmt.Fprintln(w, "not in use")
 			continue

@@ -173,3 +173,39 @@ func TestSweeperEndsWithinASecondOfSIGTERM(t *testing.T) {
 		}
 	}
 }
+
+// TestListAndInUseChangeNothing: list and inuse only look. A pin unmounted
+// from outside stays unmounted through them, its record byte for byte
+// the same, and they show that the next operation settles it; the next
+// operation (gc here) does. (At 3819815 both ran the store's repair, which
+// pinned it again, and could release pins or finish teardowns.)
+func TestListAndInUseChangeNothing(t *testing.T) {
+	s, flags := cliStore(t)
+	pin := filepath.Join(s.PinDir, "pins", "c1.net1")
+	record := filepath.Join(s.StateDir, "records", "c1.net1.json")
+	require.NoError(t, unix.Unmount(pin, unix.MNT_DETACH))
+	before, err := os.ReadFile(record)
+	require.NoError(t, err)
+	isMounted := func() bool {
+		var st, parent unix.Stat_t
+		require.NoError(t, unix.Stat(pin, &st))
+		require.NoError(t, unix.Stat(filepath.Dir(pin), &parent))
+		return st.Dev != parent.Dev
+	}
+	require.False(t, isMounted())
+
+	for _, args := range [][]string{{"list"}, {"--json", "list"}, {"inuse", "c1.net1"}, {"--json", "inuse", "rook-ceph/my-cluster"}} {
+		out, errOut, code := runCLIT(t, append(flags, args...)...)
+		assert.Equal(t, 0, code, "%v: %s", args, errOut)
+		assert.Contains(t, out, "settles at the next operation: its pin is no longer a mount of its netns", "%v", args)
+		assert.False(t, isMounted(), "%v pinned nothing again", args)
+		after, err := os.ReadFile(record)
+		require.NoError(t, err)
+		assert.Equal(t, string(before), string(after), "%v wrote no record", args)
+	}
+	_, errOut, code := runCLIT(t, append(flags, "gc")...)
+	require.Equal(t, 0, code, errOut)
+	assert.True(t, isMounted(), "the next operation pins it again")
+	out, _, _ := runCLIT(t, append(flags, "list")...)
+	assert.NotContains(t, out, "settles at the next operation")
+}
