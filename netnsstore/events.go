@@ -43,7 +43,7 @@ const (
 	ByGC       = "gc"       // CNI GC, and the operator's netns-pin gc
 	BySweeper  = "sweeper"  // netns-pin sweep
 	ByOperator = "operator" // netns-pin release (with or without --force)
-	ByRepair   = "repair"   // the repair of any other operation (an ADD, a CHECK)
+	ByRepair   = "repair"   // the repair of any other operation (an ADD, say)
 )
 
 // Event is one line of the events file.
