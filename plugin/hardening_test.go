@@ -208,4 +208,9 @@ func TestListAndInUseChangeNothing(t *testing.T) {
 	assert.True(t, isMounted(), "the next operation pins it again")
 	out, _, _ := runCLIT(t, append(flags, "list")...)
 	assert.NotContains(t, out, "settles at the next operation")
+
+	// Records of another pinDir: an error, with the hint.
+	_, errOut, code = runCLIT(t, "--pin-dir", filepath.Join(t.TempDir(), "p"), "--state-dir", s.StateDir, "list")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "give the --pin-dir of those records")
 }
