@@ -85,7 +85,7 @@ func readRecordFile(stateDir, name, attachment string) (*Record, error) {
 // reader without privilege or lock (the node agent): from offset from, at
 // most a chunk, to its last whole line. Only the store folds the file.
 func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
-	err = smallfile.In(stateDir, eventsFile, func(dirfd int) (err error) {
+	err = smallfile.In(stateDir, func(dirfd int) (err error) {
 		events, next, reset, err = readEventsAt(dirfd, from)
 		return err
 	})

@@ -73,7 +73,7 @@ func ReadAt(dirfd int, name string, limit int) ([]byte, error) {
 // read beneath it. Errors name dir/name.
 func ReadIn(dir, name string, limit int) ([]byte, error) {
 	var data []byte
-	err := In(dir, name, func(dirfd int) (err error) {
+	err := In(dir, func(dirfd int) (err error) {
 		data, err = ReadAt(dirfd, name, limit)
 		return err
 	})
@@ -81,8 +81,9 @@ func ReadIn(dir, name string, limit int) ([]byte, error) {
 }
 
 // In calls fn with a descriptor of dir, opened without following a
-// symlink as its last component; an *os.PathError of fn names dir/name.
-func In(dir, name string, fn func(dirfd int) error) error {
+// symlink as its last component; the relative path of an *os.PathError
+// of fn is made dir's.
+func In(dir string, fn func(dirfd int) error) error {
 	dirfd, err := Retry(func() (int, error) {
 		return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	})
