@@ -58,7 +58,7 @@ func ReadPath(path string, limit int) ([]byte, error) {
 func ReadAt(dirfd int, name string, limit int) ([]byte, error) {
 	fd, err := OpenAt(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
 	if err == unix.ELOOP || err == unix.EXDEV {
-		return nil, &os.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w: a symlink (or a path through one, or out of its directory), never followed", err)}
+		return nil, &os.PathError{Op: "open", Path: name, Err: fmt.Errorf("a symlink (or a path through one, or out of its directory), never followed: %w", err)}
 	}
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: name, Err: err}
