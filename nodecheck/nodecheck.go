@@ -74,7 +74,12 @@ func (r *Report) ExitCode() int {
 	return code
 }
 
-func (r *Report) add(f Finding) { r.Findings = append(r.Findings, f) }
+// add records f with every control character of its texts escaped
+// (printable), so that the table and the JSON say the same.
+func (r *Report) add(f Finding) {
+	f.Where, f.What, f.Fix = printable(f.Where), printable(f.What), printable(f.Fix)
+	r.Findings = append(r.Findings, f)
+}
 
 func (r *Report) finish() {
 	r.Result = map[int]string{ExitOK: "ok", ExitProblems: "problems", ExitUnknown: "incomplete"}[r.ExitCode()]
@@ -120,11 +125,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LEVEL\tCHECK\tWHERE\tFINDING")
 	for _, f := range r.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Level, f.Check, printable(orDash(f.Where)), printable(f.What))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Level, f.Check, orDash(f.Where), f.What)
 		if f.Fix != "" {
 			// Under the finding: empty cells keep the columns of the
 			// block aligned.
-			fmt.Fprintf(tw, "\t\t\t-> %s\n", printable(f.Fix))
+			fmt.Fprintf(tw, "\t\t\t-> %s\n", f.Fix)
 		}
 	}
 	if err := tw.Flush(); err != nil {
