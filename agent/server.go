@@ -49,7 +49,7 @@ func Serve(ctx context.Context, ln net.Listener, a *Agent, m *Metrics, log *slog
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       60 * time.Second,
+		IdleTimeout:       10 * time.Second, // shorter than any scrape interval: a kept-alive connection is no use
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

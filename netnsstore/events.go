@@ -43,7 +43,7 @@ const (
 	ByGC       = "gc"       // CNI GC, and the operator's netns-pin gc
 	BySweeper  = "sweeper"  // netns-pin sweep
 	ByOperator = "operator" // netns-pin release (with or without --force)
-	ByRepair   = "repair"   // the repair of any other operation (an ADD, list, inuse)
+	ByRepair   = "repair"   // the repair of any other operation (an ADD, say)
 )
 
 // Event is one line of the events file.
@@ -106,65 +106,81 @@ func (s *Store) noteRelease(r *Record, force bool) {
 	}
 }
 
-// note appends e to the events file. Counting never fails an operation:
-// an error is logged.
+// note appends e to the events file, and folds it when it has grown past
+// eventsFoldAt: without a sweeper (which folds it sooner) every refused DEL
+// appends, and the file must stay small all the same. The caller holds the
+// lock, as every operation that notes an event does. Counting never fails
+// an operation: an error is logged.
 func (s *Store) note(e Event) {
 	if e.By == "" {
 		e.By = ByRepair
 	}
-	fd, err := smallfile.OpenAt(s.stateFd, eventsFile, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	fd, err := smallfile.OpenAt(s.stateFd, eventsFile, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
+	var st unix.Stat_t
 	if err == nil {
-		_, err = unix.Write(fd, []byte(e.line()))
+		if _, err = unix.Write(fd, []byte(e.line())); err == nil {
+			err = unix.Fstat(fd, &st)
+		}
 		unix.Close(fd)
+	}
+	if err == nil && st.Size > eventsFoldAt {
+		_, err = s.fold()
 	}
 	if err != nil {
 		s.log.Warn("count an event for the metrics", "event", strings.TrimSpace(e.line()), "error", err)
 	}
 }
 
-// readEvents reads the events file from offset from to its last whole
-// line, and returns the events with the offset to read on from. A file
-// shorter than from was folded or replaced: it is read again from 0 (reset
-// says so). No file: no events.
+// eventsChunk bounds what one read of the events file takes in: readers
+// read it in pieces, whatever its size.
+const eventsChunk = 256 << 10
+
+// eventsFoldAt is the size past which the writer folds the events file
+// itself (note); the sweeper folds it past its own, smaller size.
+const eventsFoldAt = 1 << 20
+
+// readEvents reads the events file from offset from, at most eventsChunk
+// bytes, to its last whole line, and returns the events with the offset to
+// read on from (from itself once there is nothing more). A file shorter
+// than from was folded or replaced: it is read again from 0 (reset says
+// so). No file: no events.
 func (s *Store) readEvents(from int64) (events []Event, next int64, reset bool, err error) {
-	data, err := smallfile.ReadAt(s.stateFd, eventsFile, maxEvents)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	events, next, reset, err = readEventsAt(s.stateFd, from)
+	if err != nil {
 		err = fmt.Errorf("read %s/%s: %w", s.StateDir, eventsFile, err)
 	}
-	return eventsFrom(data, err, from)
+	return events, next, reset, err
 }
 
-// eventsFrom is readEvents' decision on the file's content data (or the
-// error of its read).
-func eventsFrom(data []byte, err error, from int64) (events []Event, next int64, reset bool, _ error) {
+func readEventsAt(dirfd int, from int64) (events []Event, next int64, reset bool, _ error) {
+	data, size, err := smallfile.ReadChunkAt(dirfd, eventsFile, from, eventsChunk)
+	if err == nil && size < from {
+		reset, from = true, 0
+		data, _, err = smallfile.ReadChunkAt(dirfd, eventsFile, 0, eventsChunk)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, from > 0, nil
 	}
 	if err != nil {
 		return nil, from, false, err
 	}
-	if reset = int64(len(data)) < from; reset {
-		from = 0
-	}
-	data = data[from:]
 	whole := bytes.LastIndexByte(data, '\n') + 1 // a line being written waits for the next read
-	for _, line := range strings.Split(string(data[:whole]), "\n") {
-		if e, ok := parseEvent(line); ok {
+	if whole == 0 && len(data) == eventsChunk {
+		whole = len(data) // a line longer than a chunk is no event: passed over
+	}
+	for line := range bytes.Lines(data[:whole]) {
+		if e, ok := parseEvent(string(line)); ok {
 			events = append(events, e)
 		}
 	}
 	return events, from + int64(whole), reset, nil
 }
 
-// maxEvents bounds the events file, which the sweeper folds past
-// foldOver (256 KiB) and which grows by a line per refused DEL while no
-// sweeper runs: a refusal every 10 s for years.
-const maxEvents = 256 << 20
-
 // FoldEvents keeps the events file small for the node agent, which reads
 // it (ReadEvents): past over bytes it is folded into one line per counter,
 // under the lock (appenders hold it). The sweeper folds each round, so the
-// file stays small while a holder's DEL is refused for weeks.
+// file stays small while a holder's DEL is refused for weeks; without a
+// sweeper, the appenders fold it past their own bound.
 func (s *Store) FoldEvents(over int64) error {
 	var st unix.Stat_t
 	switch err := unix.Fstatat(s.stateFd, eventsFile, &st, unix.AT_SYMLINK_NOFOLLOW); {
@@ -178,20 +194,33 @@ func (s *Store) FoldEvents(over int64) error {
 		return err
 	}
 	defer unlock()
-	all, _, _, err := s.readEvents(0)
-	if err != nil {
-		return err
-	}
+	_, err = s.fold()
+	return err
+}
+
+// fold replaces the events file by one line per counter, read in chunks:
+// the caller holds the lock. It returns the folded file's size.
+func (s *Store) fold() (int64, error) {
 	sums := map[[3]string]uint64{}
-	for _, e := range all {
-		sums[[3]string{e.Kind, e.By, e.Cluster}] += e.Count
+	for from := int64(0); ; {
+		evs, next, _, err := s.readEvents(from)
+		if err != nil {
+			return 0, err
+		}
+		for _, e := range evs {
+			sums[[3]string{e.Kind, e.By, e.Cluster}] += e.Count
+		}
+		if next == from {
+			break
+		}
+		from = next
 	}
 	var b strings.Builder
 	for _, k := range slices.SortedFunc(maps.Keys(sums), func(a, b [3]string) int { return strings.Compare(strings.Join(a[:], " "), strings.Join(b[:], " ")) }) {
 		b.WriteString(Event{Kind: k[0], By: k[1], Cluster: k[2], Count: sums[k]}.line())
 	}
 	if err := s.replaceFile(s.stateFd, eventsFile, []byte(b.String()), false); err != nil {
-		return fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
+		return 0, fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
 	}
-	return nil
+	return int64(b.Len()), nil
 }

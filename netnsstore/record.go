@@ -204,6 +204,12 @@ func (s *Store) readRecord(attachment string, readOnly bool) (*Record, error) {
 	if r.PinDir != s.PinDir {
 		return nil, fmt.Errorf("%w: record %s was made under pinDir %s, this store's pinDir is %s", ErrOtherPinDir, attachment, r.PinDir, s.PinDir)
 	}
+	if r.PinPath != s.pinPath(attachment) {
+		// The pin's path follows from the attachment; one that does not
+		// was written by someone else, and would become the chain's
+		// CNI_NETNS and the unmount's target.
+		return nil, fmt.Errorf("record %s names the pin %q, not its own %s", attachment, r.PinPath, s.pinPath(attachment))
+	}
 	if r.Format < recordFormat && !readOnly {
 		if err := s.writeRecord(r); err != nil {
 			return nil, fmt.Errorf("upgrade record %s: %w", attachment, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/smallfile"
@@ -47,7 +46,7 @@ func (s *Store) WriteSweepStatus(st SweepStatus) error {
 // ReadSweepStatus reads the sweeper's status file of stateDir; nil, nil
 // when no sweeper ever ran a round there.
 func ReadSweepStatus(stateDir string) (*SweepStatus, error) {
-	data, err := smallfile.ReadPath(filepath.Join(stateDir, sweepStatusFile), 1<<20)
+	data, err := smallfile.ReadIn(stateDir, sweepStatusFile, 1<<20)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

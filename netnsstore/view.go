@@ -41,7 +41,7 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 		if !ok || strings.HasPrefix(n, tmpPrefix) {
 			continue // a leftover of a crash between write and rename: no record
 		}
-		data, err := smallfile.ReadPath(filepath.Join(dir, n), 1<<20)
+		data, err := smallfile.ReadIn(stateDir, recordsSubdir+"/"+n, 1<<20)
 		var r *Record
 		if err == nil {
 			r, err = decodeRecord(data, att, "the node agent")
@@ -60,13 +60,18 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 }
 
 // ReadEvents reads the events file of stateDir as readEvents does, for a
-// reader without privilege or lock (the node agent): from offset from to
-// its last whole line. Only the store folds the file.
+// reader without privilege or lock (the node agent): from offset from, at
+// most a chunk, to its last whole line. Only the store folds the file.
 func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
-	path := filepath.Join(stateDir, eventsFile)
-	data, err := smallfile.ReadPath(path, maxEvents)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		err = fmt.Errorf("read %s: %w", path, err)
+	err = smallfile.In(stateDir, func(dirfd int) (err error) {
+		events, next, reset, err = readEventsAt(dirfd, from)
+		return err
+	})
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, 0, from > 0, nil // no stateDir yet
+	case err != nil:
+		return nil, from, false, err
 	}
-	return eventsFrom(data, err, from)
+	return events, next, reset, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/human"
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // agentStatus is what the node agent (cmd/netns-pin-agent) writes to
@@ -35,7 +36,7 @@ type agentStatus struct {
 func (c *checker) agent() {
 	dir := strings.TrimSuffix(c.o.StateDir, "/") + "-agent"
 	where := filepath.Join(dir, "status.json")
-	data, err := os.ReadFile(where)
+	data, err := smallfile.ReadIn(dir, "status.json", 1<<20)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		c.r.add(Finding{Check: "agent", Level: Warning, Where: where,

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/human"
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -77,7 +78,7 @@ type cephCSIEntry struct {
 // readCephCSIConfig reads config.json, or a ConfigMap (as JSON) that
 // carries it under data."config.json".
 func readCephCSIConfig(path string) ([]cephCSIEntry, error) {
-	data, err := os.ReadFile(path)
+	data, err := smallfile.ReadPath(path, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -152,28 +153,28 @@ func (c *checker) cephCSI() {
 		switch {
 		case link == nil && rookOldLink(p.path):
 			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where,
-				What: p.path + " is Rook's old holder path, and no cluster's links include it: ceph-csi finds nothing there, or a netns of a Rook holder (failed to get stat for ... .net.ns)",
-				Fix:  fmt.Sprintf(`add "%s/{{.Namespace}}.net.ns" to the netns-pin entry's links, or point netNamespaceFilePath at the cluster's link under %s`, filepath.Dir(p.path), c.o.PinDir)})
+				What: strconv.Quote(p.path) + " is Rook's old holder path, and no cluster's links include it: ceph-csi finds nothing there, or a netns of a Rook holder (failed to get stat for ... .net.ns)",
+				Fix:  fmt.Sprintf(`add %s to the netns-pin entry's links, or point netNamespaceFilePath at the cluster's link under %s`, strconv.Quote(filepath.Dir(p.path)+"/{{.Namespace}}.net.ns"), c.o.PinDir)})
 			continue
 		case link == nil:
 			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where,
-				What: p.path + " is no link of a cluster netns-pin knows here (links: " + quoteList(known) + ")",
+				What: strconv.Quote(p.path) + " is no link of a cluster netns-pin knows here (links: " + quoteList(known) + ")",
 				Fix:  "set netNamespaceFilePath to the cluster's link, <pinDir>/<namespace>/<name>.net by default"})
 			continue
 		}
 		if _, err := nsfsID(p.path); err != nil {
-			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: p.path + " does not lead to a network namespace (" + err.Error() + "): NodeStage fails with \"failed to get stat for\"",
+			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: strconv.Quote(p.path) + " does not lead to a network namespace (" + err.Error() + "): NodeStage fails with \"failed to get stat for\"",
 				Fix: "see the link finding above; netns-pin gc re-points it"})
 			continue
 		}
 		switch r := c.recordOf(link.Have); {
 		case r == nil:
-			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: p.path + " leads to no pin with a record", Fix: "netns-pin gc"})
+			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: strconv.Quote(p.path) + " leads to no pin with a record", Fix: "netns-pin gc"})
 		case r.State == netnsstore.StateDraining:
-			c.r.add(Finding{Check: "cephCSI", Level: Warning, Where: p.where, What: fmt.Sprintf("%s leads to the draining pin %s (cluster %s has no active one)", p.path, r.Attachment, r.Cluster),
+			c.r.add(Finding{Check: "cephCSI", Level: Warning, Where: p.where, What: fmt.Sprintf("%q leads to the draining pin %s (cluster %s has no active one)", p.path, r.Attachment, r.Cluster),
 				Fix: "start the cluster's holder pod on this node"})
 		default:
-			c.r.add(Finding{Check: "cephCSI", Level: OK, Where: p.where, What: fmt.Sprintf("%s leads to the active pin %s of cluster %s", p.path, r.Attachment, r.Cluster)})
+			c.r.add(Finding{Check: "cephCSI", Level: OK, Where: p.where, What: fmt.Sprintf("%q leads to the active pin %s of cluster %s", p.path, r.Attachment, r.Cluster)})
 		}
 	}
 }
@@ -202,15 +203,21 @@ func (c *checker) csiPlugins() {
 		c.r.add(Finding{Check: "csiPlugin", Level: Unknown, Where: c.o.Proc, What: "cannot list processes: " + err.Error()})
 		return
 	}
+	if len(pids) == 0 && how == "none named" {
+		c.r.add(Finding{Check: "csiPlugin", Level: Info, Where: c.o.Proc,
+			What: "no csi node plugin named: the propagation of pins into its mount namespace is not checked",
+			Fix:  "name the csi node plugin with --csi-container ID (crictl ps --name csi-rbdplugin -q) or --csi-pid PID"})
+		return
+	}
 	if len(pids) == 0 {
 		c.r.add(Finding{Check: "csiPlugin", Level: Info, Where: c.o.Proc,
 			What: "no csi node plugin process (" + how + ") runs on this node: the propagation of pins into its mount namespace is not checked",
-			Fix:  "name the plugin's processes with --csi-pid or --csi-process"})
+			Fix:  "name the csi node plugin with --csi-container ID (crictl ps --name csi-rbdplugin -q) or --csi-pid PID"})
 		return
 	}
 	for _, pid := range pids {
 		comm := strings.TrimSpace(readSmall(filepath.Join(c.o.Proc, strconv.Itoa(pid), "comm")))
-		who := fmt.Sprintf("pid %d (%s)", pid, comm)
+		who := fmt.Sprintf("pid %d (%q)", pid, comm) // a process names itself
 		if _, err := os.Stat(filepath.Join(c.o.Proc, strconv.Itoa(pid))); err != nil {
 			c.r.add(Finding{Check: "csiPlugin", Level: Error, Where: who, What: "no such process", Fix: "give the pid of a running csi node plugin"})
 			continue
@@ -222,15 +229,15 @@ func (c *checker) csiPlugins() {
 				continue // reported as a link or ceph-csi finding
 			}
 			inside := filepath.Join(c.o.Proc, strconv.Itoa(pid), "root", l)
-			id, err := nsfsID(inside)
+			id, err := nsfsIDWithin(inside, csiProbeTimeout)
 			switch {
 			case err != nil:
-				c.r.add(Finding{Check: "csiPlugin", Level: Error, Where: who + ": " + l,
-					What: fmt.Sprintf("in its mount namespace %s is not the pinned netns %s (%v): the pin did not propagate into the container, so ceph-csi cannot enter it", l, hostID, err),
+				c.r.add(Finding{Check: "csiPlugin", Level: Error, Where: who + ": " + strconv.Quote(l),
+					What: fmt.Sprintf("in its mount namespace %q is not the pinned netns %s (%v): the pin did not propagate into the container, so ceph-csi cannot enter it", l, hostID, err),
 					Fix:  "mount the kubelet plugins folder (or pinDir) into the csi node plugin with mountPropagation: Bidirectional, keep pinDir a shared mount, and restart the csi node plugin pod"})
 			case id != hostID:
-				c.r.add(Finding{Check: "csiPlugin", Level: Error, Where: who + ": " + l,
-					What: fmt.Sprintf("in its mount namespace %s is %s, on the host %s: it sees a stale pin", l, id, hostID),
+				c.r.add(Finding{Check: "csiPlugin", Level: Error, Where: who + ": " + strconv.Quote(l),
+					What: fmt.Sprintf("in its mount namespace %q is %s, on the host %s: it sees a stale pin", l, id, hostID),
 					Fix:  "mount the kubelet plugins folder into the csi node plugin with mountPropagation: Bidirectional and restart the pod"})
 			default:
 				okCount++
@@ -242,34 +249,65 @@ func (c *checker) csiPlugins() {
 	}
 }
 
-// csiProcesses is the pids named with --csi-pid, else every process whose
-// command name is one of CSIProcessNames.
+// csiProcesses is the pids named with --csi-pid, and every process of the
+// containers named with --csi-container: one whose cgroup path (which the
+// runtime chose) has the container's ID.
 func (c *checker) csiProcesses() ([]int, string, error) {
-	if len(c.o.CSIPIDs) > 0 {
-		return c.o.CSIPIDs, "named", nil
+	pids := slices.Clone(c.o.CSIPIDs)
+	if len(c.o.CSIContainers) == 0 {
+		if len(pids) == 0 {
+			return nil, "none named", nil
+		}
+		return pids, "named", nil
 	}
-	how := "command name " + strings.Join(c.o.CSIProcessNames, " or ")
+	how := "container " + strings.Join(c.o.CSIContainers, " or ")
 	ents, err := os.ReadDir(c.o.Proc)
 	if err != nil {
 		return nil, how, err
 	}
-	var pids []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || slices.Contains(pids, pid) {
 			continue
 		}
-		comm := strings.TrimSpace(readSmall(filepath.Join(c.o.Proc, e.Name(), "comm")))
-		if slices.Contains(c.o.CSIProcessNames, comm) {
+		cgroup := readSmall(filepath.Join(c.o.Proc, e.Name(), "cgroup"))
+		if slices.ContainsFunc(c.o.CSIContainers, func(id string) bool { return strings.Contains(cgroup, id) }) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids, how, nil
 }
 
+// csiProbeTimeout bounds each look into a csi container's mount namespace
+// (a statfs and a stat through /proc/<pid>/root): a FUSE or network mount
+// there may never answer, and check must.
+const csiProbeTimeout = 5 * time.Second
+
+// nsfsIDInside is nsfsID for a path inside a container (tests replace it
+// with one that does not answer).
+var nsfsIDInside = nsfsID
+
+func nsfsIDWithin(path string, d time.Duration) (netnsstore.NetnsID, error) {
+	type result struct {
+		id  netnsstore.NetnsID
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		id, err := nsfsIDInside(path)
+		ch <- result{id, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.id, r.err
+	case <-time.After(d):
+		return netnsstore.NetnsID{}, fmt.Errorf("no answer within %s (a FUSE or network mount in the container?)", d)
+	}
+}
+
 func readSmall(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil || len(data) > 4096 {
+	data, err := smallfile.ReadPath(path, 4096)
+	if err != nil {
 		return ""
 	}
 	return string(data)

@@ -16,9 +16,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
@@ -71,7 +74,12 @@ func (r *Report) ExitCode() int {
 	return code
 }
 
-func (r *Report) add(f Finding) { r.Findings = append(r.Findings, f) }
+// add records f with every control character of its texts escaped
+// (printable), so that the table and the JSON say the same.
+func (r *Report) add(f Finding) {
+	f.Where, f.What, f.Fix = printable(f.Where), printable(f.What), printable(f.Fix)
+	r.Findings = append(r.Findings, f)
+}
 
 func (r *Report) finish() {
 	r.Result = map[int]string{ExitOK: "ok", ExitProblems: "problems", ExitUnknown: "incomplete"}[r.ExitCode()]
@@ -85,19 +93,17 @@ type Options struct {
 	// CephCSIConfig is ceph-csi's config.json (or its ConfigMap as JSON);
 	// "" skips that part.
 	CephCSIConfig string
-	// CSIPIDs names the csi node plugin processes; when empty, every
-	// process whose command name is in CSIProcessNames is one.
-	CSIPIDs         []int
-	CSIProcessNames []string
+	// CSIPIDs names the csi node plugin processes; CSIContainers names
+	// their containers by ID (every process whose cgroup path has it is
+	// one). A process chooses its own command name, not these. Neither:
+	// the propagation into the plugin is not checked.
+	CSIPIDs       []int
+	CSIContainers []string
 	// Open opens the store (read under its lock, never changed).
 	Open func() (*netnsstore.Store, error)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
-
-// DefaultCSIProcessNames: ceph-csi's node plugins run the cephcsi binary
-// (ceph/ceph-csi cmd/cephcsi.go) with --type=rbd or --type=cephfs.
-var DefaultCSIProcessNames = []string{"cephcsi"}
 
 // Run checks the node.
 func Run(o Options) *Report {
@@ -106,9 +112,6 @@ func Run(o Options) *Report {
 	}
 	if o.Proc == "" {
 		o.Proc = "/proc"
-	}
-	if len(o.CSIProcessNames) == 0 {
-		o.CSIProcessNames = DefaultCSIProcessNames
 	}
 	c := &checker{o: o, r: &Report{}}
 	c.run()
@@ -172,5 +175,33 @@ func quoteList(ss []string) string {
 	if len(ss) == 0 {
 		return "none"
 	}
-	return strings.Join(ss, ", ")
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// printable is s with every byte that is no printable character written as
+// a Go escape: a finding quotes what it read from a file, and this keeps
+// any other text (an error naming such a path) from sending terminal
+// escapes, tabs or newlines to the operator's terminal.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch q := strconv.QuoteRune(r); {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsPrint(r):
+			b.WriteString(s[i : i+n])
+		default:
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -33,7 +35,7 @@ commands:
                                 that a runtime abandoned, once nothing uses
                                 their netns (JSON log on stderr or logFile);
                                 metrics: netns-pin-agent serves them
-  check [--ceph-csi-config FILE] [--csi-pid PID] [--csi-process NAME]
+  check [--ceph-csi-config FILE] [--csi-pid PID] [--csi-container ID]
                                 is this node set up right: pinDir, links,
                                 pins, in-use roots, ceph-csi's paths, the csi
                                 plugins' view, the sweeper (exit 0/1/2)
@@ -68,6 +70,10 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if g.json && !jsonCommands[cmd] {
+		fmt.Fprintf(stderr, "netns-pin: --json: %s prints no JSON (list, inuse, gc, check and uninstall do)\n", cmd)
+		return 2
+	}
 	if cmd == "version" {
 		if len(rest) > 0 {
 			fmt.Fprintln(stderr, "usage: netns-pin version")
@@ -81,6 +87,10 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	}
 	cf, ok := parseCommand(cmd, rest, &g, stderr)
 	if !ok {
+		return 2
+	}
+	if g.json && !jsonCommands[cmd] {
+		fmt.Fprintf(stderr, "netns-pin: --json: %s prints no JSON (list, inuse, gc, check and uninstall do)\n", cmd)
 		return 2
 	}
 	c, err := conf.LoadFile(g.conf, g.paths)
@@ -126,6 +136,10 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// jsonCommands are the commands that print JSON with --json; any other
+// refuses the flag rather than ignore it.
+var jsonCommands = map[string]bool{"list": true, "inuse": true, "gc": true, "check": true, "uninstall": true}
+
 // globalFlags are the flags every command takes.
 type globalFlags struct {
 	conf  string
@@ -158,7 +172,7 @@ type commandFlags struct {
 	// check
 	cephCSIConfig string
 	csiPIDs       []int
-	csiProcesses  []string
+	csiContainers []string
 	// uninstall
 	cniBinDir string
 	cacheDirs []string
@@ -171,7 +185,7 @@ var commandUsage = map[string]string{
 	"gc":        "netns-pin gc [--dry-run]",
 	"release":   "netns-pin release <attachment> [--force]",
 	"sweep":     "netns-pin sweep [--interval 10s | --once] [--metrics-address HOST:PORT]",
-	"check":     "netns-pin check [--ceph-csi-config FILE] [--csi-pid PID]... [--csi-process NAME]...",
+	"check":     "netns-pin check [--ceph-csi-config FILE] [--csi-pid PID]... [--csi-container ID]...",
 	"uninstall": "netns-pin uninstall --cni-bin-dir DIR [--dry-run] [--cache-dir DIR]...",
 }
 
@@ -214,7 +228,7 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 		})
 	case "check":
 		fs.StringVar(&cf.cephCSIConfig, "ceph-csi-config", "", "ceph-csi's config.json (or its ConfigMap as JSON): check every netNamespaceFilePath")
-		fs.Func("csi-pid", "a csi node plugin process (repeatable; default: every process named by --csi-process)", func(v string) error {
+		fs.Func("csi-pid", "a csi node plugin process (repeatable)", func(v string) error {
 			pid, err := strconv.Atoi(v)
 			if err != nil || pid <= 0 {
 				return fmt.Errorf("not a pid: %q", v)
@@ -222,8 +236,11 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 			cf.csiPIDs = append(cf.csiPIDs, pid)
 			return nil
 		})
-		fs.Func("csi-process", "command name of the csi node plugin processes (repeatable; default cephcsi)", func(v string) error {
-			cf.csiProcesses = append(cf.csiProcesses, v)
+		fs.Func("csi-container", "the csi node plugin's container ID, as crictl ps prints it (repeatable): its processes, by their cgroup", func(v string) error {
+			if len(v) < 12 || strings.Trim(v, "0123456789abcdef") != "" {
+				return fmt.Errorf("not a container ID (12 to 64 hex digits): %q", v)
+			}
+			cf.csiContainers = append(cf.csiContainers, v)
 			return nil
 		})
 	}
@@ -270,15 +287,75 @@ func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, cf commandFla
 	return fmt.Errorf("unknown command %q", cmd)
 }
 
+// withoutCache is what list --json prints of records: each record but
+// the content of its captured libcni cache entry (the chain's
+// configuration, CNI_ARGS and capability arguments, which may carry pod
+// annotations), of which it names only the file it came from. The pod is
+// named by its namespace, name and UID alone.
+func withoutCache(rs []*netnsstore.Record) []*netnsstore.Record {
+	out := make([]*netnsstore.Record, len(rs))
+	for i, r := range rs {
+		c := *r
+		if r.Teardown != nil {
+			td := *r.Teardown
+			td.Cache = nil
+			c.Teardown = &td
+		}
+		out[i] = &c
+	}
+	return out
+}
+
+// inspect is what list and inuse read: the store as Inspect sees it under
+// the lock, changing nothing (no repair: a record that needs settling is
+// shown as such), with an error naming each record that cannot be used.
+func inspect(s *netnsstore.Store) (*netnsstore.Snapshot, error) {
+	snap, err := s.Inspect()
+	if err != nil {
+		return nil, err
+	}
+	if snap.OwnerErr != nil {
+		return nil, snap.OwnerErr
+	}
+	var errs []error
+	for _, n := range slices.Sorted(maps.Keys(snap.Unreadable)) {
+		msg := snap.Unreadable[n]
+		if rest, ok := strings.CutPrefix(msg, netnsstore.ErrOtherPinDir.Error()); ok {
+			errs = append(errs, fmt.Errorf("%w%s", netnsstore.ErrOtherPinDir, rest)) // keeps reportCLIError's hint
+			continue
+		}
+		errs = append(errs, errors.New(msg))
+	}
+	return snap, errors.Join(errs...)
+}
+
+// settlesNote is how list and inuse show a record the next operation
+// changes.
+func settlesNote(snap *netnsstore.Snapshot, r *netnsstore.Record) string {
+	if why := snap.Settles(r); why != "" {
+		return "settles at the next operation: " + why
+	}
+	return ""
+}
+
 func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 	// The readable records, then the error about those that are not: a
 	// record that cannot be read blocks every release and must show.
-	rs, err := s.List()
-	if err != nil && len(rs) == 0 {
+	snap, err := inspect(s)
+	if snap == nil || err != nil && len(snap.Records) == 0 {
 		return err
 	}
+	rs := snap.Records
 	if asJSON {
-		return errors.Join(json.NewEncoder(w).Encode(rs), err)
+		type listed struct {
+			*netnsstore.Record
+			Settles string `json:"settles,omitempty"`
+		}
+		out := []listed{}
+		for _, r := range withoutCache(rs) {
+			out = append(out, listed{r, settlesNote(snap, r)})
+		}
+		return errors.Join(json.NewEncoder(w).Encode(out), err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	// What held the pin when a release was last refused: a list shows the
@@ -300,6 +377,9 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 		if r.Abandoned {
 			state += " (abandoned by the runtime)"
 		}
+		if note := settlesNote(snap, r); note != "" {
+			state += " (" + note + ")"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Attachment, r.PodNS, r.PodName, state,
 			human.Age(time.Since(r.Created)), r.NetnsID(), strings.Join(r.IPs, ","), held)
 	}
@@ -311,6 +391,7 @@ type inUseReport struct {
 	Cluster    string            `json:"cluster"`
 	Pod        string            `json:"pod"`
 	State      string            `json:"state"`
+	Settles    string            `json:"settles,omitempty"`
 	References []inuse.Reference `json:"references"`
 }
 
@@ -334,10 +415,11 @@ func referencesNow(s *netnsstore.Store, r *netnsstore.Record) ([]inuse.Reference
 }
 
 func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJSON bool) (err error) {
-	rs, listErr := s.List()
-	if listErr != nil && len(rs) == 0 {
+	snap, listErr := inspect(s)
+	if snap == nil || listErr != nil && len(snap.Records) == 0 {
 		return listErr
 	}
+	rs := snap.Records
 	// Records that cannot be read are reported after what could be checked.
 	defer func() { err = errors.Join(err, listErr) }()
 	var reports []inUseReport
@@ -349,7 +431,7 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.Attachment, err)
 		}
-		reports = append(reports, inUseReport{r.Attachment, r.Cluster, r.PodNS + "/" + r.PodName, r.State, refs})
+		reports = append(reports, inUseReport{r.Attachment, r.Cluster, r.PodNS + "/" + r.PodName, r.State, settlesNote(snap, r), refs})
 	}
 	if len(reports) == 0 {
 		return fmt.Errorf("no pinned attachment or cluster %q (see netns-pin list)", what)
@@ -358,7 +440,11 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		return json.NewEncoder(w).Encode(reports)
 	}
 	for _, rep := range reports {
-		fmt.Fprintf(w, "%s  cluster %s  pod %s  %s: ", rep.Attachment, rep.Cluster, rep.Pod, rep.State)
+		state := string(rep.State)
+		if rep.Settles != "" {
+			state += " (" + rep.Settles + ")"
+		}
+		fmt.Fprintf(w, "%s  cluster %s  pod %s  %s: ", rep.Attachment, rep.Cluster, rep.Pod, state)
 		if len(rep.References) == 0 {
 			fmt.Fprintln(w, "not in use")
 			continue
@@ -454,7 +540,7 @@ func runCheck(c *conf.Config, cf commandFlags, asJSON bool, stdout, stderr io.Wr
 	rep := nodecheck.Run(nodecheck.Options{
 		PinDir: c.PinDir, StateDir: c.StateDir,
 		Sysfs: c.InUse.Sysfs, Debugfs: c.InUse.Debugfs, Proc: c.InUse.Proc, Unattributed: c.InUse.Unattributed,
-		CephCSIConfig: cf.cephCSIConfig, CSIPIDs: cf.csiPIDs, CSIProcessNames: cf.csiProcesses,
+		CephCSIConfig: cf.cephCSIConfig, CSIPIDs: cf.csiPIDs, CSIContainers: cf.csiContainers,
 		Open: func() (*netnsstore.Store, error) {
 			return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{Writer: Version})
 		},

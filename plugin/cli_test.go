@@ -170,6 +170,13 @@ func TestCLIFlagsAnywhereAndNoneIgnored(t *testing.T) {
 		assert.Equal(t, 2, code, "%v", args)
 		assert.Contains(t, errOut, "usage: netns-pin "+args[0], "%v", args)
 	}
+	// A flag the command does not use is refused (at 3819815 release and
+	// version took --json and ignored it).
+	for _, args := range [][]string{{"release", "c1.net1", "--json"}, {"--json", "release", "c1.net1"}, {"--json", "version"}, {"version", "--json"}, {"sweep", "--once", "--json"}} {
+		_, errOut, code := runCLIT(t, append(flags, args...)...)
+		assert.Equal(t, 2, code, "%v: %s", args, errOut)
+		assert.Regexp(t, `--json: \w+ prints no JSON|usage: netns-pin version`, errOut, "%v", args)
+	}
 	assert.FileExists(t, filepath.Join(s.PinDir, "pins/c1.net1"), "nothing was released")
 }
 

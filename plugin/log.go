@@ -1,11 +1,16 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // newLogger returns a JSON-lines logger writing to the configured log file
@@ -15,7 +20,7 @@ func newLogger(c *conf.Config, attrs ...any) (*slog.Logger, func()) {
 	closeFn := func() {}
 	var openErr error
 	if c.LogFile != "" {
-		f, err := os.OpenFile(c.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := openLogFile(c.LogFile)
 		if err == nil {
 			w, closeFn = f, func() { f.Close() }
 		}
@@ -39,4 +44,33 @@ func utcTime(groups []string, a slog.Attr) slog.Attr {
 		a.Value = slog.TimeValue(a.Value.Time().UTC())
 	}
 	return a
+}
+
+// openLogFile opens logFile for appending as root does it safely in a
+// directory others may write to (/var/log is root:syslog 0775 on Debian):
+// never through a symlink, without blocking (a FIFO), and only a regular
+// file; anything else is an error naming it.
+func openLogFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
+	var st unix.Stat_t
+	switch {
+	case err == nil:
+		err = unix.Fstat(int(f.Fd()), &st)
+	case !errors.Is(err, os.ErrNotExist):
+		if unix.Lstat(path, &st) != nil {
+			return nil, err
+		}
+	default:
+		return nil, err
+	}
+	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		return f, nil
+	}
+	if f != nil {
+		f.Close()
+	}
+	if err == nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		err = fmt.Errorf("logFile %s is %s, not a regular file: not opened", path, smallfile.Kind(st.Mode))
+	}
+	return nil, err
 }

@@ -24,6 +24,28 @@ func runSweep(c *conf.Config, interval time.Duration, once bool) int {
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGTERM ends the sweeper within a second whatever the round is
+	// doing (waiting for the lock, an in-use check, a chain's DEL): the
+	// round gets half a second to finish, then the process goes, as if
+	// killed, which every step of the store survives (the next operation
+	// settles what it left, docs/design.md §10).
+	done := make(chan int, 1)
+	go func() { done <- sweepLoop(ctx, c, interval, once, log) }()
+	select {
+	case code := <-done:
+		return code
+	case <-ctx.Done():
+	}
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(500 * time.Millisecond):
+		log.Warn("sweeper stopped in the middle of a round: the next operation settles what it left")
+		return 0
+	}
+}
+
+func sweepLoop(ctx context.Context, c *conf.Config, interval time.Duration, once bool, log *slog.Logger) int {
 	if once {
 		log.Info("sweeper started for one round", "pinDir", c.PinDir, "stateDir", c.StateDir)
 	} else {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -49,16 +49,7 @@ func teardownOf(args *skel.CmdArgs, c *conf.Config) *netnsstore.Teardown {
 }
 
 func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err == nil && int64(len(data)) > limit {
-		err = fmt.Errorf("%s is over %d bytes", path, limit)
-	}
-	return data, err
+	return smallfile.ReadPath(path, int(limit))
 }
 
 // errNoCache is returned when an abandoned attachment's chain cannot be
@@ -132,11 +123,18 @@ func runChainDel(r *netnsstore.Record) error {
 			return fmt.Errorf("captured result of %s: %w", r.Network, err)
 		}
 	}
-	netns := r.PinPath
-	if fd, err := nsinfo.OpenNetns(r.PinPath); err != nil {
+	// CNI_NETNS is the pin, derived from the attachment (never a path read
+	// from the record), and only when it is the recorded netns.
+	netns := filepath.Join(r.PinDir, netnsstore.PinsSubdir, r.Attachment)
+	if fd, err := nsinfo.OpenNetns(netns); err != nil {
 		netns = "" // the pin was lost (unpinned): a DEL without a netns, as runtimes send
 	} else {
+		var st unix.Stat_t
+		err := unix.Fstat(fd, &st)
 		unix.Close(fd)
+		if err != nil || (netnsstore.NetnsID{Dev: st.Dev, Ino: st.Ino}) != r.NetnsID() {
+			return fmt.Errorf("pin %s is netns %d:%d, the record's is %s (%v): the chain's DEL is not run", netns, st.Dev, st.Ino, r.NetnsID(), err)
+		}
 	}
 	// As libcni's invoke.Args.AsEnv: this process's environment without
 	// its CNI_ variables, then the DEL's.

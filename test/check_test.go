@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,7 +186,7 @@ func newHealthyNode(t *testing.T, csiPropagation string) healthyNode {
 
 func (n healthyNode) check(t *testing.T, extra ...string) checkRun {
 	t.Helper()
-	return runCheck(t, n.c, append([]string{"--csi-process", n.csi.name}, extra...)...)
+	return runCheck(t, n.c, append([]string{"--csi-pid", fmt.Sprint(n.csi.pid)}, extra...)...)
 }
 
 func TestCheckPassesOnAHealthyNode(t *testing.T) {
@@ -198,7 +199,7 @@ func TestCheckPassesOnAHealthyNode(t *testing.T) {
 	r.requireFinding(t, "link", "ok", n.c.pinDir, "1 link(s)")
 	r.requireFinding(t, "cephCSI", "ok", "rbd.netNamespaceFilePath", "active pin "+n.holder.attachmentName())
 	r.requireFinding(t, "cephCSI", "ok", "cephFS.netNamespaceFilePath", "active pin "+n.holder.attachmentName())
-	r.requireFinding(t, "csiPlugin", "ok", fmt.Sprintf("pid %d (%s)", n.csi.pid, n.csi.name), "same netns")
+	r.requireFinding(t, "csiPlugin", "ok", fmt.Sprintf("pid %d (%q)", n.csi.pid, n.csi.name), "same netns")
 	r.requireFinding(t, "sweeper", "ok", "sweeper.json", "running")
 	require.NotEmpty(t, r.find("inUse", "info", "", ""), "check says which in-use signals are live")
 	// By pid, and without a ceph-csi configuration (the links of the
@@ -265,7 +266,7 @@ func TestCheckFindsCephCSIPathsThatLeadNowhere(t *testing.T) {
 	config := writeCephCSIConfig(t, n.c, missing, rook)
 	r := n.check(t, "--ceph-csi-config", config)
 	require.Equal(t, 1, r.code)
-	r.requireFinding(t, "cephCSI", "error", "rbd.netNamespaceFilePath", missing+" is no link of a cluster netns-pin knows")
+	r.requireFinding(t, "cephCSI", "error", "rbd.netNamespaceFilePath", strconv.Quote(missing)+" is no link of a cluster netns-pin knows")
 	f := r.requireFinding(t, "cephCSI", "error", "cephFS.netNamespaceFilePath", "Rook's old holder path")
 	assert.Contains(t, f.Fix, `/var/lib/kubelet/plugins/rook-ceph.rbd.csi.ceph.com/{{.Namespace}}.net.ns`, "the fix is the links entry to add")
 
@@ -280,7 +281,7 @@ func TestCheckFindsACSIPluginThatCannotSeeThePin(t *testing.T) {
 	n := newHealthyNode(t, "private")
 	r := n.check(t, "--ceph-csi-config", n.config)
 	require.Equal(t, 1, r.code)
-	f := r.requireFinding(t, "csiPlugin", "error", fmt.Sprintf("pid %d (%s): %s", n.csi.pid, n.csi.name, n.c.defaultLink()), "did not propagate")
+	f := r.requireFinding(t, "csiPlugin", "error", fmt.Sprintf("pid %d (%q): %q", n.csi.pid, n.csi.name, n.c.defaultLink()), "did not propagate")
 	assert.Contains(t, f.Fix, "mountPropagation: Bidirectional")
 }
 
@@ -288,7 +289,7 @@ func TestCheckFindsNoSweeper(t *testing.T) {
 	c := newChain(t, chainSpec{})
 	a := c.newAttachment(t, hosttest.NewNetns(t, "npe2e"), holderArgs(), false)
 	a.mustAdd(t)
-	r := runCheck(t, c, "--csi-process", "csi-none-"+host.RandHex(3))
+	r := runCheck(t, c)
 	require.Equal(t, 1, r.code)
 	r.requireFinding(t, "sweeper", "error", "sweeper.json", "no sweeper has run")
 
@@ -299,7 +300,7 @@ func TestCheckFindsNoSweeper(t *testing.T) {
 		return err == nil
 	}))
 	sw.stop(t)
-	r = runCheck(t, c, "--csi-process", "csi-none-"+host.RandHex(3))
+	r = runCheck(t, c)
 	require.Equal(t, 1, r.code)
 	r.requireFinding(t, "sweeper", "error", "sweeper.json", "stopped")
 }

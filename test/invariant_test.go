@@ -223,13 +223,17 @@ func TestHolePinUnmountedFromOutside(t *testing.T) {
 	assert.Equal(t, "draining", readRecord(t, a.recordPath()).str("state"))
 
 	// Unmounted again, and now the runtime's own handle is gone too: only
-	// the client holds the netns. Any operation finds it through the
-	// client's /proc/<pid>/ns/net and pins it again.
+	// the client holds the netns. list only looks and says so; any
+	// operation finds it through the client's /proc/<pid>/ns/net and pins
+	// it again.
 	hosttest.MustRun(t, "umount", "-l", a.pinPath())
 	ns.Delete(t)
 	r := pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "list")
 	require.NoError(t, r.Err, "%s", r)
-	assert.Regexp(t, `draining`, r.Stdout)
+	assert.Regexp(t, `draining \(settles at the next operation: its pin is no longer a mount of its netns\)`, r.Stdout)
+	assert.Empty(t, mountsAt(t, a.pinPath()), "list pins nothing again")
+	r = pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "gc")
+	require.NoError(t, r.Err, "%s", r)
 	assert.Equal(t, a.netns.ID, hosttest.StatNS(t, a.pinPath()), "pinned again from the client's netns")
 	assert.True(t, containsIP(nsenterAddrs(t, a.pinPath()), ip), "the interface and %s live on", ip)
 
@@ -416,6 +420,9 @@ func TestRecordFormatUpgradeAndNewer(t *testing.T) {
 	r := pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "list")
 	require.NoError(t, r.Err, "%s", r)
 	assert.Regexp(t, a.attachmentName()+`\s.*\sactive\s`, r.Stdout)
+	assert.NotEqual(t, "2", readRecord(t, a.recordPath()).str("format"), "list reads it as it is")
+	r = pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "gc")
+	require.NoError(t, r.Err, "%s", r)
 	up := readRecord(t, a.recordPath())
 	assert.Equal(t, "2", up.str("format"), "upgraded in place")
 	assert.Equal(t, c.pinDir, up.str("pinDir"))

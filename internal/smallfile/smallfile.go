@@ -16,6 +16,7 @@ package smallfile
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -56,11 +57,80 @@ func ReadPath(path string, limit int) ([]byte, error) {
 // stateDir. Errors are *os.PathError naming name.
 func ReadAt(dirfd int, name string, limit int) ([]byte, error) {
 	fd, err := OpenAt(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	if err == unix.ELOOP || err == unix.EXDEV {
+		return nil, &os.PathError{Op: "open", Path: name, Err: fmt.Errorf("a symlink (or a path through one, or out of its directory), never followed: %w", err)}
+	}
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: name, Err: err}
 	}
 	defer unix.Close(fd)
 	return readRegular(fd, name, limit)
+}
+
+// ReadIn is ReadAt for a reader that holds no descriptor of the trusted
+// directory dir (the node agent, check, the sweeper's status): dir is
+// opened without following a symlink as its last component, and name is
+// read beneath it. Errors name dir/name.
+func ReadIn(dir, name string, limit int) ([]byte, error) {
+	var data []byte
+	err := In(dir, func(dirfd int) (err error) {
+		data, err = ReadAt(dirfd, name, limit)
+		return err
+	})
+	return data, err
+}
+
+// In calls fn with a descriptor of dir, opened without following a
+// symlink as its last component; the relative path of an *os.PathError
+// of fn is made dir's.
+func In(dir string, fn func(dirfd int) error) error {
+	dirfd, err := Retry(func() (int, error) {
+		return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dirfd)
+	err = fn(dirfd)
+	if pe, ok := err.(*os.PathError); ok && !filepath.IsAbs(pe.Path) {
+		pe.Path = filepath.Join(dir, pe.Path)
+	}
+	return err
+}
+
+// ReadChunkAt reads at most limit bytes of the regular file name of dirfd
+// from offset off on (resolved as ReadAt does), and returns them with the
+// file's size: a reader of a file that only grows reads it in bounded
+// pieces. An offset past the end reads nothing.
+func ReadChunkAt(dirfd int, name string, off int64, limit int) (data []byte, size int64, err error) {
+	fd, err := OpenAt(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, 0, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if _, err := Retry(func() (int, error) { return 0, unix.Fstat(fd, &st) }); err != nil {
+		return nil, 0, &os.PathError{Op: "stat", Path: name, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, 0, &os.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w: %s", ErrNotRegular, Kind(st.Mode))}
+	}
+	if off >= st.Size {
+		return nil, st.Size, nil
+	}
+	buf := make([]byte, min(int64(limit), st.Size-off))
+	n := 0
+	for n < len(buf) {
+		m, err := Retry(func() (int, error) { return unix.Pread(fd, buf[n:], off+int64(n)) })
+		if err != nil {
+			return nil, 0, &os.PathError{Op: "read", Path: name, Err: err}
+		}
+		if m == 0 {
+			break // cut shorter since the stat
+		}
+		n += m
+	}
+	return buf[:n], st.Size, nil
 }
 
 // OpenAt is openat2 of name in dirfd with flags and mode, resolved as
@@ -82,7 +152,7 @@ func readRegular(fd int, name string, limit int) ([]byte, error) {
 		return nil, &os.PathError{Op: "stat", Path: name, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%s: not a regular file (mode %#o)", name, st.Mode)
+		return nil, &os.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w: %s", ErrNotRegular, Kind(st.Mode))}
 	}
 	// procfs and sysfs files say size 0: start small, grow by reading.
 	buf := make([]byte, 0, min(limit+1, max(int(st.Size)+1, 512)))
@@ -91,6 +161,29 @@ func readRegular(fd int, name string, limit int) ([]byte, error) {
 		return nil, &os.PathError{Op: "read", Path: name, Err: err}
 	}
 	return data, nil
+}
+
+// ErrNotRegular is the error for a FIFO, a device, a socket, a directory
+// or a symlink where a regular file is read.
+var ErrNotRegular = fmt.Errorf("not a regular file")
+
+// Kind names the type of a file of mode (a stat's st_mode): "a FIFO"...
+func Kind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFLNK:
+		return "a symlink"
+	}
+	return fmt.Sprintf("mode %#o", mode)
 }
 
 // ErrTooLarge is Read's error for a file over its limit.

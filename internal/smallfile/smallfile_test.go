@@ -99,3 +99,34 @@ func TestReadShort(t *testing.T) {
 		assert.Equal(t, "0123456789", string(got), "buffer of %d", size)
 	}
 }
+
+// ReadIn refuses a symlink as the directory and as the file; ReadChunkAt
+// reads a bounded piece from an offset and says the file's size.
+func TestReadInAndChunks(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("0123456789"), 0o600))
+	data, err := ReadIn(dir, "f", 100)
+	require.NoError(t, err)
+	require.Equal(t, "0123456789", string(data))
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(dir, link))
+	_, err = ReadIn(link, "f", 100)
+	require.ErrorContains(t, err, link)
+	require.NoError(t, os.Symlink("f", filepath.Join(dir, "g")))
+	_, err = ReadIn(dir, "g", 100)
+	require.ErrorContains(t, err, filepath.Join(dir, "g")+": a symlink")
+
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	data, size, err := ReadChunkAt(fd, "f", 3, 4)
+	require.NoError(t, err)
+	require.Equal(t, "3456", string(data))
+	require.Equal(t, int64(10), size)
+	data, _, err = ReadChunkAt(fd, "f", 12, 4)
+	require.NoError(t, err)
+	require.Empty(t, data)
+	require.NoError(t, unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600))
+	_, _, err = ReadChunkAt(fd, "fifo", 0, 4)
+	require.ErrorIs(t, err, ErrNotRegular)
+}

@@ -13,7 +13,7 @@ import (
 
 func init() {
 	commandSteps["check"] = "cli-check"
-	for _, f := range []string{"--ceph-csi-config", "--csi-pid", "--csi-process"} {
+	for _, f := range []string{"--ceph-csi-config", "--csi-pid", "--csi-container"} {
 		flagSteps["check "+f] = "cli-check"
 	}
 	stepTable = append(stepTable, stepDef{"cli-check", 1, cliCheck})
@@ -25,8 +25,8 @@ type checkFinding struct {
 
 func cliCheck(d *driver) bool {
 	// No csi node plugin of this host's (another suite's) is looked at:
-	// a command name no process has.
-	args := []string{"check", "--csi-process", "netns-pin-none"}
+	// a container ID no process's cgroup has.
+	args := []string{"check", "--csi-container", "0000deadbeef0000"}
 	before := d.snapshot()
 	table := d.e.cli(d.e.pinDir, "", args...)
 	js := d.e.cli(d.e.pinDir, "", append(args, "--json")...)

@@ -14,7 +14,7 @@ package model
 //	    is left: no mount, record, link or pin file;
 //	I4  a refused operation (wrong --pin-dir, a claim of another
 //	    namespace's cluster) fails and changes nothing; a pod that is no
-//	    holder changes nothing;
+//	    holder changes nothing; list, inuse and check change nothing;
 //	I5  answers: DEL refuses (code 11) exactly while the netns is in use,
 //	    GC and the operator's commands do not fail, inuse reports what the
 //	    model knows, gc reports each held holder kept or released as the

@@ -96,8 +96,16 @@ var stepTable = []stepDef{
 	}},
 	{"claim-foreign", 1, func(d *driver) bool { d.claimForeign(); return true }},
 	{"cli-list", 1, func(d *driver) bool {
+		before := d.snapshot()
 		r := d.e.cli(d.e.pinDir, "", "--json", "list")
+		after := d.snapshot()
 		d.logf("netns-pin list -> %s", r)
+		// list only looks: what needs settling is shown, not settled.
+		d.count("I4")
+		if after != before {
+			d.violation("I4", "netns-pin list changed the store:%s", before.diff(after))
+			d.crashedAll() // only when the violation is ignored: let repair decide
+		}
 		if d.noStore(r) {
 			return true
 		}
@@ -105,7 +113,6 @@ var stepTable = []stepDef{
 		if r.rc != 0 || r.killed {
 			d.violation("I5", "list failed: %s", r)
 		}
-		d.repaired = true
 		return true
 	}},
 	{"cli-inuse", 2, func(d *driver) bool {
@@ -686,12 +693,19 @@ func (d *driver) cliUninstall() {
 // cliInUse runs `netns-pin inuse <attachment>`: it must report references
 // exactly when the model has clients on the netns.
 func (d *driver) cliInUse(h *holder) {
+	before := d.snapshot()
 	r := d.e.cli(d.e.pinDir, "", "--json", "inuse", h.att)
+	after := d.snapshot()
 	d.logf("netns-pin inuse %s (%s, in use by %v) -> %s", h.att, h, d.users(h), r)
+	// inuse only looks, as list does.
+	d.count("I4")
+	if after != before {
+		d.violation("I4", "netns-pin inuse changed the store:%s", before.diff(after))
+		d.crashedAll() // only when the violation is ignored: let repair decide
+	}
 	if d.noStore(r) {
 		return
 	}
-	d.repaired = !r.killed
 	if r.rc != 0 || r.killed {
 		return // no record: I1 and I2 judge whether that is right
 	}
