@@ -3,9 +3,7 @@ package runtime
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,22 +59,7 @@ func TestMultusGivesUpAndTheSweeperFinishes(t *testing.T) {
 		sn.requirePinned(t, holder, cluster, "draining")
 		assert.True(t, sn.hostLocalHas(holder.storageIP), "host-local keeps %s: no delegate DEL ran", holder.storageIP)
 
-		nad := filepath.Join(sn.dir, "nad.json")
-		require.NoError(t, os.WriteFile(nad, sn.conflist, 0o644))
-		sweeper := exec.Command(s.pinBin, "--conf", nad, "sweep", "--interval", "100ms")
-		require.NoError(t, sweeper.Start())
-		done := make(chan error, 1)
-		go func() { done <- sweeper.Wait() }()
-		t.Cleanup(func() {
-			_ = sweeper.Process.Signal(syscall.SIGTERM)
-			select {
-			case err := <-done:
-				assert.NoError(t, err, "the sweeper exits 0 on SIGTERM")
-			case <-time.After(10 * time.Second):
-				_ = sweeper.Process.Kill()
-				t.Error("the sweeper did not stop on SIGTERM")
-			}
-		})
+		s.startSweeper(t, sn)
 		abandoned := host.Poll(30*time.Second, 20*time.Millisecond, func() bool {
 			b, err := os.ReadFile(sn.recordPath(holder))
 			var r struct {
