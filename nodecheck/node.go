@@ -293,8 +293,9 @@ func nsfsIDWithin(path string, d time.Duration) (netnsstore.NetnsID, error) {
 		err error
 	}
 	ch := make(chan result, 1)
+	look := nsfsIDInside // read here: the goroutine may outlive the caller
 	go func() {
-		id, err := nsfsIDInside(path)
+		id, err := look(path)
 		ch <- result{id, err}
 	}()
 	select {
