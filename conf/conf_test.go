@@ -278,3 +278,55 @@ func TestInUseCovers(t *testing.T) {
 	assert.False(t, InUseCovers(with("block"), with("ignore", "cephPorts", "6789")), "other ports")
 	assert.False(t, InUseCovers(with("block"), map[string]string{"unattributed": "ignore"}), "fewer settings")
 }
+
+// A rule's cluster namespace is literal (the operator names it) or the pod's
+// own: a pod's name never chooses it. Templates with {{.PodName}} in the
+// name part are valid although the configuration is read with no pod.
+func TestHolderRuleTemplates(t *testing.T) {
+	for _, tc := range []struct {
+		cluster string
+		pod     Pod
+		want    string
+	}{
+		{"rook-ceph/{{.PodName}}", Pod{Namespace: "tenant", Name: "my-cluster"}, "rook-ceph/my-cluster"},
+		{"rook-ceph/my-cluster", Pod{Namespace: "tenant", Name: "ook-ceph"}, "rook-ceph/my-cluster"},
+		{"{{.PodNamespace}}/my-cluster", Pod{Namespace: "tenant", Name: "x"}, "tenant/my-cluster"},
+		{"{{ .PodNamespace }}/{{.PodName}}", Pod{Namespace: "tenant", Name: "c1.x"}, "tenant/c1.x"},
+		{"{{.PodNamespace}}/c-{{.PodName}}-{{.PodNamespace}}", Pod{Namespace: "tenant", Name: "n"}, "tenant/c-n-tenant"},
+	} {
+		c, err := Parse([]byte(`{"holders":[{"podNamespace":"tenant","podName":"*","cluster":"` + tc.cluster + `"}]}`))
+		require.NoError(t, err, tc.cluster)
+		cl, ok, err := c.Holder(tc.pod)
+		require.NoError(t, err, tc.cluster)
+		assert.True(t, ok, tc.cluster)
+		assert.Equal(t, tc.want, cl.String(), tc.cluster)
+	}
+	for cluster, errWant := range map[string]string{
+		// The reproduction: pod tenant/ook-ceph would pin rook-ceph/my-cluster.
+		"r{{.PodName}}/my-cluster":        "a pod's name may not choose the cluster's namespace",
+		"{{.PodName}}/my-cluster":         "a pod's name may not choose the cluster's namespace",
+		"{{.PodNamespace}}{{.PodName}}/c": "a pod's name may not choose the cluster's namespace",
+		"{{.PodName}}":                    "literal '/'",
+		"{{.PodNamespace}}-x/c":           `not the pod's own namespace "tenant"`,
+		"rook-ceph/{{.PodName}}-":         "DNS-1123",
+		"rook-ceph/-{{.PodName}}":         "DNS-1123",
+		"rook-ceph/{{.PodName}}/x":        "DNS-1123 subdomain",
+		"rook-ceph/{{.Namespace}}":        "want one of",
+	} {
+		_, err := Parse([]byte(`{"holders":[{"podNamespace":"tenant","podName":"*","cluster":"` + cluster + `"}]}`))
+		assert.ErrorContains(t, err, errWant, cluster)
+	}
+	// At ADD the real pod name is checked: one the template cannot carry
+	// makes no holder.
+	c, err := Parse([]byte(`{"holders":[{"podNamespace":"tenant","podName":"*","cluster":"rook-ceph/{{.PodName}}"}]}`))
+	require.NoError(t, err)
+	_, ok, err := c.Holder(Pod{Namespace: "tenant", Name: "Bad_Name"})
+	assert.ErrorContains(t, err, "DNS-1123")
+	assert.False(t, ok)
+	// The own-namespace rule is checked at ADD as well, whatever a rule
+	// compiled to.
+	r := c.rules[0]
+	r.nsTemplated = true
+	_, err = r.clusterFor(Pod{Namespace: "tenant", Name: "x"})
+	assert.ErrorIs(t, err, ErrClaimRefused)
+}
