@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -329,4 +330,50 @@ func TestHolderRuleTemplates(t *testing.T) {
 	r.nsTemplated = true
 	_, err = r.clusterFor(Pod{Namespace: "tenant", Name: "x"})
 	assert.ErrorIs(t, err, ErrClaimRefused)
+}
+
+// A link template that two clusters can render alike is refused: with
+// "{{.Namespace}}-{{.Name}}.net", a/b-c and a-b/c share a-b-c.net. The
+// documented templates pass.
+func TestLinkTemplatesBelongToOneCluster(t *testing.T) {
+	for _, ok := range []string{
+		"{{.Namespace}}/{{.Name}}.net",
+		"{{ .Namespace }}.{{.Name}}.net",
+		"/var/lib/kubelet/plugins/rook-ceph.rbd.csi.ceph.com/{{.Namespace}}.net.ns",
+		"/var/lib/kubelet/plugins/rook-ceph.cephfs.csi.ceph.com/{{.Namespace}}.net.ns",
+		"by-cluster/{{.Namespace}}/{{.Name}}/netns",
+		"{{.Namespace}}/{{.Name}}-{{.Name}}",
+	} {
+		_, err := Parse([]byte(`{"links":["` + ok + `"]}`))
+		assert.NoError(t, err, ok)
+	}
+	for bad, errWant := range map[string]string{
+		"{{.Namespace}}-{{.Name}}.net": "must be followed by '/' or '.'",
+		"{{.Namespace}}{{.Name}}":      "must be followed by '/' or '.'",
+		"{{.Name}}.net":                "first placeholder must be {{.Namespace}}",
+		"{{.Name}}/{{.Namespace}}.net": "first placeholder must be {{.Namespace}}",
+		"one.net":                      "first placeholder must be {{.Namespace}}",
+		"{{.Namespace}}/{{.Name}}/..":  "path cleaning",
+		"{{.Namespace}}//{{.Name}}":    "path cleaning",
+		"x/./{{.Namespace}}/{{.Name}}": "path cleaning",
+		"{{.Namespace}}/{{.Name}}/":    "path cleaning",
+	} {
+		_, err := Parse([]byte(`{"links":["` + bad + `"]}`))
+		assert.ErrorContains(t, err, errWant, bad)
+	}
+	// Every accepted template gives each cluster its own path.
+	c, err := Parse([]byte(`{"links":["{{.Namespace}}/{{.Name}}.net","{{.Namespace}}.{{.Name}}"]}`))
+	require.NoError(t, err)
+	seen := map[string]Cluster{}
+	for _, cl := range []Cluster{{"a", "b-c"}, {"a-b", "c"}, {"a", "b.c"}, {"a", "bc"}, {"ab", "c"}} {
+		paths, err := c.LinkPaths(cl)
+		require.NoError(t, err)
+		for i, p := range paths {
+			key := fmt.Sprint(i, p)
+			if o, dup := seen[key]; dup {
+				t.Errorf("%s and %s share %s", o, cl, p)
+			}
+			seen[key] = cl
+		}
+	}
 }
