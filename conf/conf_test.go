@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -277,4 +278,102 @@ func TestInUseCovers(t *testing.T) {
 	assert.False(t, InUseCovers(with("block", "sysfs", "/host/sys"), with("ignore")), "other roots")
 	assert.False(t, InUseCovers(with("block"), with("ignore", "cephPorts", "6789")), "other ports")
 	assert.False(t, InUseCovers(with("block"), map[string]string{"unattributed": "ignore"}), "fewer settings")
+}
+
+// A rule's cluster namespace is literal (the operator names it) or the pod's
+// own: a pod's name never chooses it. Templates with {{.PodName}} in the
+// name part are valid although the configuration is read with no pod.
+func TestHolderRuleTemplates(t *testing.T) {
+	for _, tc := range []struct {
+		cluster string
+		pod     Pod
+		want    string
+	}{
+		{"rook-ceph/{{.PodName}}", Pod{Namespace: "tenant", Name: "my-cluster"}, "rook-ceph/my-cluster"},
+		{"rook-ceph/my-cluster", Pod{Namespace: "tenant", Name: "ook-ceph"}, "rook-ceph/my-cluster"},
+		{"{{.PodNamespace}}/my-cluster", Pod{Namespace: "tenant", Name: "x"}, "tenant/my-cluster"},
+		{"{{ .PodNamespace }}/{{.PodName}}", Pod{Namespace: "tenant", Name: "c1.x"}, "tenant/c1.x"},
+		{"{{.PodNamespace}}/c-{{.PodName}}-{{.PodNamespace}}", Pod{Namespace: "tenant", Name: "n"}, "tenant/c-n-tenant"},
+	} {
+		c, err := Parse([]byte(`{"holders":[{"podNamespace":"tenant","podName":"*","cluster":"` + tc.cluster + `"}]}`))
+		require.NoError(t, err, tc.cluster)
+		cl, ok, err := c.Holder(tc.pod)
+		require.NoError(t, err, tc.cluster)
+		assert.True(t, ok, tc.cluster)
+		assert.Equal(t, tc.want, cl.String(), tc.cluster)
+	}
+	for cluster, errWant := range map[string]string{
+		// The reproduction: pod tenant/ook-ceph would pin rook-ceph/my-cluster.
+		"r{{.PodName}}/my-cluster":        "a pod's name may not choose the cluster's namespace",
+		"{{.PodName}}/my-cluster":         "a pod's name may not choose the cluster's namespace",
+		"{{.PodNamespace}}{{.PodName}}/c": "a pod's name may not choose the cluster's namespace",
+		"{{.PodName}}":                    "literal '/'",
+		"{{.PodNamespace}}-x/c":           `not the pod's own namespace "tenant"`,
+		"rook-ceph/{{.PodName}}-":         "DNS-1123",
+		"rook-ceph/-{{.PodName}}":         "DNS-1123",
+		"rook-ceph/{{.PodName}}/x":        "DNS-1123 subdomain",
+		"rook-ceph/{{.Namespace}}":        "want one of",
+	} {
+		_, err := Parse([]byte(`{"holders":[{"podNamespace":"tenant","podName":"*","cluster":"` + cluster + `"}]}`))
+		assert.ErrorContains(t, err, errWant, cluster)
+	}
+	// At ADD the real pod name is checked: one the template cannot carry
+	// makes no holder.
+	c, err := Parse([]byte(`{"holders":[{"podNamespace":"tenant","podName":"*","cluster":"rook-ceph/{{.PodName}}"}]}`))
+	require.NoError(t, err)
+	_, ok, err := c.Holder(Pod{Namespace: "tenant", Name: "Bad_Name"})
+	assert.ErrorContains(t, err, "DNS-1123")
+	assert.False(t, ok)
+	// The own-namespace rule is checked at ADD as well, whatever a rule
+	// compiled to.
+	r := c.rules[0]
+	r.nsTemplated = true
+	_, err = r.clusterFor(Pod{Namespace: "tenant", Name: "x"})
+	assert.ErrorIs(t, err, ErrClaimRefused)
+}
+
+// A link template that two clusters can render alike is refused: with
+// "{{.Namespace}}-{{.Name}}.net", a/b-c and a-b/c share a-b-c.net. The
+// documented templates pass.
+func TestLinkTemplatesBelongToOneCluster(t *testing.T) {
+	for _, ok := range []string{
+		"{{.Namespace}}/{{.Name}}.net",
+		"{{ .Namespace }}.{{.Name}}.net",
+		"/var/lib/kubelet/plugins/rook-ceph.rbd.csi.ceph.com/{{.Namespace}}.net.ns",
+		"/var/lib/kubelet/plugins/rook-ceph.cephfs.csi.ceph.com/{{.Namespace}}.net.ns",
+		"by-cluster/{{.Namespace}}/{{.Name}}/netns",
+		"{{.Namespace}}/{{.Name}}-{{.Name}}",
+	} {
+		_, err := Parse([]byte(`{"links":["` + ok + `"]}`))
+		assert.NoError(t, err, ok)
+	}
+	for bad, errWant := range map[string]string{
+		"{{.Namespace}}-{{.Name}}.net": "must be followed by '/' or '.'",
+		"{{.Namespace}}{{.Name}}":      "must be followed by '/' or '.'",
+		"{{.Name}}.net":                "first placeholder must be {{.Namespace}}",
+		"{{.Name}}/{{.Namespace}}.net": "first placeholder must be {{.Namespace}}",
+		"one.net":                      "first placeholder must be {{.Namespace}}",
+		"{{.Namespace}}/{{.Name}}/..":  "path cleaning",
+		"{{.Namespace}}//{{.Name}}":    "path cleaning",
+		"x/./{{.Namespace}}/{{.Name}}": "path cleaning",
+		"{{.Namespace}}/{{.Name}}/":    "path cleaning",
+	} {
+		_, err := Parse([]byte(`{"links":["` + bad + `"]}`))
+		assert.ErrorContains(t, err, errWant, bad)
+	}
+	// Every accepted template gives each cluster its own path.
+	c, err := Parse([]byte(`{"links":["{{.Namespace}}/{{.Name}}.net","{{.Namespace}}.{{.Name}}"]}`))
+	require.NoError(t, err)
+	seen := map[string]Cluster{}
+	for _, cl := range []Cluster{{"a", "b-c"}, {"a-b", "c"}, {"a", "b.c"}, {"a", "bc"}, {"ab", "c"}} {
+		paths, err := c.LinkPaths(cl)
+		require.NoError(t, err)
+		for i, p := range paths {
+			key := fmt.Sprint(i, p)
+			if o, dup := seen[key]; dup {
+				t.Errorf("%s and %s share %s", o, cl, p)
+			}
+			seen[key] = cl
+		}
+	}
 }

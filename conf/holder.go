@@ -122,7 +122,18 @@ type HolderRule struct {
 type compiledRule struct {
 	HolderRule
 	cluster fieldTemplate
+	// nsTemplated: the namespace part of cluster (before its first
+	// literal '/') has a placeholder, so it must render to the pod's own
+	// namespace.
+	nsTemplated bool
 }
+
+// sampleName stands for a pod's name when a rule is checked as the
+// configuration is read: a template renders to a valid cluster for one
+// DNS-1123 name exactly when it does for "a" (every pod name starts and
+// ends with a letter or digit), so no valid template is refused for want
+// of a real name, and the real name is checked again at ADD.
+const sampleName = "a"
 
 func compileRule(r HolderRule) (compiledRule, error) {
 	if err := validateLabel(r.PodNamespace); err != nil {
@@ -139,10 +150,28 @@ func compileRule(r HolderRule) (compiledRule, error) {
 		return compiledRule{}, fmt.Errorf("cluster %q: %w", r.Cluster, err)
 	}
 	cr := compiledRule{HolderRule: r, cluster: t}
-	// Render once with the rule's own namespace so a malformed cluster is
-	// found when the configuration is read, not when a holder starts.
-	if _, err := cr.render(Pod{Namespace: r.PodNamespace}); err != nil {
-		return compiledRule{}, err
+	// The namespace part is what the own-namespace rule is about: literal
+	// text names a namespace the operator chose (any, §4), a placeholder
+	// there may only be {{.PodNamespace}}, rendering to the pod's own. A
+	// pod's name never chooses a namespace: with podName "*" anyone who
+	// can create a pod in podNamespace chooses it.
+	nsFields, slash := t.fieldsBefore("/")
+	if !slash {
+		return compiledRule{}, fmt.Errorf("cluster %q: want namespace/name with a literal '/' between them", r.Cluster)
+	}
+	for _, f := range nsFields {
+		if f != "PodNamespace" {
+			return compiledRule{}, fmt.Errorf("cluster %q: {{.%s}} in the namespace part: a pod's name may not choose the cluster's namespace; write the namespace, or {{.PodNamespace}}", r.Cluster, f)
+		}
+		cr.nsTemplated = true
+	}
+	cl, err := cr.render(Pod{Namespace: r.PodNamespace, Name: sampleName})
+	if err != nil {
+		return compiledRule{}, fmt.Errorf("cluster %q: %w", r.Cluster, err)
+	}
+	if cr.nsTemplated && cl.Namespace != r.PodNamespace {
+		return compiledRule{}, fmt.Errorf("cluster %q: its namespace part renders to %q, not the pod's own namespace %q; write another namespace literally",
+			r.Cluster, cl.Namespace, r.PodNamespace)
 	}
 	return cr, nil
 }
@@ -154,6 +183,20 @@ func (r compiledRule) render(p Pod) (Cluster, error) {
 		}
 		return p.Name
 	}))
+}
+
+// clusterFor renders the rule for pod p, which it matches, and holds the
+// result to the own-namespace rule when the namespace part is templated.
+func (r compiledRule) clusterFor(p Pod) (Cluster, error) {
+	cl, err := r.render(p)
+	if err != nil {
+		return Cluster{}, err
+	}
+	if r.nsTemplated && cl.Namespace != p.Namespace {
+		return Cluster{}, fmt.Errorf("cluster %q renders to %s: %w: a templated namespace must be the pod's own %q",
+			r.Cluster, cl, ErrClaimRefused, p.Namespace)
+	}
+	return cl, nil
 }
 
 func (r compiledRule) matches(p Pod) bool {
@@ -182,7 +225,7 @@ func (c *Config) Holder(p Pod) (cl Cluster, ok bool, err error) {
 		if !r.matches(p) {
 			continue
 		}
-		cl, err := r.render(p)
+		cl, err := r.clusterFor(p)
 		if err != nil {
 			return Cluster{}, false, fmt.Errorf("holder rule for pod %s: %w", p, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -14,6 +15,10 @@ import (
 type linkTemplate struct {
 	source string
 	t      fieldTemplate
+	// perNamespace: the template has no {{.Name}}, so all clusters of a
+	// namespace render to the same path (Rook's <namespace>.net.ns); the
+	// store refuses a second cluster of the namespace at ADD.
+	perNamespace bool
 }
 
 func compileLink(pinDir, s string) (linkTemplate, error) {
@@ -23,10 +28,64 @@ func compileLink(pinDir, s string) (linkTemplate, error) {
 	}
 	lt := linkTemplate{source: s, t: t}
 	// Render with a sample cluster so errors show up at parse time.
-	if _, err := lt.render(pinDir, Cluster{Namespace: "ns", Name: "name"}); err != nil {
+	sample, err := lt.render(pinDir, Cluster{Namespace: "ns", Name: "name"})
+	if err != nil {
+		return linkTemplate{}, err
+	}
+	if err := lt.oneClusterPerPath(pinDir, sample); err != nil {
 		return linkTemplate{}, err
 	}
 	return lt, nil
+}
+
+// oneClusterPerPath refuses a template that two different clusters can
+// render to the same path, so that no cluster's link can be another's
+// (docs/design.md §6). It holds when, after a literal prefix, the first
+// field is {{.Namespace}} followed by '/' or '.', which a namespace (a
+// DNS-1123 label) cannot contain: the rendered path then gives the
+// namespace back, and, the namespace known, the remaining text gives the
+// name back (its length fixes the name's, the first {{.Name}} its
+// letters). Path cleaning must change nothing, or "x/{{.Name}}/.." would
+// drop the name: the sample rendering shows it, since text that is all
+// literal is the same for every cluster and a field never renders to an
+// empty, "." or ".." component. A template without {{.Name}} is a link per
+// namespace, one cluster each.
+func (lt *linkTemplate) oneClusterPerPath(pinDir, sample string) error {
+	raw := lt.t.expand(func(f string) string {
+		if f == "Namespace" {
+			return "ns"
+		}
+		return "name"
+	})
+	if !filepath.IsAbs(raw) {
+		raw = filepath.Clean(pinDir) + "/" + raw
+	}
+	if raw != sample {
+		return fmt.Errorf("renders to %q, which path cleaning changes (a '.' or '..' component, '//' or a trailing '/'): clusters could share a link", raw)
+	}
+	var fields []string
+	first := -1
+	for i, p := range lt.t.parts {
+		if p.field != "" {
+			if first < 0 {
+				first = i
+			}
+			fields = append(fields, p.field)
+		}
+	}
+	if first < 0 || lt.t.parts[first].field != "Namespace" {
+		return errors.New("the first placeholder must be {{.Namespace}}: otherwise clusters of different namespaces can share a link")
+	}
+	if !slices.Contains(fields, "Name") {
+		lt.perNamespace = true
+		return nil
+	}
+	if next := first + 1; next >= len(lt.t.parts) || lt.t.parts[next].field != "" ||
+		(lt.t.parts[next].text[0] != '/' && lt.t.parts[next].text[0] != '.') {
+		return errors.New("{{.Namespace}} must be followed by '/' or '.', which a namespace cannot contain: " +
+			`otherwise two clusters can share a link ("{{.Namespace}}-{{.Name}}" renders a/b-c and a-b/c alike)`)
+	}
+	return nil
 }
 
 func (lt linkTemplate) render(pinDir string, c Cluster) (string, error) {

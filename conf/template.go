@@ -68,3 +68,18 @@ func (t fieldTemplate) expand(value func(field string) string) string {
 	}
 	return b.String()
 }
+
+// fieldsBefore returns the fields that come before the first occurrence of
+// sep in the template's literal text, and whether sep occurs there at all.
+func (t fieldTemplate) fieldsBefore(sep string) (fields []string, found bool) {
+	for _, p := range t.parts {
+		if p.field != "" {
+			fields = append(fields, p.field)
+			continue
+		}
+		if strings.Contains(p.text, sep) {
+			return fields, true
+		}
+	}
+	return fields, false
+}

@@ -153,6 +153,11 @@ func (s *Store) Pin(req Record) (*Record, error) {
 			}
 		}
 		r := v.get(name)
+		if r == nil || r.State == stateIntent || r.State == stateReleasing {
+			if err := refuseTakenLinks(v.recs, req.Cluster, req.Links); err != nil {
+				return err
+			}
+		}
 		switch {
 		case r != nil && r.NetnsID() != srcID:
 			return fmt.Errorf("attachment %s is pinned to %v, not to %s (%v)", name, r.NetnsID(), req.NetnsPath, srcID)

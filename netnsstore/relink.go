@@ -2,8 +2,39 @@ package netnsstore
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 )
+
+// ErrLinkTaken is returned by Pin when a link of the cluster is listed by
+// a record of another cluster: a link belongs to one cluster (an earlier
+// configuration's template rendered two clusters alike, or two clusters of
+// one namespace under a per-namespace template such as Rook's
+// <namespace>.net.ns).
+var ErrLinkTaken = errors.New("link belongs to another cluster")
+
+// linkOwner returns a record of a cluster other than cluster that lists
+// link, or nil. Every state counts: a record that is no link target now
+// may become one again (an unpinned pin found again).
+func linkOwner(rs []*Record, cluster, link string) *Record {
+	for _, r := range rs {
+		if r.Cluster != cluster && slices.Contains(r.Links, link) {
+			return r
+		}
+	}
+	return nil
+}
+
+// refuseTakenLinks fails with ErrLinkTaken when one of links is another
+// cluster's.
+func refuseTakenLinks(rs []*Record, cluster string, links []string) error {
+	for _, l := range links {
+		if o := linkOwner(rs, cluster, l); o != nil {
+			return fmt.Errorf("link %s of cluster %s: %w: %s (attachment %s, %s)", l, cluster, ErrLinkTaken, o.Cluster, o.Attachment, o.State)
+		}
+	}
+	return nil
+}
 
 // linkCandidate: only pins that are whole may be link targets.
 func linkCandidate(r *Record) bool {
@@ -49,6 +80,19 @@ func clusterLinks(cluster string, rs []*Record) []string {
 		}
 	}
 	return out
+}
+
+// otherClusterTarget returns the link target of a cluster other than
+// cluster that lists link, when one has a pin, or "".
+func otherClusterTarget(rs []*Record, cluster, link string) string {
+	for _, r := range rs {
+		if r.Cluster != cluster && linkCandidate(r) && slices.Contains(r.Links, link) {
+			if t := linkTargetOf(r.Cluster, rs); t != "" {
+				return t
+			}
+		}
+	}
+	return ""
 }
 
 // relink points every link of cluster at its link target per rs.

@@ -22,6 +22,10 @@ const (
 	// ActionRepin: a pin unmounted from outside whose netns is still
 	// reachable; it is pinned again.
 	ActionRepin = "repin"
+	// ActionForeignLink: a link of the cluster points at a pin of another
+	// cluster (dry runs only; Attachment is that pin, Reason names the
+	// link). A link belongs to one cluster: see ErrLinkTaken.
+	ActionForeignLink = "foreign-link"
 )
 
 // diagnosis is what repair must do with a record, and why.

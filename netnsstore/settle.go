@@ -225,9 +225,18 @@ func (s *Store) moveLinksAway(v *view, r *Record) error {
 	rest := withoutRecord(v.recs, r.Attachment)
 	errs := []error{s.relink(r.Cluster, rest)}
 	for _, l := range r.Links {
-		if !s.clusterHasLink(rest, r, l) {
-			errs = append(errs, s.removeLink(l))
+		if s.clusterHasLink(rest, r, l) {
+			continue
 		}
+		// A link another cluster lists (records of a configuration that
+		// rendered two clusters alike, refused at ADD since) goes back to
+		// that cluster's pin, replaced atomically: it never vanishes while
+		// a pin it belongs to stays.
+		if t := otherClusterTarget(rest, r.Cluster, l); t != "" {
+			errs = append(errs, s.setLink(l, t))
+			continue
+		}
+		errs = append(errs, s.removeLink(l))
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package netnsstore
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 )
 
@@ -78,6 +79,7 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 			}
 			out = append(out, f)
 		}
+		out = append(out, s.foreignLinks(v)...)
 		orphans, err := s.orphanPins(v)
 		errs = append(errs, err)
 		for _, n := range orphans {
@@ -149,4 +151,29 @@ func (s *Store) FinishAbandoned() ([]Finding, error) {
 		return errors.Join(append(errs, moreErrs...)...)
 	})
 	return findings, err
+}
+
+// foreignLinks reports every link a record lists that points at the pin
+// of a record of another cluster: one cluster's volumes would be mapped in
+// another's netns.
+func (s *Store) foreignLinks(v *view) []Finding {
+	var out []Finding
+	seen := map[string]bool{}
+	for _, r := range v.recs {
+		for _, l := range r.Links {
+			if seen[r.Cluster+"\x00"+l] {
+				continue
+			}
+			seen[r.Cluster+"\x00"+l] = true
+			have, err := s.linkTarget(l)
+			if err != nil || have == "" {
+				continue
+			}
+			if o := v.get(have); o != nil && o.Cluster != r.Cluster {
+				out = append(out, Finding{Attachment: have, Cluster: r.Cluster, Action: ActionForeignLink,
+					Reason: fmt.Sprintf("link %s of cluster %s points at this pin of cluster %s", l, r.Cluster, o.Cluster)})
+			}
+		}
+	}
+	return out
 }

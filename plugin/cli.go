@@ -466,10 +466,12 @@ func cliGC(s *netnsstore.Store, dryRun bool, w io.Writer, asJSON bool) error {
 		return err
 	}
 	verb := map[string]string{netnsstore.ActionDrop: "dropped", netnsstore.ActionRelease: "released",
-		netnsstore.ActionKeep: "kept", netnsstore.ActionRepin: "pinned again", netnsstore.ActionSettle: "checked"}
+		netnsstore.ActionKeep: "kept", netnsstore.ActionRepin: "pinned again", netnsstore.ActionSettle: "checked",
+		netnsstore.ActionForeignLink: "foreign link"}
 	if dryRun {
 		verb = map[string]string{netnsstore.ActionDrop: "would drop", netnsstore.ActionRelease: "would release",
-			netnsstore.ActionKeep: "would keep", netnsstore.ActionRepin: "would pin again", netnsstore.ActionSettle: "would check"}
+			netnsstore.ActionKeep: "would keep", netnsstore.ActionRepin: "would pin again", netnsstore.ActionSettle: "would check",
+			netnsstore.ActionForeignLink: "foreign link"}
 	}
 	if len(findings) == 0 {
 		fmt.Fprintln(w, "nothing to collect")

@@ -147,6 +147,8 @@ func (r *request) pin(cl conf.Cluster) error {
 			code = types.ErrInvalidNetNS
 		case errors.Is(err, netnsstore.ErrLockTimeout):
 			code = types.ErrTryAgainLater
+		case errors.Is(err, netnsstore.ErrLinkTaken):
+			code = types.ErrInvalidNetworkConfig
 		}
 		return types.NewError(code, fmt.Sprintf("netns-pin: holder %s of cluster %s (%s): %v", r.pod, cl, name, err), "")
 	}
