@@ -30,6 +30,15 @@ func openTrustedDir(dir string, create bool, mode uint32) (int, error) {
 		return -1, fmt.Errorf("%q: want an absolute path", dir)
 	}
 	dir = filepath.Clean(dir)
+	fd, err := openTrustedChain(dir, create, mode)
+	var u *UntrustedDirError
+	if errors.As(err, &u) {
+		u.Of = dir
+	}
+	return fd, err
+}
+
+func openTrustedChain(dir string, create bool, mode uint32) (int, error) {
 	fd, err := unix.Open("/", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("open /: %w", err)
@@ -79,9 +88,9 @@ func describeOpenErr(at string, err error) error {
 	if unix.Lstat(at, &st) == nil {
 		switch {
 		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-			return fmt.Errorf("%s is a symlink; use the real directory", at)
+			return &UntrustedDirError{Path: at, Why: "is a symlink; use the real directory"}
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
-			return fmt.Errorf("%s is not a directory", at)
+			return &UntrustedDirError{Path: at, Why: "is not a directory"}
 		}
 	}
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
@@ -98,16 +107,31 @@ func checkTrustedFd(fd int, at string, ancestor bool) error {
 		return fmt.Errorf("stat %s: %w", at, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("%s is not a directory", at)
+		return &UntrustedDirError{Path: at, Why: "is not a directory"}
 	}
 	perm := os.FileMode(st.Mode & 0o777)
 	if st.Uid != 0 {
-		return fmt.Errorf("%s is owned by uid %d, want root (0)", at, st.Uid)
+		return &UntrustedDirError{Path: at, Why: fmt.Sprintf("is owned by uid %d, want root (0)", st.Uid)}
 	}
 	if perm&0o022 != 0 && !(ancestor && st.Mode&unix.S_ISVTX != 0) {
-		return fmt.Errorf("%s has mode %v: group or others may write; want at most 0755", at, perm)
+		return &UntrustedDirError{Path: at, Why: fmt.Sprintf("has mode %v: group or others may write; want at most 0755", perm)}
 	}
 	return nil
+}
+
+// UntrustedDirError is a directory on the way to pinDir or stateDir (or
+// that directory itself) that fails the rule of openTrustedDir.
+type UntrustedDirError struct {
+	Path string // the offending directory (or symlink)
+	Of   string // the directory it is on the way to (Path itself when the same)
+	Why  string
+}
+
+func (e *UntrustedDirError) Error() string {
+	if e.Of != "" && e.Of != e.Path {
+		return e.Path + " (on the way to " + e.Of + ") " + e.Why
+	}
+	return e.Path + " " + e.Why
 }
 
 // openDirBeneath opens rel (a relative path, possibly several components)

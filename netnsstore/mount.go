@@ -22,12 +22,11 @@ import (
 // It reports whether it mounted anything: descriptors opened before then
 // refer to the covered directory and must be opened again.
 //
-// dirfd is pinDir opened by openTrustedDir. Every mount goes through
-// /proc/self/fd of a descriptor opened that way, never through a path
-// resolved earlier, so a directory swapped in after the check is never
-// the one mounted.
+// dirfd is pinDir opened by openTrustedDir. Every mount goes through that
+// descriptor (open_tree and move_mount, then /proc/self/fd of the new
+// mount's), never through a path resolved earlier, so a directory swapped
+// in after the check is never the one mounted.
 func ensureShared(pinDir string, dirfd int) (changed bool, err error) {
-	self := fdPath(dirfd)
 	shared, isRoot, err := mountFlags(dirfd)
 	if err != nil {
 		return false, err
@@ -37,21 +36,19 @@ func ensureShared(pinDir string, dirfd int) (changed bool, err error) {
 	}
 	top := dirfd
 	if !isRoot {
-		if err := unix.Mount(self, self, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return false, fmt.Errorf("bind %s onto itself: %w", pinDir, err)
+		// A copy of the tree at dirfd (open_tree), attached onto dirfd
+		// itself (move_mount): both ends are the descriptor, and the
+		// copy's descriptor is then the new mount's root, which is what
+		// is made shared; no path is looked up again.
+		tree, err := unix.OpenTree(dirfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+		if err != nil {
+			return false, fmt.Errorf("bind %s onto itself: open_tree: %w", pinDir, err)
 		}
-		changed = true
-		// dirfd is the covered directory now; the bind mount's root is
-		// reached by walking (and checking) the chain again.
-		if top, err = openTrustedDir(pinDir, false, 0); err != nil {
-			return true, err
+		defer unix.Close(tree)
+		if err := unix.MoveMount(tree, "", dirfd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+			return false, fmt.Errorf("bind %s onto itself: move_mount: %w", pinDir, err)
 		}
-		defer unix.Close(top)
-		if _, isRoot, err := mountFlags(top); err != nil {
-			return true, err
-		} else if !isRoot {
-			return true, fmt.Errorf("%s is no mount point after binding it onto itself", pinDir)
-		}
+		changed, top = true, tree
 	}
 	if err := unix.Mount("", fdPath(top), "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
 		return true, fmt.Errorf("make %s shared: %w", pinDir, err)
