@@ -33,6 +33,12 @@ func CheckTrustedDir(dir string) error {
 	return nil
 }
 
+// OpenTrustedDir opens dir by the rule of CheckTrustedDir (walked from
+// "/" without following a symlink, every directory on the way checked)
+// and returns its descriptor: a mount or unmount through /proc/self/fd of
+// it acts on the directory that was checked. It creates nothing.
+func OpenTrustedDir(dir string) (int, error) { return openTrustedDir(dir, false, 0) }
+
 // PinDirShared reports whether the mount that holds pinDir is a shared
 // one, the propagation ADD gives it before the first pin (ensureShared),
 // and the mount point of that mount.
