@@ -6,51 +6,132 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
-// ensureTrustedDir creates dir (and missing parents) and checks that dir
-// itself is a real directory owned by root and not writable by group or
-// others: anyone who could write there could swap a pin or a record.
-func ensureTrustedDir(dir string, mode os.FileMode) error {
-	fi, err := os.Lstat(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", filepath.Dir(dir), err)
-		}
-		if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("create %s: %w", dir, err)
-		}
-		fi, err = os.Lstat(dir)
+// openTrustedDir opens the absolute directory dir by walking it from "/"
+// one component at a time, never following a symlink, and checks every
+// directory on the way, dir included: owned by root and not writable by
+// group or others. Anyone who could write an ancestor could rename the
+// directory away and put another in its place between a check and a mount.
+// One exception, for ancestors only: a root-owned directory with the
+// sticky bit (/tmp) may be writable by all, because there nobody but root
+// and an entry's owner can rename or remove that entry, and the next
+// component must itself be root-owned. dir itself never may be.
+// With create, missing components are made: intermediate ones 0755, dir
+// itself with mode. The descriptor is what mounts and unmounts go through
+// (/proc/self/fd), so whatever happens to the path afterwards, they act on
+// the directory that was checked.
+func openTrustedDir(dir string, create bool, mode uint32) (int, error) {
+	if !filepath.IsAbs(dir) {
+		return -1, fmt.Errorf("%q: want an absolute path", dir)
 	}
-	if err != nil {
-		return err
+	dir = filepath.Clean(dir)
+	fd, err := openTrustedChain(dir, create, mode)
+	var u *UntrustedDirError
+	if errors.As(err, &u) {
+		u.Of = dir
 	}
-	return checkTrusted(dir, fi)
+	return fd, err
 }
 
-func checkTrusted(dir string, fi os.FileInfo) error {
-	if fi.Mode()&os.ModeSymlink != 0 {
-		return fmt.Errorf("%s is a symlink; use the real directory", dir)
+func openTrustedChain(dir string, create bool, mode uint32) (int, error) {
+	fd, err := unix.Open("/", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open /: %w", err)
 	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%s is not a directory", dir)
+	parts := strings.Split(strings.TrimPrefix(dir, "/"), "/")
+	if dir == "/" {
+		parts = nil
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fmt.Errorf("%s: no owner information", dir)
+	if err := checkTrustedFd(fd, "/", len(parts) > 0); err != nil {
+		unix.Close(fd)
+		return -1, err
 	}
+	at := "/"
+	for i, part := range parts {
+		last := i == len(parts)-1
+		at = filepath.Join(at, part)
+		flags := unix.O_DIRECTORY | unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW
+		next, err := smallfile.OpenAt(fd, part, flags, 0)
+		if errors.Is(err, unix.ENOENT) && create {
+			m := uint32(0o755)
+			if last {
+				m = mode
+			}
+			if err := unix.Mkdirat(fd, part, m); err != nil && !errors.Is(err, unix.EEXIST) {
+				unix.Close(fd)
+				return -1, fmt.Errorf("create %s: %w", at, err)
+			}
+			next, err = smallfile.OpenAt(fd, part, flags, 0)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return -1, describeOpenErr(at, err)
+		}
+		fd = next
+		if err := checkTrustedFd(fd, at, !last); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	return fd, nil
+}
+
+// describeOpenErr says why a component of a trusted directory's path
+// could not be opened, naming it.
+func describeOpenErr(at string, err error) error {
+	var st unix.Stat_t
+	if unix.Lstat(at, &st) == nil {
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			return &UntrustedDirError{Path: at, Why: "is a symlink; use the real directory"}
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return &UntrustedDirError{Path: at, Why: "is not a directory"}
+		}
+	}
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
+		return fmt.Errorf("open %s: a symlink in the way: %w", at, err)
+	}
+	return fmt.Errorf("open %s: %w", at, err)
+}
+
+// checkTrustedFd checks the open directory fd, named at: owned by root,
+// not writable by group or others, or (ancestor) root-owned and sticky.
+func checkTrustedFd(fd int, at string, ancestor bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", at, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return &UntrustedDirError{Path: at, Why: "is not a directory"}
+	}
+	perm := os.FileMode(st.Mode & 0o777)
 	if st.Uid != 0 {
-		return fmt.Errorf("%s is owned by uid %d, want root (0)", dir, st.Uid)
+		return &UntrustedDirError{Path: at, Why: fmt.Sprintf("is owned by uid %d, want root (0)", st.Uid)}
 	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("%s has mode %v: group or others may write; want at most 0755", dir, fi.Mode().Perm())
+	if perm&0o022 != 0 && !(ancestor && st.Mode&unix.S_ISVTX != 0) {
+		return &UntrustedDirError{Path: at, Why: fmt.Sprintf("has mode %v: group or others may write; want at most 0755", perm)}
 	}
 	return nil
+}
+
+// UntrustedDirError is a directory on the way to pinDir or stateDir (or
+// that directory itself) that fails the rule of openTrustedDir.
+type UntrustedDirError struct {
+	Path string // the offending directory (or symlink)
+	Of   string // the directory it is on the way to (Path itself when the same)
+	Why  string
+}
+
+func (e *UntrustedDirError) Error() string {
+	if e.Of != "" && e.Of != e.Path {
+		return e.Path + " (on the way to " + e.Of + ") " + e.Why
+	}
+	return e.Path + " " + e.Why
 }
 
 // openDirBeneath opens rel (a relative path, possibly several components)
@@ -85,16 +166,6 @@ func openDirBeneath(root int, rel string, create bool, mode uint32) (int, error)
 			return -1, fmt.Errorf("open %s in %q: %w", part, rel, err)
 		}
 		fd = next
-	}
-	return fd, nil
-}
-
-// openRootDir opens an absolute directory that was checked by
-// ensureTrustedDir, refusing a symlink in its last component.
-func openRootDir(dir string) (int, error) {
-	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open %s: %w", dir, err)
 	}
 	return fd, nil
 }

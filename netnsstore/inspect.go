@@ -21,15 +21,23 @@ import (
 // what ADD, DEL and the link rule would see rather than a second opinion.
 
 // CheckTrustedDir fails unless dir is what Open requires of pinDir and
-// stateDir: a real directory owned by root, not writable by group or
-// others. Unlike Open it creates nothing.
+// stateDir: a real directory reached from "/" through no symlink, it and
+// every ancestor owned by root and not writable by group or others (see
+// openTrustedDir, the one rule). Unlike Open it creates nothing.
 func CheckTrustedDir(dir string) error {
-	fi, err := os.Lstat(dir)
+	fd, err := openTrustedDir(dir, false, 0)
 	if err != nil {
 		return err
 	}
-	return checkTrusted(dir, fi)
+	unix.Close(fd)
+	return nil
 }
+
+// OpenTrustedDir opens dir by the rule of CheckTrustedDir (walked from
+// "/" without following a symlink, every directory on the way checked)
+// and returns its descriptor: a mount or unmount through /proc/self/fd of
+// it acts on the directory that was checked. It creates nothing.
+func OpenTrustedDir(dir string) (int, error) { return openTrustedDir(dir, false, 0) }
 
 // PinDirShared reports whether the mount that holds pinDir is a shared
 // one, the propagation ADD gives it before the first pin (ensureShared),

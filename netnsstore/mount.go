@@ -3,7 +3,9 @@ package netnsstore
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"unsafe"
 
 	"github.com/moby/sys/mountinfo"
@@ -19,37 +21,59 @@ import (
 // bind pinDir onto itself if it is no mount point, then make it shared.
 // It reports whether it mounted anything: descriptors opened before then
 // refer to the covered directory and must be opened again.
-func ensureShared(pinDir string) (changed bool, err error) {
-	real, err := filepath.EvalSymlinks(pinDir)
-	if err != nil {
-		return false, err
-	}
-	shared, isRoot, err := mountFlags(real)
+//
+// dirfd is pinDir opened by openTrustedDir. Every mount goes through that
+// descriptor (open_tree and move_mount, then /proc/self/fd of the new
+// mount's), never through a path resolved earlier, so a directory swapped
+// in after the check is never the one mounted.
+func ensureShared(pinDir string, dirfd int) (changed bool, err error) {
+	shared, isRoot, err := mountFlags(dirfd)
 	if err != nil {
 		return false, err
 	}
 	if shared {
 		return false, nil
 	}
+	top := dirfd
 	if !isRoot {
-		if err := unix.Mount(real, real, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return false, fmt.Errorf("bind %s onto itself: %w", real, err)
+		// A copy of the tree at dirfd (open_tree), attached onto dirfd
+		// itself (move_mount): both ends are the descriptor, and the
+		// copy's descriptor is then the new mount's root, which is what
+		// is made shared; no path is looked up again.
+		tree, err := unix.OpenTree(dirfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+		if err != nil {
+			return false, fmt.Errorf("bind %s onto itself: open_tree: %w", pinDir, err)
 		}
+		defer unix.Close(tree)
+		if err := unix.MoveMount(tree, "", dirfd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+			return false, fmt.Errorf("bind %s onto itself: move_mount: %w", pinDir, err)
+		}
+		changed, top = true, tree
 	}
-	if err := unix.Mount("", real, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
-		return true, fmt.Errorf("make %s shared: %w", real, err)
+	if err := unix.Mount("", fdPath(top), "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return true, fmt.Errorf("make %s shared: %w", pinDir, err)
 	}
 	return true, nil
 }
+
+// fdPath is the /proc/self/fd path of fd: a mount or unmount by it acts
+// on what fd was opened on, whatever its path names now.
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
 // mountFlags tells whether the mount that holds path is shared and
 // whether path is its mount point: from statx and statmount where the
 // kernel has them (Linux 6.8), else from mountinfo, which the kernel
 // renders whole for every read (about 0.4 ms of each holder ADD).
-func mountFlags(path string) (shared, isRoot bool, err error) {
-	shared, isRoot, err = statmountFlags(path)
+func mountFlags(fd int) (shared, isRoot bool, err error) {
+	shared, isRoot, err = statmountFlags(fd)
 	if err == nil || !errors.Is(err, errNoStatmount) {
 		return shared, isRoot, err
+	}
+	// mountinfo names mounts by path: the path fd has now, read only to
+	// find its mount (nothing is mounted by it).
+	path, err := os.Readlink(fdPath(fd))
+	if err != nil {
+		return false, false, err
 	}
 	m, err := containingMount(path)
 	if err != nil {
@@ -64,13 +88,13 @@ var errNoStatmount = errors.New("statmount not available")
 // statmountFlags is mountFlags by statx (the unique ID of the mount that
 // holds path, and whether path is that mount's root) and statmount (its
 // propagation).
-func statmountFlags(path string) (shared, isRoot bool, err error) {
+func statmountFlags(fd int) (shared, isRoot bool, err error) {
 	var stx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
 		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
 			return false, false, errNoStatmount
 		}
-		return false, false, fmt.Errorf("statx %s: %w", path, err)
+		return false, false, fmt.Errorf("statx %s: %w", fdPath(fd), err)
 	}
 	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 || stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
 		return false, false, errNoStatmount

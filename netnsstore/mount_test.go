@@ -29,17 +29,24 @@ func TestMountFlagsAgreeWithMountinfo(t *testing.T) {
 	for _, p := range []string{"/", "/proc", "/sys", dir, shared, private, below} {
 		m, err := containingMount(p)
 		require.NoError(t, err, p)
-		gotShared, gotRoot, err := mountFlags(p)
+		gotShared, gotRoot, err := mountFlagsOf(t, p)
 		require.NoError(t, err, p)
 		assert.Equal(t, isShared(m), gotShared, "%s: shared", p)
 		assert.Equal(t, m.Mountpoint == p, gotRoot, "%s: mount point", p)
 	}
-	s, root, err := mountFlags(shared)
+	s, root, err := mountFlagsOf(t, shared)
 	require.NoError(t, err)
 	assert.True(t, s && root, "the shared bind mount is shared and its own mount point")
-	s, root, err = mountFlags(below)
+	s, root, err = mountFlagsOf(t, below)
 	require.NoError(t, err)
 	assert.False(t, s || root, "a folder below a private mount is neither")
+}
+
+func mountFlagsOf(t *testing.T, path string) (shared, isRoot bool, err error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	require.NoError(t, err, path)
+	defer unix.Close(fd)
+	return mountFlags(fd)
 }
 
 // FindPin finds a pin of an attachment under any pinDir, of the DEL's

@@ -76,7 +76,7 @@ func (s *Store) unpin(name string) error {
 		if !mounted {
 			break
 		}
-		if err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+		if err := s.unmountPin(name); err != nil {
 			return fmt.Errorf("unmount pin %s: %w", p, err)
 		}
 	}
@@ -84,4 +84,17 @@ func (s *Store) unpin(name string) error {
 		return fmt.Errorf("remove pin %s: %w", p, err)
 	}
 	return nil
+}
+
+// unmountPin detaches the topmost mount on the pin name, through
+// /proc/self/fd of the pin opened beneath pins/ (the descriptor of the
+// trusted chain), never through its path: a pinDir swapped since the
+// check cannot make it unmount anything else.
+func (s *Store) unmountPin(name string) error {
+	fd, err := smallfile.OpenAt(s.pinsFd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Unmount(fdPath(fd), unix.MNT_DETACH)
 }

@@ -137,14 +137,13 @@ func (s *Store) open() error {
 		return fmt.Errorf("read boot id: %w", err)
 	}
 	s.bootID = strings.TrimSpace(string(boot))
-	if err := ensureTrustedDir(s.PinDir, 0o755); err != nil {
+	fd, err := openTrustedDir(s.PinDir, true, 0o755)
+	if err != nil {
 		return fmt.Errorf("pinDir: %w", err)
 	}
-	if err := ensureTrustedDir(s.StateDir, 0o700); err != nil {
+	unix.Close(fd) // opened again (and checked again) by every operation
+	if s.stateFd, err = openTrustedDir(s.StateDir, true, 0o700); err != nil {
 		return fmt.Errorf("stateDir: %w", err)
-	}
-	if s.stateFd, err = openRootDir(s.StateDir); err != nil {
-		return err
 	}
 	if s.recordsFd, err = openDirBeneath(s.stateFd, recordsSubdir, true, 0o700); err != nil {
 		return fmt.Errorf("records folder in %s: %w", s.StateDir, err)
@@ -163,8 +162,8 @@ func (s *Store) openPinDir() (err error) {
 			*fd = -1
 		}
 	}
-	if s.pinDirFd, err = openRootDir(s.PinDir); err != nil {
-		return err
+	if s.pinDirFd, err = openTrustedDir(s.PinDir, false, 0); err != nil {
+		return fmt.Errorf("pinDir: %w", err)
 	}
 	if s.pinsFd, err = openDirBeneath(s.pinDirFd, PinsSubdir, true, 0o755); err != nil {
 		return fmt.Errorf("pins folder in %s: %w", s.PinDir, err)
@@ -181,7 +180,7 @@ func (s *Store) openPinDir() (err error) {
 // the pin directory when that mounted something over it. Under the lock,
 // so concurrent first pins do not stack bind mounts.
 func (s *Store) ensureShared() error {
-	changed, err := ensureShared(s.PinDir)
+	changed, err := ensureShared(s.PinDir, s.pinDirFd)
 	if changed {
 		err = errors.Join(err, s.openPinDir())
 	}

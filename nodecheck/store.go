@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -48,7 +49,7 @@ func (c *checker) dirs() bool {
 		return false
 	} else if err := netnsstore.CheckTrustedDir(o.StateDir); err != nil {
 		c.r.add(Finding{Check: "stateDir", Level: Error, Where: o.StateDir, What: err.Error() + "; every holder ADD and DEL fails",
-			Fix: fmt.Sprintf("chown root:root %s && chmod 0700 %s", o.StateDir, o.StateDir)})
+			Fix: trustFix(err, o.StateDir, "0700")})
 	} else {
 		c.r.add(Finding{Check: "stateDir", Level: OK, Where: o.StateDir, What: "a root-owned directory that only root may write"})
 	}
@@ -63,7 +64,7 @@ func (c *checker) dirs() bool {
 	}
 	if err := netnsstore.CheckTrustedDir(o.PinDir); err != nil {
 		c.r.add(Finding{Check: "pinDir", Level: Error, Where: o.PinDir, What: err.Error() + "; every holder ADD fails",
-			Fix: fmt.Sprintf("chown root:root %s && chmod 0755 %s", o.PinDir, o.PinDir)})
+			Fix: trustFix(err, o.PinDir, "0755")})
 	}
 	// The test ADD and STATUS make: a pin made here reaches the host's
 	// mount namespace.
@@ -273,4 +274,21 @@ func nsfsID(path string) (netnsstore.NetnsID, error) {
 		return netnsstore.NetnsID{}, fmt.Errorf("a plain file (inode %d), not a namespace", st.Ino)
 	}
 	return netnsstore.NetnsID{Dev: st.Dev, Ino: st.Ino}, nil
+}
+
+// trustFix is the fix for a pinDir or stateDir that fails the trust rule:
+// for the directory itself its owner and mode, for an ancestor (or a
+// symlink on the way) that ancestor.
+func trustFix(err error, dir, mode string) string {
+	var u *netnsstore.UntrustedDirError
+	switch {
+	case !errors.As(err, &u):
+		return fmt.Sprintf("chown root:root %s && chmod %s %s", dir, mode, dir)
+	case strings.HasPrefix(u.Why, "is a symlink"):
+		return fmt.Sprintf("give the real path: no symlink may be on the way (%s is one)", u.Path)
+	case u.Path == filepath.Clean(dir):
+		return fmt.Sprintf("chown root:root %s && chmod %s %s", dir, mode, dir)
+	default:
+		return fmt.Sprintf("chown root %s && chmod go-w %s (an ancestor: anyone who may write it can swap %s)", u.Path, u.Path, dir)
+	}
 }

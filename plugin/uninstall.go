@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -360,9 +361,21 @@ func removePinDir(dir string) error {
 		if !errors.Is(err, unix.EBUSY) {
 			return err
 		}
-		if err := unix.Unmount(dir, 0); err != nil {
+		if err := unmountTrusted(dir); err != nil {
 			return fmt.Errorf("unmount %s: %w", dir, err)
 		}
 	}
 	return fmt.Errorf("rmdir %s: still a mount point", dir)
+}
+
+// unmountTrusted detaches the topmost mount at dir through /proc/self/fd
+// of dir opened by the trust rule of pinDir (netnsstore.OpenTrustedDir),
+// never by a path that a writable ancestor could redirect.
+func unmountTrusted(dir string) error {
+	fd, err := netnsstore.OpenTrustedDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Unmount("/proc/self/fd/"+strconv.Itoa(fd), unix.MNT_DETACH)
 }
