@@ -51,10 +51,11 @@ E2E_ENV := NETNS_PIN_CNI_PATH=$(CNI_PATH) NETNS_PIN_CNITOOL=$(CNITOOL)
 unit_pkgs = $(shell $(GO) list ./... | grep -v '^github.com/netns-pin/netns-pin/test\(/\|$$\)')
 
 # Unit packages that run on linux/arm64 under qemu-user (Debian's
-# qemu-user-static 7.2): the others call openat2 (the store) or the nsfs
-# ioctls (NS_GET_NSTYPE), which its syscall emulation does not implement
-# ("function not implemented"); they are vetted and built for arm64.
-ARM64_TEST_PKGS ?= ./conf/ ./internal/human/ ./nodecheck/ ./internal/cephfixture/
+# qemu-user-static 7.2): the others call openat2 (the store; check, which
+# walks the trusted directories with it) or the nsfs ioctls (NS_GET_NSTYPE),
+# which its syscall emulation does not implement ("function not
+# implemented"); they are vetted and built for arm64.
+ARM64_TEST_PKGS ?= ./conf/ ./internal/human/ ./internal/cephfixture/
 
 # Packages whose test files declare a fuzz target (a top-level func Fuzz...):
 # only these are listed with go test -list, which links a test binary for
