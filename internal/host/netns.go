@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -97,9 +98,14 @@ func StartInNetns(path, name string, args ...string) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("nsenter --net=%s -- %s: %w", path, name, err)
 	}
 	pidNetns := fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid)
+	// Entered, and nsenter has exec'd the command: until then the process
+	// is named nsenter, and a test that reads what holds the netns would
+	// see that name.
+	comm := fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid)
 	if Poll(10*time.Second, 5*time.Millisecond, func() bool {
 		id, err := NSIDOf(pidNetns)
-		return err == nil && id == want
+		c, cerr := os.ReadFile(comm)
+		return err == nil && id == want && cerr == nil && strings.TrimSpace(string(c)) != "nsenter"
 	}) {
 		return cmd, nil
 	}
