@@ -48,7 +48,18 @@ k8s_ldflags() {
 	echo "${ld}"
 }
 
+# build_k8s: make tools starts it early, on its own (build.sh k8s), beside
+# the other tool builds, whose downloads, links and apt runs leave a core
+# idle; the lock makes the main run wait for that build, then find its stamp.
 build_k8s() {
+	mkdir -p "${KUBE_CACHE}"
+	(
+		flock 9
+		build_k8s_locked
+	) 9>"${KUBE_CACHE}/.k8s.lock"
+}
+
+build_k8s_locked() {
 	local sum
 	sum="$(cat "${ROOT}/hack/kube/k8s/go.sum" | cksum | cut -d' ' -f1)"
 	stamp_ok k8s "${K8S_VERSION}-${sum}" && [[ -x "${K8S_BIN}/etcd" ]] && return 0
@@ -177,6 +188,10 @@ main() {
 	local start
 	start="$(now_ms)"
 	[[ "$(id -u)" == 0 ]] || die "run as root"
+	if [[ "${1:-}" == k8s ]]; then
+		build_k8s
+		return
+	fi
 	ensure_packages
 	bash "${ROOT}/hack/runtime/setup.sh" tools
 	bash "${ROOT}/hack/tools.sh" plugin
