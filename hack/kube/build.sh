@@ -7,7 +7,9 @@
 #                                kube-scheduler, kubelet, kubectl and etcd, one
 #                                `go build` of the wrapper module hack/kube/k8s
 #   .cache/kube/whereabouts-<v>/ whereabouts (IPAM plugin), ip-control-loop
-#                                (its controller) and its CRDs
+#                                (its controller), its CRDs and its
+#                                doc/crds/daemonset-install.yaml (whose RBAC
+#                                test/runtime applies as it is)
 #   .cache/kube/images/*.tar     OCI archives: the pause image, a busybox image
 #                                and whereabouts' controller (hack/kube/whereabouts.sh)
 #   .cache/image/netns-pin.oci.tar
@@ -98,6 +100,20 @@ build_whereabouts() {
 	cp "${dir}"/doc/crds/whereabouts.cni.cncf.io_*.yaml "${WHEREABOUTS_BIN}/"
 	chmod 0644 "${WHEREABOUTS_BIN}"/*.yaml
 	stamp_set whereabouts "${WHEREABOUTS_VERSION}+controlloop"
+}
+
+# whereabouts_manifests: the module's doc/crds/daemonset-install.yaml
+# beside the binaries (test/runtime applies its ServiceAccount, ClusterRole
+# and ClusterRoleBinding as they are), from the module cache, the CRDs too
+# when missing: a cache built before this copied the CRDs only.
+whereabouts_manifests() {
+	[[ -s "${WHEREABOUTS_BIN}/daemonset-install.yaml" ]] && compgen -G "${WHEREABOUTS_BIN}/whereabouts.cni.cncf.io_*.yaml" >/dev/null && return 0
+	local dir
+	dir="$(cd / && go mod download -json "${WHEREABOUTS_MODULE}@${WHEREABOUTS_VERSION}" | jq -r .Dir)"
+	[[ -d "${dir}" ]] || die "whereabouts module not downloaded (${dir})"
+	mkdir -p "${WHEREABOUTS_BIN}"
+	cp "${dir}"/doc/crds/daemonset-install.yaml "${dir}"/doc/crds/whereabouts.cni.cncf.io_*.yaml "${WHEREABOUTS_BIN}/"
+	chmod 0644 "${WHEREABOUTS_BIN}"/*.yaml
 }
 
 # multus_crd: the NetworkAttachmentDefinition CRD as Multus ships it (the
@@ -201,6 +217,7 @@ main() {
 	build_netns_pin_image
 	build_upgrade_from_image
 	build_whereabouts
+	whereabouts_manifests
 	build_whereabouts_image
 	build_k8s
 	link_bins

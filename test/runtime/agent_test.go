@@ -12,12 +12,10 @@ package runtime
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,7 +27,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netns-pin/netns-pin/agent"
-	"github.com/netns-pin/netns-pin/deploy"
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
@@ -45,20 +42,7 @@ const (
 // of kinds (every document when none is given) as one JSON List for
 // kubectl apply.
 func deployObjects(repo, file string, kinds ...string) ([]byte, error) {
-	objs, err := deploy.Objects(filepath.Join(repo, "deploy", file))
-	if err != nil {
-		return nil, err
-	}
-	var items []any
-	for _, o := range objs {
-		if len(kinds) == 0 || slices.Contains(kinds, fmt.Sprint(o["kind"])) {
-			items = append(items, o)
-		}
-	}
-	if len(items) == 0 {
-		return nil, fmt.Errorf("deploy/%s has no document of kind %v", file, kinds)
-	}
-	return json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	return manifestObjects(filepath.Join(repo, "deploy", file), kinds...)
 }
 
 // agentAccess is what deploy/ gives the agent in the API server, applied

@@ -42,6 +42,9 @@ type netSpec struct {
 	// runtime's own CNI configuration, not a NetworkAttachmentDefinition
 	// behind Multus (chain_test.go).
 	inRuntimeConf bool
+	// whereabouts: the IPAM is whereabouts (whereabouts_test.go), its
+	// allocations in the suite's API server, instead of host-local.
+	whereabouts bool
 }
 
 // storageNet is a NetworkAttachmentDefinition "ceph-public-N" in namespace
@@ -60,6 +63,8 @@ type storageNet struct {
 	ipamDir  string
 	logFile  string
 	conflist []byte
+	// whereaboutsLog is the whereabouts CNI binary's log (spec.whereabouts).
+	whereaboutsLog string
 }
 
 func (s *suite) newStorageNet(t *testing.T, spec netSpec) *storageNet {
@@ -99,6 +104,19 @@ func (s *suite) newStorageNet(t *testing.T, spec netSpec) *storageNet {
 		"type": "host-local", "dataDir": sn.ipamDir,
 		"ranges": [][]map[string]any{{{"subnet": sn.subnet}}},
 	}
+	if spec.whereabouts {
+		// As a NetworkAttachmentDefinition with whereabouts names it: its
+		// range, its kubeconfig and its flat file (the node's whereabouts.d,
+		// here the network's folder).
+		w := s.requireWhereabouts(t)
+		sn.whereaboutsLog = filepath.Join(dir, "whereabouts.log")
+		kc, flat, err := w.writeNodeFiles(filepath.Join(dir, "whereabouts.d"), s.api.url, sn.whereaboutsLog)
+		require.NoError(t, err)
+		ipam = map[string]any{
+			"type": "whereabouts", "range": sn.subnet,
+			"kubernetes": map[string]any{"kubeconfig": kc}, "configuration_path": flat,
+		}
+	}
 	first := map[string]any{"type": "macvlan", "master": s.master, "mode": "bridge", "ipam": ipam}
 	if spec.inRuntimeConf {
 		sn.name, sn.ifname = fmt.Sprintf("chain-%d", n), "eth0"
@@ -125,6 +143,9 @@ func (s *suite) newStorageNet(t *testing.T, spec netSpec) *storageNet {
 			}
 			if b, err := os.ReadFile(filepath.Join(s.dir, "multus.log")); err == nil {
 				t.Logf("multus log (tail):\n%s", host.Tail(string(b), 60))
+			}
+			if b, err := os.ReadFile(sn.whereaboutsLog); err == nil {
+				t.Logf("whereabouts log (tail):\n%s", host.Tail(string(b), 40))
 			}
 		}
 	})

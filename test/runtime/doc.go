@@ -10,6 +10,10 @@
 //	            eth0: default network, bridge + host-local
 //	            net1: NetworkAttachmentDefinition "ceph-public-*":
 //	                  [ macvlan (master: a veth end) + host-local, netns-pin ]
+//	                  or + whereabouts v0.9.2 (finalizer_test.go's rollout
+//	                  under Multus thick and CRI-O's one DEL, with
+//	                  whereabouts' controller ip-control-loop for the node:
+//	                  whereabouts_test.go)
 //	Multus reads pods and NetworkAttachmentDefinitions from a real
 //	kube-apiserver (and etcd) on 127.0.0.1, the binaries hack/kube/build.sh
 //	builds, and writes the pods' network-status back to it. There is no

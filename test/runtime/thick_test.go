@@ -198,8 +198,16 @@ func (s *suite) startThickMultusOn(t *testing.T, node, pinDir, cache string) *th
 	}
 	// "multus-daemon expects that cnibin path must be identical between pod
 	// and container host": the suite's bin folder holds links, so their
-	// targets' folders too.
-	for _, d := range uniq(s.cniBin, filepath.Dir(s.pinBin), filepath.Join(s.repo, ".cache", "cni", "bin"), env["MULTUS_BIN_DIR"]) {
+	// targets' folders too (whereabouts', when a network uses it).
+	binDirs := []string{s.cniBin, filepath.Dir(s.pinBin), filepath.Join(s.repo, ".cache", "cni", "bin"), env["MULTUS_BIN_DIR"]}
+	links, err := os.ReadDir(s.cniBin)
+	require.NoError(t, err)
+	for _, l := range links {
+		if target, err := os.Readlink(filepath.Join(s.cniBin, l.Name())); err == nil && filepath.IsAbs(target) {
+			binDirs = append(binDirs, filepath.Dir(target))
+		}
+	}
+	for _, d := range uniq(binDirs...) {
 		mounts = append(mounts, criMount{ContainerPath: d, HostPath: d, Readonly: true})
 	}
 	if pinDir != "" {
