@@ -319,12 +319,7 @@ func inspect(s *netnsstore.Store) (*netnsstore.Snapshot, error) {
 	}
 	var errs []error
 	for _, n := range slices.Sorted(maps.Keys(snap.Unreadable)) {
-		msg := snap.Unreadable[n]
-		if rest, ok := strings.CutPrefix(msg, netnsstore.ErrOtherPinDir.Error()); ok {
-			errs = append(errs, fmt.Errorf("%w%s", netnsstore.ErrOtherPinDir, rest)) // keeps reportCLIError's hint
-			continue
-		}
-		errs = append(errs, errors.New(msg))
+		errs = append(errs, snap.Unreadable[n])
 	}
 	return snap, errors.Join(errs...)
 }
