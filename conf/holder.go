@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -237,7 +238,7 @@ func (c *Config) Holder(p Pod) (cl Cluster, ok bool, err error) {
 	if claim == "" {
 		return Cluster{}, false, nil
 	}
-	if !c.claimAllowed(p.Namespace) {
+	if p.Namespace == "" || !slices.Contains(c.CNIArgsNamespaces, p.Namespace) {
 		return Cluster{}, false, fmt.Errorf("pod %s: args.cni.pinCluster %q: %w: namespace %q is not in cniArgsNamespaces %q",
 			p, claim, ErrClaimRefused, p.Namespace, c.CNIArgsNamespaces)
 	}
@@ -253,16 +254,4 @@ func (c *Config) Holder(p Pod) (cl Cluster, ok bool, err error) {
 			p, claim, ErrClaimRefused, p.Namespace)
 	}
 	return cl, true, nil
-}
-
-func (c *Config) claimAllowed(ns string) bool {
-	if ns == "" {
-		return false
-	}
-	for _, allowed := range c.CNIArgsNamespaces {
-		if allowed == ns {
-			return true
-		}
-	}
-	return false
 }

@@ -63,20 +63,11 @@ func (lt *linkTemplate) oneClusterPerPath(pinDir, sample string) error {
 	if raw != sample {
 		return fmt.Errorf("renders to %q, which path cleaning changes (a '.' or '..' component, '//' or a trailing '/'): clusters could share a link", raw)
 	}
-	var fields []string
-	first := -1
-	for i, p := range lt.t.parts {
-		if p.field != "" {
-			if first < 0 {
-				first = i
-			}
-			fields = append(fields, p.field)
-		}
-	}
+	first := slices.IndexFunc(lt.t.parts, func(p templatePart) bool { return p.field != "" })
 	if first < 0 || lt.t.parts[first].field != "Namespace" {
 		return errors.New("the first placeholder must be {{.Namespace}}: otherwise clusters of different namespaces can share a link")
 	}
-	if !slices.Contains(fields, "Name") {
+	if !slices.ContainsFunc(lt.t.parts, func(p templatePart) bool { return p.field == "Name" }) {
 		lt.perNamespace = true
 		return nil
 	}

@@ -233,15 +233,7 @@ func (c *checker) list(n int) {
 }
 
 // ours reports whether a client address is one of the pin's.
-func (c *checker) ours(a netip.Addr) bool {
-	a = a.Unmap().WithZone("")
-	for _, ip := range c.ips {
-		if ip == a {
-			return true
-		}
-	}
-	return false
-}
+func (c *checker) ours(a netip.Addr) bool { return slices.Contains(c.ips, a.Unmap().WithZone("")) }
 
 // ceph runs the krbd, CephFS and unattributed-client signals.
 func (c *checker) ceph() error {
@@ -540,7 +532,7 @@ func (c *checker) cephFSRegistered() bool {
 
 // hasCephFS reports whether a /proc/filesystems text lists the ceph type.
 func hasCephFS(filesystems []byte) bool {
-	for line := range linesOf(filesystems) {
+	for line := range bytes.Lines(filesystems) {
 		// "nodev\tceph": the type is the last field.
 		if f := bytes.Fields(line); len(f) > 0 && string(f[len(f)-1]) == "ceph" {
 			return true
@@ -557,7 +549,7 @@ func hasCephFS(filesystems []byte) bool {
 // mounts of one superblock (kubelet's staging and publish paths, the same
 // mount seen from several namespaces) are one client and reported once, at
 // their first mount point.
-func (c *checker) mountinfoOf(procfd int, pids []string, procs []procResult) error {
+func (c *checker) mountinfoOf(pids []string, procs []procResult) error {
 	seenNS := map[uint64]bool{}
 	seen := map[[2]int]bool{}
 	for i, pid := range pids {
@@ -604,7 +596,8 @@ func (c *checker) mountNS(procfd int, pid string) uint64 {
 // type is parsed on its own: a line that does not parse is still a ceph
 // mount, reported without its details, and the other lines are unaffected.
 func (c *checker) cephMounts(data []byte, seen map[[2]int]bool) {
-	for line := range linesOf(data) {
+	for line := range bytes.Lines(data) {
+		line = bytes.TrimSuffix(line, []byte("\n"))
 		if !containsCephFSType(line) {
 			continue
 		}

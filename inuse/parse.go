@@ -151,14 +151,8 @@ func parseClientDirName(name string) (fsid, clientID string, ok bool) {
 	if i <= 0 {
 		return "", "", false
 	}
-	gid := name[i+len(".client"):]
-	if gid == "" {
+	if gid := name[i+len(".client"):]; gid == "" || strings.Trim(gid, "0123456789") != "" {
 		return "", "", false
-	}
-	for j := 0; j < len(gid); j++ {
-		if gid[j] < '0' || gid[j] > '9' {
-			return "", "", false
-		}
 	}
 	return name[:i], name[i+1:], true
 }

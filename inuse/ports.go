@@ -119,20 +119,6 @@ func (p Ports) String() string {
 	return b.String()
 }
 
-// MarshalText implements encoding.TextMarshaler (a JSON string).
-func (p Ports) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParsePorts, so a
-// configuration can carry "cephPorts": "3300,6789,6800-7300".
-func (p *Ports) UnmarshalText(b []byte) error {
-	q, err := ParsePorts(string(b))
-	if err != nil {
-		return err
-	}
-	*p = q
-	return nil
-}
-
 // Policy says what to do with Ceph clients that cannot be attributed to any
 // network namespace.
 type Policy string
@@ -155,14 +141,4 @@ func ParsePolicy(s string) (Policy, error) {
 		return policyIgnore, nil
 	}
 	return "", fmt.Errorf("unattributed policy %q: want %q or %q", s, PolicyBlock, policyIgnore)
-}
-
-// UnmarshalText implements encoding.TextUnmarshaler with ParsePolicy.
-func (p *Policy) UnmarshalText(b []byte) error {
-	q, err := ParsePolicy(string(b))
-	if err != nil {
-		return err
-	}
-	*p = q
-	return nil
 }

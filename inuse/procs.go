@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"path/filepath"
 	"slices"
@@ -111,13 +110,9 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 	}
 	var cands []tcpSocket
 	for i, data := range tables {
-		first := true
-		for line := range linesOf(data) {
-			if first { // header
-				first = false
-				continue
-			}
-			if len(bytes.TrimSpace(line)) == 0 {
+		_, body, _ := bytes.Cut(data, []byte("\n")) // below the header
+		for line := range bytes.Lines(body) {
+			if line = bytes.TrimSpace(line); len(line) == 0 {
 				continue
 			}
 			s, err := parseTCPLine(string(line))
@@ -147,7 +142,7 @@ func (c *checker) noTCPSockets() bool {
 			return false
 		}
 		inuse := -1
-		for line := range linesOf(data) {
+		for line := range bytes.Lines(data) {
 			fields := strings.Fields(string(line))
 			if len(fields) >= 3 && fields[0] == f.key && fields[1] == "inuse" {
 				n, err := strconv.Atoi(fields[2])
@@ -222,7 +217,7 @@ func (c *checker) processes(cands []tcpSocket) ([]bool, error) {
 		}
 	}
 	if c.scanMounts {
-		if err := c.mountinfoOf(procfd, pids, res); err != nil {
+		if err := c.mountinfoOf(pids, res); err != nil {
 			return nil, err
 		}
 	}
@@ -295,7 +290,8 @@ func (c *checker) process(procfd int, pid string, b *workerBufs, index map[uint6
 	if err != nil && !isDenied(err) {
 		return res, fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "comm"), err)
 	}
-	ref := Reference{Kind: kindProcess, PID: atoiDigits(pid), Comm: trimSpace(comm), InNetns: inNetns, Sockets: len(res.mine)}
+	n, _ := strconv.Atoi(pid) // digits, listed so
+	ref := Reference{Kind: kindProcess, PID: n, Comm: trimSpace(comm), InNetns: inNetns, Sockets: len(res.mine)}
 	if unknown != nil {
 		ref.Reason = "cannot tell its network namespace: " + unknown.Error()
 	}
@@ -393,7 +389,7 @@ func heldSockets(procfd int, pid string, index map[uint64]int, dents []byte) ([]
 			}
 			return err
 		}
-		ino, ok := socketInode(link[:n])
+		ino, ok := linkInode(link[:n], "socket")
 		if !ok {
 			return nil
 		}
@@ -408,44 +404,22 @@ func heldSockets(procfd int, pid string, index map[uint64]int, dents []byte) ([]
 	return out, err
 }
 
-// socketInode parses a descriptor link "socket:[12345]" (net/socket.c
-// sockfs_dname).
-func socketInode(l []byte) (uint64, bool) {
-	const prefix = "socket:["
-	if len(l) <= len(prefix)+1 || string(l[:len(prefix)]) != prefix || l[len(l)-1] != ']' {
-		return 0, false
-	}
-	digits := l[len(prefix) : len(l)-1]
-	if !isDigits(digits) {
+// linkInode parses a procfs link that names an inode, "<kind>:[<digits>]":
+// a descriptor's "socket:[12345]" (net/socket.c sockfs_dname), a
+// namespace's "net:[4026531840]".
+func linkInode(l []byte, kind string) (uint64, bool) {
+	if len(l) < len(kind)+4 || string(l[:len(kind)]) != kind || string(l[len(kind):len(kind)+2]) != ":[" || l[len(l)-1] != ']' {
 		return 0, false
 	}
 	var n uint64
-	for _, c := range digits {
+	for _, c := range l[len(kind)+2 : len(l)-1] {
 		d := uint64(c - '0')
-		if n > (math.MaxUint64-d)/10 {
+		if c < '0' || c > '9' || n > (math.MaxUint64-d)/10 {
 			return 0, false
 		}
 		n = n*10 + d
 	}
 	return n, true
-}
-
-// linesOf yields the lines of data without their newline.
-func linesOf(data []byte) iter.Seq[[]byte] {
-	return func(yield func([]byte) bool) {
-		for len(data) > 0 {
-			i := bytes.IndexByte(data, '\n')
-			var line []byte
-			if i < 0 {
-				line, data = data, nil
-			} else {
-				line, data = data[:i], data[i+1:]
-			}
-			if !yield(line) {
-				return
-			}
-		}
-	}
 }
 
 func containsCephFSType(line []byte) bool { return bytes.Contains(line, []byte(" - ceph ")) }

@@ -28,20 +28,14 @@ const (
 	kindSocket Kind = "socket"
 )
 
+// kindsInOrder is the order of Check's references by kind.
+var kindsInOrder = []Kind{kindRBD, kindCephFS, kindCephClient, kindProcess, kindSocket}
+
 func kindOrder(k Kind) int {
-	switch k {
-	case kindRBD:
-		return 0
-	case kindCephFS:
-		return 1
-	case kindCephClient:
-		return 2
-	case kindProcess:
-		return 3
-	case kindSocket:
-		return 4
+	if i := slices.Index(kindsInOrder, k); i >= 0 {
+		return i
 	}
-	return 5
+	return len(kindsInOrder)
 }
 
 // Reference is one thing that still uses a pinned netns. Which fields are set

@@ -99,18 +99,8 @@ func nsLinkIno(dirfd int, name, kind string, buf []byte) (ino uint64, ok bool, e
 		}
 		return 0, false, err
 	}
-	l := buf[:n]
-	if len(l) < len(kind)+3 || string(l[:len(kind)]) != kind || l[len(kind)] != ':' || l[len(kind)+1] != '[' || l[n-1] != ']' {
-		return 0, false, nil
-	}
-	digits := l[len(kind)+2 : n-1]
-	if !isDigits(digits) {
-		return 0, false, nil
-	}
-	for _, d := range digits {
-		ino = ino*10 + uint64(d-'0')
-	}
-	return ino, true, nil
+	ino, ok = linkInode(buf[:n], kind)
+	return ino, ok, nil
 }
 
 // existsAt reports whether name exists relative to dirfd without following a
@@ -145,15 +135,6 @@ func isDigits(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// atoiDigits converts a string of digits known to be short (pids, device ids).
-func atoiDigits(s string) int {
-	n := 0
-	for i := 0; i < len(s); i++ {
-		n = n*10 + int(s[i]-'0')
-	}
-	return n
 }
 
 func trimSpace(b []byte) string { return string(bytes.TrimSpace(b)) }

@@ -10,8 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
@@ -60,9 +58,6 @@ func (s *Store) markBoot(v *view) error {
 	}
 	if err := s.replaceFile(s.stateFd, bootMarker, []byte(s.bootID+"\n"+s.PinDir+"\n"), true); err != nil {
 		return fmt.Errorf("write %s/%s: %w", s.StateDir, bootMarker, err)
-	}
-	if err := unix.Fsync(s.stateFd); err != nil {
-		return fmt.Errorf("sync %s: %w", s.StateDir, err)
 	}
 	return nil
 }
@@ -143,9 +138,6 @@ func (s *Store) noteLinkDirs(links []string) error {
 	if err := s.replaceFile(s.stateFd, linkDirsFile, []byte(strings.Join(known, "\n")+"\n"), true); err != nil {
 		return fmt.Errorf("write %s/%s: %w", s.StateDir, linkDirsFile, err)
 	}
-	if err := unix.Fsync(s.stateFd); err != nil {
-		return fmt.Errorf("sync %s: %w", s.StateDir, err)
-	}
 	return nil
 }
 
@@ -153,29 +145,13 @@ func (s *Store) noteLinkDirs(links []string) error {
 // under pinDir, and in the folders of linkDirsFile and of the records v
 // could read.
 func (s *Store) removeLinksInto(v *view, attachment string) error {
-	pin := s.pinPath(attachment)
 	var errs []error
 	check := func(p string) {
-		dfd, err := s.openLinkDir(p, false)
-		if noLinkDir(err) {
-			return
+		at, err := s.linkTarget(p)
+		if err == nil && at == attachment {
+			err = s.removeLink(p)
 		}
-		if err != nil {
-			errs = append(errs, err)
-			return
-		}
-		defer unix.Close(dfd)
-		target, kind, err := readLinkAt(dfd, filepath.Base(p))
-		if err != nil || kind != linkIsSymlink {
-			errs = append(errs, err)
-			return
-		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(p), target)
-		}
-		if filepath.Clean(target) == pin {
-			errs = append(errs, s.removeLink(p))
-		}
+		errs = append(errs, err)
 	}
 	err := filepath.WalkDir(s.PinDir, func(p string, d fs.DirEntry, err error) error {
 		switch {

@@ -139,19 +139,11 @@ const eventsChunk = 256 << 10
 // itself (note); the sweeper folds it past its own, smaller size.
 const eventsFoldAt = 1 << 20
 
-// readEvents reads the events file from offset from, at most eventsChunk
-// bytes, to its last whole line, and returns the events with the offset to
-// read on from (from itself once there is nothing more). A file shorter
-// than from was folded or replaced: it is read again from 0 (reset says
-// so). No file: no events.
-func (s *Store) readEvents(from int64) (events []Event, next int64, reset bool, err error) {
-	events, next, reset, err = readEventsAt(s.stateFd, from)
-	if err != nil {
-		err = fmt.Errorf("read %s/%s: %w", s.StateDir, eventsFile, err)
-	}
-	return events, next, reset, err
-}
-
+// readEventsAt reads the events file of the stateDir dirfd from offset
+// from, at most eventsChunk bytes, to its last whole line, and returns the
+// events with the offset to read on from (from itself once there is
+// nothing more). A file shorter than from was folded or replaced: it is
+// read again from 0 (reset says so). No file: no events.
 func readEventsAt(dirfd int, from int64) (events []Event, next int64, reset bool, _ error) {
 	data, size, err := smallfile.ReadChunkAt(dirfd, eventsFile, from, eventsChunk)
 	if err == nil && size < from {
@@ -203,9 +195,9 @@ func (s *Store) FoldEvents(over int64) error {
 func (s *Store) fold() (int64, error) {
 	sums := map[[3]string]uint64{}
 	for from := int64(0); ; {
-		evs, next, _, err := s.readEvents(from)
+		evs, next, _, err := readEventsAt(s.stateFd, from)
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("read %s/%s: %w", s.StateDir, eventsFile, err)
 		}
 		for _, e := range evs {
 			sums[[3]string{e.Kind, e.By, e.Cluster}] += e.Count

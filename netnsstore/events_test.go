@@ -45,7 +45,7 @@ func TestEventsCountRefusalsAndReleases(t *testing.T) {
 	_, err = s.ForceRelease("c2.net1")
 	require.NoError(t, err)
 
-	events, next, reset, err := s.readEvents(0)
+	events, next, reset, err := ReadEvents(s.StateDir, 0)
 	require.NoError(t, err)
 	assert.False(t, reset)
 	assert.Equal(t, map[[3]string]uint64{
@@ -62,7 +62,7 @@ func TestEventsCountRefusalsAndReleases(t *testing.T) {
 	_, err = f.WriteString("release del ns/cl 1")
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	more, next2, _, err := s.readEvents(next)
+	more, next2, _, err := ReadEvents(s.StateDir, next)
 	require.NoError(t, err)
 	assert.Empty(t, more)
 	assert.Equal(t, next, next2)
@@ -70,31 +70,31 @@ func TestEventsCountRefusalsAndReleases(t *testing.T) {
 	// and its own counts.
 	s.actor = ByGC
 	s.note(Event{Kind: EventRelease, By: ByGC, Cluster: "ns/cl", Count: 1})
-	more, _, _, err = s.readEvents(next2)
+	more, _, _, err = ReadEvents(s.StateDir, next2)
 	require.NoError(t, err)
 	assert.Empty(t, more, "a line torn and continued is skipped")
 
 	for range 50 {
 		s.note(Event{Kind: EventRefusal, By: ByDEL, Cluster: "ns/other", Count: 1})
 	}
-	before, _, _, err := s.readEvents(0)
+	before, _, _, err := ReadEvents(s.StateDir, 0)
 	require.NoError(t, err)
 	require.NoError(t, s.FoldEvents(1<<20))
-	unfolded, _, _, err := s.readEvents(0)
+	unfolded, _, _, err := ReadEvents(s.StateDir, 0)
 	require.NoError(t, err)
 	assert.Equal(t, before, unfolded, "a file within the size is not folded")
 	require.NoError(t, s.FoldEvents(64))
-	all, end, _, err := s.readEvents(0)
+	all, end, _, err := ReadEvents(s.StateDir, 0)
 	require.NoError(t, err)
 	assert.Equal(t, sums(before), sums(all), "folding keeps every count")
 	assert.Len(t, all, 4, "one line per counter")
 
 	s.note(Event{Kind: EventRelease, By: BySweeper, Cluster: "ns/cl", Count: 1})
-	after, _, reset, err := s.readEvents(end)
+	after, _, reset, err := ReadEvents(s.StateDir, end)
 	require.NoError(t, err)
 	assert.False(t, reset)
 	assert.Equal(t, map[[3]string]uint64{{EventRelease, BySweeper, "ns/cl"}: 1}, sums(after))
-	_, _, reset, err = s.readEvents(end + 1<<20)
+	_, _, reset, err = ReadEvents(s.StateDir, end+1<<20)
 	require.NoError(t, err)
 	assert.True(t, reset, "a file shorter than the offset was replaced")
 }

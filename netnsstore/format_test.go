@@ -107,7 +107,7 @@ func TestStoreReadsTheFilesOf3819815(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, owned)
 
-	events, _, _, err := s.readEvents(0)
+	events, _, _, err := ReadEvents(s.StateDir, 0)
 	require.NoError(t, err)
 	assert.Equal(t, map[[3]string]uint64{
 		{EventRefusal, ByDEL, "rook-ceph/my-cluster"}:       1,

@@ -78,8 +78,8 @@ type LinkStatus struct {
 
 // Snapshot is the store as one hold of the lock saw it.
 type Snapshot struct {
-	Records    []*Record         // readable records, oldest first
-	Unreadable map[string]string // attachment -> why its record cannot be used
+	Records    []*Record        // readable records, oldest first
+	Unreadable map[string]error // attachment -> why its record cannot be used
 	Pins       []PinStatus
 	Links      []LinkStatus
 	// Owner is the stateDir that pinDir names as the owner of its pins
@@ -93,12 +93,9 @@ type Snapshot struct {
 // (records of the previous format are read as they are), for a check of
 // the node.
 func (s *Store) Inspect() (*Snapshot, error) {
-	snap := &Snapshot{Unreadable: map[string]string{}, BootID: s.bootID}
+	snap := &Snapshot{BootID: s.bootID}
 	take := func(v *view) error {
-		snap.Records = v.recs
-		for n, err := range v.bad {
-			snap.Unreadable[n] = err.Error()
-		}
+		snap.Records, snap.Unreadable = v.recs, v.bad
 		return nil
 	}
 	err := s.locked(true, take)
@@ -133,42 +130,37 @@ func (s *Store) Inspect() (*Snapshot, error) {
 		snap.Pins = append(snap.Pins, PinStatus{Attachment: n, Mounted: mounted, Netns: id, HasRecord: has})
 	}
 	seen := map[string]bool{}
-	var clusters []string
-	for _, r := range snap.Records {
-		if !slices.Contains(clusters, r.Cluster) {
-			clusters = append(clusters, r.Cluster)
+	add := func(links []string, cluster, want string) {
+		for _, l := range links {
+			if !seen[l] {
+				seen[l] = true
+				snap.Links = append(snap.Links, s.linkStatus(l, cluster, want))
+			}
 		}
 	}
-	for _, cl := range clusters {
+	for i, r := range snap.Records {
+		cl := r.Cluster
+		if slices.ContainsFunc(snap.Records[:i], func(o *Record) bool { return o.Cluster == cl }) {
+			continue // listed with its cluster's first record
+		}
 		want := linkTargetOf(cl, snap.Records)
 		links := clusterLinks(cl, snap.Records)
 		if want == "" {
 			// No pin may be a target: every link any record asked for
 			// must be gone.
-			for _, r := range snap.Records {
-				if r.Cluster == cl {
-					links = append(links, r.Links...)
+			for _, o := range snap.Records {
+				if o.Cluster == cl {
+					links = append(links, o.Links...)
 				}
 			}
 		}
-		for _, l := range links {
-			if seen[l] {
-				continue
-			}
-			seen[l] = true
-			snap.Links = append(snap.Links, s.linkStatus(l, cl, want))
-		}
+		add(links, cl, want)
 	}
 	stray, err := s.linksUnderPinDir()
 	if err != nil {
 		return nil, err
 	}
-	for _, l := range stray {
-		if !seen[l] {
-			seen[l] = true
-			snap.Links = append(snap.Links, s.linkStatus(l, "", ""))
-		}
-	}
+	add(stray, "", "")
 	return snap, nil
 }
 

@@ -30,35 +30,17 @@ func openNetns(path string) (*os.File, NetnsID, error) {
 		return nil, NetnsID{}, err
 	}
 	f := os.NewFile(uintptr(fd), path)
-	id, err := fdNetnsID(fd)
-	if err != nil {
-		f.Close()
-		return nil, NetnsID{}, fmt.Errorf("netns %s: %w", path, err)
+	var st, own unix.Stat_t
+	if err = unix.Fstat(fd, &st); err != nil {
+		err = fmt.Errorf("netns %s: fstat: %w", path, err)
+	} else if err = unix.Stat("/proc/self/ns/net", &own); err != nil {
+		err = fmt.Errorf("stat /proc/self/ns/net: %w", err)
+	} else if st.Dev == own.Dev && st.Ino == own.Ino {
+		err = fmt.Errorf("netns %s: %w: it is the plugin's own (host) network namespace", path, nsinfo.ErrNotNetns)
 	}
-	own, err := pathNetnsID("/proc/self/ns/net")
 	if err != nil {
 		f.Close()
 		return nil, NetnsID{}, err
 	}
-	if id == own {
-		f.Close()
-		return nil, NetnsID{}, fmt.Errorf("netns %s: %w: it is the plugin's own (host) network namespace", path, nsinfo.ErrNotNetns)
-	}
-	return f, id, nil
-}
-
-func fdNetnsID(fd int) (NetnsID, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return NetnsID{}, fmt.Errorf("fstat: %w", err)
-	}
-	return NetnsID{Dev: st.Dev, Ino: st.Ino}, nil
-}
-
-func pathNetnsID(path string) (NetnsID, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return NetnsID{}, fmt.Errorf("stat %s: %w", path, err)
-	}
-	return NetnsID{Dev: st.Dev, Ino: st.Ino}, nil
+	return f, NetnsID{Dev: st.Dev, Ino: st.Ino}, nil
 }

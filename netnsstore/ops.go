@@ -3,10 +3,10 @@ package netnsstore
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/netns-pin/netns-pin/internal/failpoint"
@@ -63,14 +63,9 @@ func (v *view) blocked() error {
 // badErrs is why each record that cannot be used cannot, ordered by
 // attachment so that commands say it the same way every time.
 func (v *view) badErrs() []error {
-	names := make([]string, 0, len(v.bad))
-	for n := range v.bad {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	errs := make([]error, len(names))
-	for i, n := range names {
-		errs[i] = v.bad[n]
+	var errs []error
+	for _, n := range slices.Sorted(maps.Keys(v.bad)) {
+		errs = append(errs, v.bad[n])
 	}
 	return errs
 }
@@ -452,11 +447,5 @@ func unionAddrs(recorded []string, ips []netip.Addr) []string {
 }
 
 func withoutRecord(rs []*Record, attachment string) []*Record {
-	out := make([]*Record, 0, len(rs))
-	for _, o := range rs {
-		if o.Attachment != attachment {
-			out = append(out, o)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(rs), func(o *Record) bool { return o.Attachment == attachment })
 }

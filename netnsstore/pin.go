@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -38,9 +37,7 @@ func (s *Store) mountPin(src *os.File, srcID NetnsID, name string) error {
 	// Both ends through /proc/self/fd: the source is the namespace that was
 	// validated, the target the file just created beneath pins/, so nothing
 	// renamed or planted in between can change what gets mounted where.
-	srcPath := "/proc/self/fd/" + strconv.Itoa(int(src.Fd()))
-	dstPath := "/proc/self/fd/" + strconv.Itoa(fd)
-	if err := unix.Mount(srcPath, dstPath, "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(fdPath(int(src.Fd())), fdPath(fd), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("pin %s: bind mount: %w", s.pinPath(name), err)
 	}
 	return nil

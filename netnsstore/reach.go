@@ -86,28 +86,24 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 	return nil, errors.Join(errs...)
 }
 
-// checkTarget is what the in-use check of r looks at, as a release would:
-// a copy of r whose addresses are those recorded together with those its
-// netns has now, and a file that is r's netns now ("" when nothing
-// reaches it). For commands that report without changing anything; an
-// error when r's netns cannot be looked at.
-func (s *Store) checkTarget(r *Record) (t Record, netnsPath string, err error) {
-	t = *r
-	h, err := s.reach(r, "")
-	if err != nil || h == nil {
-		return t, "", err
-	}
-	defer h.Close()
-	t.IPs, err = s.addrsNow(h, r)
-	return t, h.path, err
-}
-
-// UsesNow runs the in-use check on what a release of r would check
-// (checkTarget), with the same settings, changing nothing.
+// UsesNow runs the in-use check on what a release of r would check,
+// with the same settings, changing nothing: r's recorded addresses
+// together with those its netns has now, and a file that is r's netns now
+// (none when nothing reaches it). An error when r's netns cannot be
+// looked at.
 func (s *Store) UsesNow(r *Record) ([]Use, error) {
-	t, path, err := s.checkTarget(r)
+	t := *r
+	h, err := s.reach(r, "")
 	if err != nil {
 		return nil, err
+	}
+	path := ""
+	if h != nil {
+		defer h.Close()
+		if t.IPs, err = s.addrsNow(h, r); err != nil {
+			return nil, err
+		}
+		path = h.path
 	}
 	return s.uses(&t, path)
 }

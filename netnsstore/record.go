@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -133,21 +133,15 @@ func (s *Store) writeRecord(r *Record) error {
 		return fmt.Errorf("encode record %s: %w", r.Attachment, err)
 	}
 	name := r.Attachment + recordSuffix
-	durable := r.Teardown != nil
-	if err := s.replaceFile(s.recordsFd, name, data, durable); err != nil {
+	if err := s.replaceFile(s.recordsFd, name, data, r.Teardown != nil); err != nil {
 		return fmt.Errorf("write record %s: %w", name, err)
-	}
-	if durable {
-		if err := unix.Fsync(s.recordsFd); err != nil {
-			return fmt.Errorf("sync %s/%s: %w", s.StateDir, recordsSubdir, err)
-		}
 	}
 	return nil
 }
 
 // replaceFile writes data to name in dirfd through a temporary file and a
 // rename, so that readers see the old content or the new, never a part;
-// durable syncs the file before the rename (the folder is the caller's).
+// durable syncs the file before the rename and the folder after.
 func (s *Store) replaceFile(dirfd int, name string, data []byte, durable bool) error {
 	tmp := tmpPrefix + name
 	fd, err := smallfile.OpenAt(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
@@ -164,6 +158,11 @@ func (s *Store) replaceFile(dirfd int, name string, data []byte, durable bool) e
 	}
 	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
 		return fmt.Errorf("rename: %w", errors.Join(err, unlinkIfExists(dirfd, tmp)))
+	}
+	if durable {
+		if err := unix.Fsync(dirfd); err != nil {
+			return fmt.Errorf("sync its folder: %w", err)
+		}
 	}
 	return nil
 }
@@ -197,7 +196,7 @@ func (s *Store) readRecord(attachment string, readOnly bool) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read record %s: %w", attachment, err)
 	}
-	r, err := decodeRecord(data, attachment, s.writerName())
+	r, err := decodeRecord(data, attachment, cmp.Or(s.writer, "this build"))
 	if err != nil {
 		return nil, err
 	}
@@ -254,13 +253,6 @@ func newerFormatError(attachment string, r *Record, reader string) error {
 		attachment, errNewerFormat, r.Format, cmp.Or(r.Writer, "of an unknown version"), reader, recordFormat, need)
 }
 
-func (s *Store) writerName() string {
-	if s.writer == "" {
-		return "this build"
-	}
-	return s.writer
-}
-
 func (s *Store) removeRecord(attachment string) error {
 	err := unix.Unlinkat(s.recordsFd, attachment+recordSuffix, 0)
 	if err != nil && !errors.Is(err, unix.ENOENT) {
@@ -310,10 +302,7 @@ func (s *Store) records(readOnly bool) (rs []*Record, bad map[string]error, err 
 }
 
 func sortRecords(rs []*Record) {
-	sort.Slice(rs, func(i, j int) bool {
-		if !rs[i].Created.Equal(rs[j].Created) {
-			return rs[i].Created.Before(rs[j].Created)
-		}
-		return rs[i].Attachment < rs[j].Attachment
+	slices.SortFunc(rs, func(a, b *Record) int {
+		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Attachment, b.Attachment))
 	})
 }

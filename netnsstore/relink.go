@@ -13,24 +13,16 @@ import (
 // <namespace>.net.ns).
 var ErrLinkTaken = errors.New("link belongs to another cluster")
 
-// linkOwner returns a record of a cluster other than cluster that lists
-// link, or nil. Every state counts: a record that is no link target now
-// may become one again (an unpinned pin found again).
-func linkOwner(rs []*Record, cluster, link string) *Record {
-	for _, r := range rs {
-		if r.Cluster != cluster && slices.Contains(r.Links, link) {
-			return r
-		}
-	}
-	return nil
-}
-
-// refuseTakenLinks fails with ErrLinkTaken when one of links is another
-// cluster's.
+// refuseTakenLinks fails with ErrLinkTaken when one of links is listed by
+// a record of another cluster than cluster. Every state counts: a record
+// that is no link target now may become one again (an unpinned pin found
+// again).
 func refuseTakenLinks(rs []*Record, cluster string, links []string) error {
 	for _, l := range links {
-		if o := linkOwner(rs, cluster, l); o != nil {
-			return fmt.Errorf("link %s of cluster %s: %w: %s (attachment %s, %s)", l, cluster, ErrLinkTaken, o.Cluster, o.Attachment, o.State)
+		for _, o := range rs {
+			if o.Cluster != cluster && slices.Contains(o.Links, l) {
+				return fmt.Errorf("link %s of cluster %s: %w: %s (attachment %s, %s)", l, cluster, ErrLinkTaken, o.Cluster, o.Attachment, o.State)
+			}
 		}
 	}
 	return nil
@@ -45,23 +37,12 @@ func linkCandidate(r *Record) bool {
 // or when it has none its newest draining pin, so new volumes keep working
 // while the last holder drains. "" when the cluster has no pin.
 func linkTargetOf(cluster string, rs []*Record) string {
-	var active, draining *Record
-	for _, r := range rs { // oldest first: the last match is the newest
-		if r.Cluster != cluster {
-			continue
+	for _, state := range []string{StateActive, StateDraining} {
+		for _, r := range slices.Backward(rs) { // rs is oldest first
+			if r.Cluster == cluster && r.State == state {
+				return r.Attachment
+			}
 		}
-		switch r.State {
-		case StateActive:
-			active = r
-		case StateDraining:
-			draining = r
-		}
-	}
-	if active != nil {
-		return active.Attachment
-	}
-	if draining != nil {
-		return draining.Attachment
 	}
 	return ""
 }

@@ -104,9 +104,9 @@ func (s *Store) linksMove(v *view, r *Record) bool {
 	if linkTargetOf(r.Cluster, v.recs) == r.Attachment {
 		return true
 	}
-	rest := withoutRecord(v.recs, r.Attachment)
+	kept := clusterLinks(r.Cluster, withoutRecord(v.recs, r.Attachment))
 	for _, l := range r.Links {
-		if !s.clusterHasLink(rest, r, l) {
+		if !slices.Contains(kept, l) {
 			return true
 		}
 		if at, err := s.linkTarget(l); err != nil || at == r.Attachment {
@@ -224,8 +224,9 @@ func (s *Store) remove(v *view, r *Record, force bool) error {
 func (s *Store) moveLinksAway(v *view, r *Record) error {
 	rest := withoutRecord(v.recs, r.Attachment)
 	errs := []error{s.relink(r.Cluster, rest)}
+	kept := clusterLinks(r.Cluster, rest) // relink's
 	for _, l := range r.Links {
-		if s.clusterHasLink(rest, r, l) {
+		if slices.Contains(kept, l) {
 			continue
 		}
 		// A link another cluster lists (records of a configuration that
@@ -239,17 +240,6 @@ func (s *Store) moveLinksAway(v *view, r *Record) error {
 		errs = append(errs, s.removeLink(l))
 	}
 	return errors.Join(errs...)
-}
-
-// clusterHasLink reports whether another pin of r's cluster uses link,
-// in which case relink owns it.
-func (s *Store) clusterHasLink(rs []*Record, r *Record, link string) bool {
-	for _, o := range rs {
-		if o.Attachment != r.Attachment && o.Cluster == r.Cluster && linkCandidate(o) && slices.Contains(o.Links, link) {
-			return true
-		}
-	}
-	return false
 }
 
 // uses is the in-use check of r: with this store's settings, and with
@@ -357,10 +347,5 @@ func (s *Store) orphanUses(name string) ([]Use, error) {
 	if err != nil || !mounted {
 		return nil, err
 	}
-	r := &Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino}
-	t, path, err := s.checkTarget(r)
-	if err != nil {
-		return nil, err
-	}
-	return s.uses(&t, path)
+	return s.UsesNow(&Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino})
 }

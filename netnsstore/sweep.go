@@ -34,7 +34,7 @@ func (s *Store) Sweep(dryRun bool) ([]Finding, error) {
 
 // sweepDryRun says what Sweep would do: what repair would do with each
 // record, and the in-use check of every draining record, on what a release
-// would check (checkTarget).
+// would check (UsesNow).
 func (s *Store) sweepDryRun() ([]Finding, error) {
 	var out []Finding
 	err := s.locked(true, func(v *view) error {
@@ -108,10 +108,7 @@ func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding
 	var findings []Finding
 	var errs []error
 	for _, r := range slices.Clone(v.recs) {
-		if !want(r) {
-			continue
-		}
-		if v.checked[r.Attachment] {
+		if !want(r) || v.checked[r.Attachment] {
 			continue
 		}
 		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionRelease, Reason: why + ", no longer in use"}
@@ -146,9 +143,9 @@ func (s *Store) FinishAbandoned() ([]Finding, error) {
 				errs = append(errs, err)
 			}
 		}
-		more, moreErrs := s.collect(v, func(r *Record) bool { return held(r) && r.Abandoned }, "abandoned by the runtime")
-		findings = more
-		return errors.Join(append(errs, moreErrs...)...)
+		var more []error
+		findings, more = s.collect(v, func(r *Record) bool { return held(r) && r.Abandoned }, "abandoned by the runtime")
+		return errors.Join(append(errs, more...)...)
 	})
 	return findings, err
 }

@@ -59,7 +59,7 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 	return rs, unreadable, nil
 }
 
-// ReadEvents reads the events file of stateDir as readEvents does, for a
+// ReadEvents reads the events file of stateDir as readEventsAt does, for a
 // reader without privilege or lock (the node agent): from offset from, at
 // most a chunk, to its last whole line. Only the store folds the file.
 func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {

@@ -3,6 +3,7 @@ package nodecheck
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,14 +111,9 @@ func (c *checker) store() {
 		c.r.add(Finding{Check: "store", Level: Error, Where: filepath.Join(c.o.PinDir, ".netns-pin-state-dir"), What: snap.OwnerErr.Error() + "; every operation with this configuration refuses",
 			Fix: "give the --state-dir (or --conf) of the network that owns these pins; two networks must not share a pinDir"})
 	}
-	names := make([]string, 0, len(snap.Unreadable))
-	for n := range snap.Unreadable {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(snap.Unreadable)) {
 		c.r.add(Finding{Check: "record", Level: Error, Where: filepath.Join(c.o.StateDir, "records", n+".json"),
-			What: "record cannot be used: " + snap.Unreadable[n] + "; no pin on this node is released while it exists",
+			What: "record cannot be used: " + snap.Unreadable[n].Error() + "; no pin on this node is released while it exists",
 			Fix:  "see netns-pin list; a record of a newer format needs that netns-pin version back, a corrupt one the backup of stateDir (docs/operating.md)"})
 	}
 	pins := map[string]netnsstore.PinStatus{}

@@ -319,12 +319,7 @@ func inspect(s *netnsstore.Store) (*netnsstore.Snapshot, error) {
 	}
 	var errs []error
 	for _, n := range slices.Sorted(maps.Keys(snap.Unreadable)) {
-		msg := snap.Unreadable[n]
-		if rest, ok := strings.CutPrefix(msg, netnsstore.ErrOtherPinDir.Error()); ok {
-			errs = append(errs, fmt.Errorf("%w%s", netnsstore.ErrOtherPinDir, rest)) // keeps reportCLIError's hint
-			continue
-		}
-		errs = append(errs, errors.New(msg))
+		errs = append(errs, snap.Unreadable[n])
 	}
 	return snap, errors.Join(errs...)
 }
@@ -440,7 +435,7 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		return json.NewEncoder(w).Encode(reports)
 	}
 	for _, rep := range reports {
-		state := string(rep.State)
+		state := rep.State
 		if rep.Settles != "" {
 			state += " (" + rep.Settles + ")"
 		}
@@ -535,10 +530,6 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 // runCheck is `netns-pin check`: exit 0 when the node is set up right, 1
 // when something is wrong, 2 when something could not be looked at.
 func runCheck(c *conf.Config, cf commandFlags, asJSON bool, stdout, stderr io.Writer) int {
-	if len(cf.args) > 0 {
-		fmt.Fprintln(stderr, "usage:", commandUsage["check"])
-		return nodecheck.ExitUnknown
-	}
 	rep := nodecheck.Run(nodecheck.Options{
 		PinDir: c.PinDir, StateDir: c.StateDir,
 		Sysfs: c.InUse.Sysfs, Debugfs: c.InUse.Debugfs, Proc: c.InUse.Proc, Unattributed: c.InUse.Unattributed,

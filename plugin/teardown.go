@@ -39,17 +39,12 @@ func teardownOf(args *skel.CmdArgs, c *conf.Config) *netnsstore.Teardown {
 	name := fmt.Sprintf("%s-%s-%s", c.Name, args.ContainerID, args.IfName)
 	for _, dir := range c.CacheDirs {
 		p := filepath.Join(dir, "results", name)
-		data, err := readLimited(p, maxCacheEntry)
-		if err == nil {
+		if data, err := smallfile.ReadPath(p, maxCacheEntry); err == nil {
 			td.CacheFile, td.Cache = p, data
 			break
 		}
 	}
 	return td
-}
-
-func readLimited(path string, limit int64) ([]byte, error) {
-	return smallfile.ReadPath(path, int(limit))
 }
 
 // errNoCache is returned when an abandoned attachment's chain cannot be

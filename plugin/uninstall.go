@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/internal/smallfile"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -118,14 +118,10 @@ func uninstall(c *conf.Config, cniBinDir string, dryRun bool) (*uninstallReport,
 	if rep.Remains, err = remains(c); err != nil {
 		return nil, err
 	}
-	var targets []string
-	for _, name := range []string{"netns-pin", "netns-pin-agent"} {
-		targets = append(targets, filepath.Join(cniBinDir, name))
-	}
+	targets := []string{filepath.Join(cniBinDir, "netns-pin"), filepath.Join(cniBinDir, "netns-pin-agent")}
 	// an install cut short leaves its temporary file
 	tmps, _ := filepath.Glob(filepath.Join(cniBinDir, ".netns-pin*.tmp"))
-	targets = append(targets, tmps...)
-	targets = append(targets, c.StateDir, c.PinDir)
+	targets = append(append(targets, tmps...), c.StateDir, c.PinDir)
 	if c.LogFile != "" {
 		targets = append(targets, c.LogFile)
 	}
@@ -140,14 +136,11 @@ func uninstall(c *conf.Config, cniBinDir string, dryRun bool) (*uninstallReport,
 		return rep, nil
 	}
 	for _, p := range rep.Removed {
-		var err error
-		switch p {
-		case c.PinDir:
-			err = removePinDir(p)
-		default:
-			err = os.RemoveAll(p)
+		remove := os.RemoveAll
+		if p == c.PinDir {
+			remove = removePinDir
 		}
-		if err != nil {
+		if err := remove(p); err != nil {
 			return nil, fmt.Errorf("remove %s: %w", p, err)
 		}
 	}
@@ -196,7 +189,7 @@ func remains(c *conf.Config) ([]remain, error) {
 			PodNS   string `json:"podNamespace"`
 			PodName string `json:"podName"`
 		}
-		if data, err := readLimited(r.Path, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
+		if data, err := smallfile.ReadPath(r.Path, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
 			r.Pod = rec.PodNS + "/" + rec.PodName
 		}
 		out = append(out, r)
@@ -229,9 +222,8 @@ func dirNames(dir string) ([]string, error) {
 	}
 	names := make([]string, 0, len(ents))
 	for _, e := range ents {
-		names = append(names, e.Name())
+		names = append(names, e.Name()) // sorted, as os.ReadDir returns them
 	}
-	sort.Strings(names)
 	return names, nil
 }
 
@@ -255,12 +247,12 @@ func cachedAttachments(dir string) ([]remain, error) {
 			ContainerID string     `json:"containerId"`
 			CNIArgs     [][]string `json:"cniArgs"`
 		}
-		v, ok := cacheJSON(p)
+		data, v, ok := cacheJSON(p)
 		if !ok || !namesNetnsPin(v, 0) {
 			continue
 		}
 		r := remain{Kind: "attachment", Name: n, Path: p}
-		if data, err := readLimited(p, maxCacheEntry); err == nil && json.Unmarshal(data, &entry) == nil {
+		if json.Unmarshal(data, &entry) == nil {
 			var ns, name string
 			for _, kv := range entry.CNIArgs {
 				if len(kv) == 2 && kv[0] == "K8S_POD_NAMESPACE" {
@@ -283,20 +275,19 @@ func cachedAttachments(dir string) ([]remain, error) {
 		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		if v, ok := cacheJSON(p); ok && namesNetnsPin(v, 0) {
+		if _, v, ok := cacheJSON(p); ok && namesNetnsPin(v, 0) {
 			out = append(out, remain{Kind: "attachment", Name: "container " + n + " (Multus delegates)", Path: p})
 		}
 	}
 	return out, nil
 }
 
-func cacheJSON(path string) (any, bool) {
-	data, err := readLimited(path, maxCacheEntry)
-	if err != nil {
-		return nil, false
-	}
+// cacheJSON reads and decodes a cache entry; false when it cannot.
+func cacheJSON(path string) ([]byte, any, bool) {
+	data, err := smallfile.ReadPath(path, maxCacheEntry)
 	var v any
-	return v, json.Unmarshal(data, &v) == nil
+	ok := err == nil && json.Unmarshal(data, &v) == nil
+	return data, v, ok
 }
 
 // namesNetnsPin reports whether v holds a plugin entry of type netns-pin,

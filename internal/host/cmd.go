@@ -3,6 +3,7 @@ package host
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -80,14 +81,8 @@ func CheckExecutable(p string) error {
 // <repoRoot>/.cache/bin/cnitool), both made absolute, and checks that the
 // given plugins and cnitool are executables there.
 func DiscoverCNI(repoRoot string, plugins ...string) (cniPath, cnitool string, err error) {
-	cniPath = os.Getenv("NETNS_PIN_CNI_PATH")
-	if cniPath == "" {
-		cniPath = filepath.Join(repoRoot, ".cache", "cni", "bin")
-	}
-	cnitool = os.Getenv("NETNS_PIN_CNITOOL")
-	if cnitool == "" {
-		cnitool = filepath.Join(repoRoot, ".cache", "bin", "cnitool")
-	}
+	cniPath = cmp.Or(os.Getenv("NETNS_PIN_CNI_PATH"), filepath.Join(repoRoot, ".cache", "cni", "bin"))
+	cnitool = cmp.Or(os.Getenv("NETNS_PIN_CNITOOL"), filepath.Join(repoRoot, ".cache", "bin", "cnitool"))
 	if cniPath, err = filepath.Abs(cniPath); err != nil {
 		return "", "", err
 	}

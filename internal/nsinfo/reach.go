@@ -3,7 +3,6 @@ package nsinfo
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,7 +32,7 @@ var hostRefs = []string{"/proc/1", "/proc/2"}
 // Otherwise the error says which volume is missing. Only the second case
 // reads mountinfo: the host mount namespace costs two stats.
 func PinsReachHost(dir string) error {
-	ref, same, err := hostMountNS()
+	ref, same, err := HostMountNS()
 	if err != nil {
 		return err
 	}
@@ -57,11 +56,7 @@ func PinsReachHost(dir string) error {
 
 // HostMountNS returns the /proc folder of a host process (/proc/1, else
 // /proc/2) and whether this process shares its mount namespace.
-func HostMountNS() (ref string, same bool, err error) { return hostMountNS() }
-
-// hostMountNS returns the /proc folder of a host process and whether this
-// process shares its mount namespace.
-func hostMountNS() (ref string, same bool, err error) {
+func HostMountNS() (ref string, same bool, err error) {
 	self, err := os.Stat("/proc/self/ns/mnt")
 	if err != nil {
 		return "", false, fmt.Errorf("stat /proc/self/ns/mnt: %w", err)
@@ -93,13 +88,9 @@ func readMounts(path string) ([]*mountinfo.Info, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return parseMounts(f, path)
-}
-
-func parseMounts(r io.Reader, name string) ([]*mountinfo.Info, error) {
-	m, err := mountinfo.GetMountsFromReader(r, nil)
+	m, err := mountinfo.GetMountsFromReader(f, nil)
 	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", name, err)
+		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
 	return m, nil
 }

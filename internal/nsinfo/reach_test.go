@@ -73,7 +73,7 @@ func TestReachMissingMountinfo(t *testing.T) {
 // This test process runs in the host mount namespace: the check passes
 // without reading mountinfo, whatever the folder's mount.
 func TestPinsReachHostInHostNamespace(t *testing.T) {
-	ref, same, err := hostMountNS()
+	ref, same, err := HostMountNS()
 	require.NoError(t, err)
 	require.True(t, same, "tests run in the host mount namespace (compared with %s)", ref)
 	require.NoError(t, PinsReachHost(t.TempDir()))

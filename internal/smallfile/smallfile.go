@@ -53,18 +53,15 @@ func ReadPath(path string, limit int) ([]byte, error) {
 }
 
 // ReadAt reads the regular file name of the directory dirfd whole, up to
-// max bytes, resolved as Beneath says (openat2): the files of pinDir and
-// stateDir. Errors are *os.PathError naming name.
+// limit bytes, resolved as Beneath says (openat2): the files of pinDir and
+// stateDir, which are replaced whole and whose size the stat tells (a
+// chunk from 0, ReadChunkAt). Errors are *os.PathError naming name.
 func ReadAt(dirfd int, name string, limit int) ([]byte, error) {
-	fd, err := OpenAt(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
-	if err == unix.ELOOP || err == unix.EXDEV {
-		return nil, &os.PathError{Op: "open", Path: name, Err: fmt.Errorf("a symlink (or a path through one, or out of its directory), never followed: %w", err)}
+	data, size, err := ReadChunkAt(dirfd, name, 0, limit)
+	if err == nil && size > int64(limit) {
+		return nil, &os.PathError{Op: "read", Path: name, Err: fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)}
 	}
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: name, Err: err}
-	}
-	defer unix.Close(fd)
-	return readRegular(fd, name, limit)
+	return data, err
 }
 
 // ReadIn is ReadAt for a reader that holds no descriptor of the trusted
@@ -103,7 +100,10 @@ func In(dir string, fn func(dirfd int) error) error {
 // file's size: a reader of a file that only grows reads it in bounded
 // pieces. An offset past the end reads nothing.
 func ReadChunkAt(dirfd int, name string, off int64, limit int) (data []byte, size int64, err error) {
-	fd, err := OpenAt(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	fd, err := OpenAt(dirfd, name, flags|unix.O_NOFOLLOW, 0)
+	if err == unix.ELOOP || err == unix.EXDEV {
+		err = fmt.Errorf("a symlink (or a path through one, or out of its directory), never followed: %w", err)
+	}
 	if err != nil {
 		return nil, 0, &os.PathError{Op: "open", Path: name, Err: err}
 	}
