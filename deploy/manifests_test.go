@@ -272,6 +272,7 @@ func TestInstallerDaemonSet(t *testing.T) {
 		case "sweep":
 			sweep = args
 			assert.NotEmpty(t, get(c, "resources", "limits", "memory"), "the sweeper has a memory limit")
+			requireSweeperSecurityContext(t, c)
 		default:
 			t.Errorf("unexpected container %s", str(c, "name"))
 		}
@@ -281,11 +282,40 @@ func TestInstallerDaemonSet(t *testing.T) {
 	assert.Equal(t, []string{"/netns-pin", "install", "--cni-bin-dir", "/host/cni-bin"}, install)
 	assert.Equal(t, []string{"/netns-pin", "host-exec", "--", "$(CNI_BIN_DIR)/netns-pin", "sweep", "--interval=10s"}, sweep,
 		"the installed binary, in the host mount namespace")
-	assert.Equal(t, false, spec["automountServiceAccountToken"], "no API credentials in the privileged pod")
+	assert.Equal(t, false, spec["automountServiceAccountToken"], "no API credentials in the pod with capabilities")
 	for _, c := range containersOf(spec) {
-		assert.Nil(t, c["ports"], "the privileged pod listens on nothing (%s)", str(c, "name"))
+		assert.Nil(t, c["ports"], "the pod with capabilities listens on nothing (%s)", str(c, "name"))
+		assert.NotEqual(t, true, get(c, "securityContext", "privileged"), "%s is privileged", str(c, "name"))
+		assert.Equal(t, "RuntimeDefault", str(c, "securityContext", "seccompProfile", "type"), "%s: the runtime's seccomp filter", str(c, "name"))
 	}
+}
 
+// sweeperCapabilities is what the sweep container runs with instead of
+// privilege; docs/security.md says what fails without each, and the
+// Kubernetes suite (test/kube TestSweeperRunsWithItsCapabilitiesOnly)
+// reads the running sweeper's CapEff.
+var sweeperCapabilities = []any{"SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE", "NET_ADMIN"}
+
+// requireSweeperSecurityContext checks the sweep container's
+// securityContext: not privileged, every capability dropped but the four,
+// no privilege escalation, read-only root, the runtime's seccomp profile,
+// and AppArmor unconfined (the runtimes' default profiles deny mount).
+func requireSweeperSecurityContext(t *testing.T, c map[string]any) {
+	t.Helper()
+	sc, _ := c["securityContext"].(map[string]any)
+	require.NotNil(t, sc, "the sweep container states its securityContext")
+	assert.Equal(t, false, sc["privileged"], "the sweep container is not privileged")
+	assert.Equal(t, false, sc["allowPrivilegeEscalation"])
+	assert.Equal(t, true, sc["readOnlyRootFilesystem"])
+	assert.Equal(t, 0, sc["runAsUser"], "root: the store's files are root's")
+	assert.Equal(t, []any{"ALL"}, get(sc, "capabilities", "drop"))
+	assert.Equal(t, sweeperCapabilities, get(sc, "capabilities", "add"), "exactly the capabilities the sweeper needs")
+	assert.Equal(t, "RuntimeDefault", str(sc, "seccompProfile", "type"))
+	assert.Equal(t, "Unconfined", str(sc, "appArmorProfile", "type"), "an AppArmor default profile denies mount")
+	for k := range sc {
+		assert.Contains(t, []string{"privileged", "allowPrivilegeEscalation", "readOnlyRootFilesystem", "runAsUser",
+			"capabilities", "seccompProfile", "appArmorProfile"}, k, "a securityContext field this test does not check")
+	}
 }
 
 // The image reference is the same everywhere an operator reads it: both
@@ -432,7 +462,7 @@ func TestKustomization(t *testing.T) {
 	}
 }
 
-// The PodMonitor scrapes the installer's metrics port, and every example
+// The PodMonitor scrapes the agent's metrics port, and every example
 // alert is on metrics the agent exports.
 func TestMonitoring(t *testing.T) {
 	agent, err := os.ReadFile(filepath.Join("..", "agent", "metrics.go"))
@@ -481,6 +511,69 @@ func TestMonitoring(t *testing.T) {
 			assert.True(t, exported[m], "alert %s uses %s, which the agent does not export", name, m)
 		}
 	}
+}
+
+// The NetworkPolicy of deploy/monitoring/ selects the agent's pods (the
+// labels of deploy/agent-daemonset.yaml's template, in its namespace) and
+// admits, for Ingress only, TCP to the agent's metrics port and nothing
+// else, from one peer: the Prometheus pods of one namespace, both
+// selectors set, the ones the PodMonitor's scrapes come from.
+func TestMonitoringNetworkPolicy(t *testing.T) {
+	objs, err := deploy.Objects(filepath.Join("monitoring", "networkpolicy.yaml"))
+	require.NoError(t, err)
+	require.Len(t, objs, 1)
+	np := objs[0]
+	assert.Equal(t, "networking.k8s.io/v1", str(np, "apiVersion"))
+	assert.Equal(t, "NetworkPolicy", str(np, "kind"))
+	agent := inFile(t, loadManifests(t), "DaemonSet", "agent-daemonset.yaml")
+	assert.Equal(t, agent.namespace(), str(np, "metadata", "namespace"), "in the agent's namespace")
+	sel, _ := get(np, "spec", "podSelector", "matchLabels").(map[string]any)
+	require.NotEmpty(t, sel, "it selects pods by label")
+	assert.Nil(t, get(np, "spec", "podSelector", "matchExpressions"))
+	labels, _ := get(agent.raw, "spec", "template", "metadata", "labels").(map[string]any)
+	for k, v := range sel {
+		assert.Equal(t, v, labels[k], "the policy selects the agent's pods (%s)", k)
+	}
+	// ... and no other pod of deploy/ in that namespace
+	for _, o := range byKind(loadManifests(t), "DaemonSet") {
+		if o.name() == agent.name() || o.namespace() != agent.namespace() {
+			continue
+		}
+		other, _ := get(o.raw, "spec", "template", "metadata", "labels").(map[string]any)
+		matches := true
+		for k, v := range sel {
+			matches = matches && other[k] == v
+		}
+		assert.False(t, matches, "the policy also selects %s", o)
+	}
+	assert.Equal(t, []any{"Ingress"}, get(np, "spec", "policyTypes"), "ingress only: the agent's own connections to the API are untouched")
+	assert.Nil(t, get(np, "spec", "egress"))
+
+	rules, _ := get(np, "spec", "ingress").([]any)
+	require.Len(t, rules, 1, "one rule")
+	ports, _ := get(rules[0], "ports").([]any)
+	require.Len(t, ports, 1, "one port")
+	cs := containersOf(podSpec(agent))
+	require.Len(t, cs, 1)
+	cports, _ := cs[0]["ports"].([]any)
+	require.Len(t, cports, 1)
+	assert.Equal(t, str(cports[0], "name"), get(ports[0], "port"), "the agent's metrics port, by name")
+	assert.Equal(t, "metrics", str(cports[0], "name"))
+	assert.Equal(t, "TCP", str(ports[0], "protocol"))
+	assert.Nil(t, get(ports[0], "endPort"))
+
+	from, _ := get(rules[0], "from").([]any)
+	require.Len(t, from, 1, "one peer: the monitoring stack")
+	peer, _ := from[0].(map[string]any)
+	assert.Nil(t, peer["ipBlock"])
+	nsSel, _ := get(peer, "namespaceSelector", "matchLabels").(map[string]any)
+	podSel, _ := get(peer, "podSelector", "matchLabels").(map[string]any)
+	assert.Equal(t, map[string]any{"kubernetes.io/metadata.name": "monitoring"}, nsSel, "the monitoring namespace, by its name label")
+	assert.Equal(t, map[string]any{"app.kubernetes.io/name": "prometheus"}, podSel, "the Prometheus Operator's pods")
+
+	raw, err := os.ReadFile(filepath.Join("monitoring", "networkpolicy.yaml"))
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), "# the monitoring stack: edit to match your Prometheus", "the selector to edit is marked")
 }
 
 // The node's CNI bin folder is a setting of two fields, the cni-bin

@@ -53,9 +53,14 @@ func withoutNetnsPin(t *testing.T, n *storageNet) map[string]any {
 // uninstallPod is the removal as an operator runs it on a node without a
 // shell: the installer image's host-exec runs the installed netns-pin's
 // uninstall in the host's mount namespace (as the sweep container runs
-// sweep), privileged, on the host's PID namespace.
-func (c *cluster) uninstallPod(name string) map[string]any {
+// sweep), on the host's PID namespace, with the sweep container's
+// securityContext of deploy/installer-daemonset.yaml: not privileged
+// (host-exec and pinDir's unmount need no more than its capabilities).
+func (c *cluster) uninstallPod(t *testing.T, name string) map[string]any {
+	t.Helper()
 	bin := filepath.Join(c.env["KUBE_CNI_BIN_DIR"], "netns-pin")
+	sc := c.shippedSweepContainer(t)["securityContext"]
+	require.NotNil(t, sc)
 	return map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": name, "namespace": "kube-system"},
@@ -64,7 +69,7 @@ func (c *cluster) uninstallPod(name string) map[string]any {
 			"containers": []any{map[string]any{
 				"name": "uninstall", "image": c.env["KUBE_IMAGE"],
 				"command":         append([]any{"/netns-pin", "host-exec", "--", bin}, anySlice(c.uninstallArgs())...),
-				"securityContext": map[string]any{"privileged": true},
+				"securityContext": sc,
 			}},
 		},
 	}
@@ -157,7 +162,7 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 		c.deleteAndWait(t, "kube-system", "daemonset", ds, "app.kubernetes.io/name="+ds)
 	}
 	name := "netns-pin-uninstall-" + host.RandHex(5)
-	c.apply(t, c.uninstallPod(name))
+	c.apply(t, c.uninstallPod(t, name))
 	t.Cleanup(func() { c.kubectl("-n", "kube-system", "delete", "pod", name, "--ignore-not-found", "--wait=false") })
 	var phase string
 	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
