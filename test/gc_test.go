@@ -26,13 +26,22 @@ func TestHolderVerbsCollectNoGarbage(t *testing.T) {
 	res := a.mustAdd(t)
 	t.Cleanup(func() { _ = a.del() })
 
-	// The trace is seen: with GOGC=1 the first goal is about 40 KiB.
-	_, stderr, err := a.execPinEnv(t, "CHECK", res, "GODEBUG=gctrace=1", "GOGC=1")
-	require.NoError(t, err, stderr)
-	require.Regexp(t, gcLine, stderr, "GOGC=1: a collection, traced")
+	// The trace is seen: with GOGC=1 the first goal is about 40 KiB. A
+	// collection prints its line when it ends, and a process that exits
+	// while one is still marking (a busy machine) prints none: some of ten
+	// CHECKs must show one.
+	traced := false
+	for range 10 {
+		_, out, err := a.execPinEnv(t, "CHECK", res, "GODEBUG=gctrace=1", "GOGC=1")
+		require.NoError(t, err, out)
+		if traced = gcLine.MatchString(out); traced {
+			break
+		}
+	}
+	require.True(t, traced, "GOGC=1: no collection traced in ten CHECKs")
 
 	for range 5 {
-		_, stderr, err = a.execPinEnv(t, "DEL", res, "GODEBUG=gctrace=1")
+		_, stderr, err := a.execPinEnv(t, "DEL", res, "GODEBUG=gctrace=1")
 		require.NoError(t, err, stderr)
 		assertReleased(t, a, ns.Path) // the runtime's netns path stays
 		require.NotRegexp(t, gcLine, stderr, "holder DEL, unused: no garbage collection")
