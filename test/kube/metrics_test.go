@@ -162,16 +162,7 @@ func (c *cluster) csiStandIn(t *testing.T) int {
 	require.NoError(t, r.Err, "%s", r)
 	id := strings.TrimSpace(r.Stdout)
 	require.NotEmpty(t, id, "the stand-in's container")
-	r = c.crictlRun("inspect", "-o", "json", id)
-	require.NoError(t, r.Err, "%s", r)
-	var info struct {
-		Info struct {
-			PID int `json:"pid"`
-		} `json:"info"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &info))
-	require.Positive(t, info.Info.PID)
-	return info.Info.PID
+	return c.containerPID(t, id)
 }
 
 func TestCheckInTheInstallerPod(t *testing.T) {

@@ -56,7 +56,14 @@ func (c *cluster) sweeperPID(t *testing.T) int {
 	require.NoError(t, r.Err, "%s", r)
 	ids := strings.Fields(r.Stdout)
 	require.Len(t, ids, 1, "one running sweep container")
-	r = c.crictlRun("inspect", "-o", "json", ids[0])
+	return c.containerPID(t, ids[0])
+}
+
+// containerPID is the host PID of a running container's process, as crictl
+// inspect reports it.
+func (c *cluster) containerPID(t *testing.T, id string) int {
+	t.Helper()
+	r := c.crictlRun("inspect", "-o", "json", id)
 	require.NoError(t, r.Err, "%s", r)
 	var info struct {
 		Info struct {

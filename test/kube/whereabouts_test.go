@@ -109,17 +109,9 @@ func (c *cluster) waitReconcilerRun(t *testing.T) {
 	since := time.Now()
 	var result string
 	ok := host.Poll(reconcilerTimeout, 500*time.Millisecond, func() bool {
-		started := false
-		for _, l := range c.whereaboutsLogs(t, since) {
-			switch {
-			case strings.Contains(l, "starting reconciler run"):
-				started = true
-			case started && (strings.Contains(l, "reconciler success") || strings.Contains(l, "reconciler failure")):
-				result = l
-				return true
-			}
-		}
-		return false
+		var ended bool
+		result, ended = host.WhereaboutsReconcilerRun(c.whereaboutsLogs(t, since))
+		return ended
 	})
 	require.True(t, ok, "no whereabouts reconciler run started and finished within %s", reconcilerTimeout)
 	require.Contains(t, result, "reconciler success", "the reconciler's run failed")

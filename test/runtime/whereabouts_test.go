@@ -430,17 +430,9 @@ func (c *wbController) waitReconcilerRun(t *testing.T) {
 	var result string
 	ok := host.Poll(reconcilerTimeout, 50*time.Millisecond, func() bool {
 		ls, _ := c.lines(t, mark)
-		started := false
-		for _, l := range ls {
-			switch {
-			case strings.Contains(l, "starting reconciler run"):
-				started = true
-			case started && (strings.Contains(l, "reconciler success") || strings.Contains(l, "reconciler failure")):
-				result = l
-				return true
-			}
-		}
-		return false
+		var ended bool
+		result, ended = host.WhereaboutsReconcilerRun(ls)
+		return ended
 	})
 	require.True(t, ok, "no whereabouts reconciler run started and finished within %s", reconcilerTimeout)
 	require.Contains(t, result, "reconciler success", "the reconciler's run failed")
