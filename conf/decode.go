@@ -10,62 +10,71 @@ import (
 	"strings"
 )
 
-// decode fills c from a plugin entry: json.Unmarshal into Config, which
-// embeds the CNI library's types.PluginConf, as the reference chained
+// decode fills c from a plugin entry in two steps over the same bytes.
+// json.Unmarshal fills the embedded types.PluginConf: the library's keys
+// (cniVersion, name, ipam, prevResult, ...) read as the reference chained
 // plugins (tuning, portmap) read theirs. Then one pass over the entry's
-// tokens holds netns-pin's own keys (the json tags of Config and of the
-// types below it: the only schema) to what docs/design.md §3 asks and
-// encoding/json does not: a key that differs from one of them only in case
-// ("pindir") is an error naming the key it resembles, where encoding/json
-// would have taken it; so is one given twice, of which it keeps the last.
-// The pass also checks each value's kind, so that an error names the
-// key's whole path (holders[1].podName), and finds prevResult as given.
-// Other keys are the library's, the runtime's and other plugins', read by
-// encoding/json as for any plugin, and unknown keys are left alone.
+// tokens reads netns-pin's own keys, named by the json tags of Config and
+// of the types below it (the only schema), into their fields, and holds
+// them to what docs/design.md §3 asks and encoding/json does not: a key
+// that differs from one of them only in case ("pindir") is an error naming
+// the key it resembles, where encoding/json would have taken it; so is one
+// given twice, of which it keeps the last; a value of the wrong kind names
+// the key's whole path (holders[1].podName). Otherwise the fields are what
+// json.Unmarshal into Config gives (FuzzDecodeMatchesEncodingJSON holds it
+// to that). Not json.Unmarshal into Config itself: its first call builds
+// encoding/json's field caches of every type below Config, which cost a
+// pod's DEL 5% of its time (docs/performance.md). The pass also finds
+// prevResult as given. Unknown keys are left alone.
 func (c *Config) decode(data []byte) error {
-	uerr := json.Unmarshal(data, c)
+	uerr := json.Unmarshal(data, &c.PluginConf)
 	var te *json.UnmarshalTypeError
 	if uerr != nil && !errors.As(uerr, &te) {
 		return uerr // not JSON: as encoding/json says it
 	}
 	p := keyPass{dec: json.NewDecoder(bytes.NewReader(data))}
-	if err := p.value("", configType); err != nil {
+	if err := p.value("", reflect.ValueOf(c).Elem()); err != nil {
 		return err
 	}
 	c.prevResult, c.prevResults = p.prevResult, p.prevResults
 	return uerr // a type error in the library's keys (name, ipam, ...)
 }
 
-var configType = reflect.TypeFor[Config]()
-
-// keyPass walks one valid JSON value with the Go type it decodes into.
+// keyPass walks one valid JSON value into the Go value it decodes into.
 type keyPass struct {
 	dec         *json.Decoder
 	prevResult  json.RawMessage // the top-level "prevResult"
 	prevResults int             // top-level keys of any case that the library reads as prevResult
 }
 
-// value reads the next value, of Go type t, at path at.
-func (p *keyPass) value(at string, t reflect.Type) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
+// value reads the next value into v, at path at.
+func (p *keyPass) value(at string, v reflect.Value) error {
 	tok, err := p.dec.Token()
 	if err != nil || tok == nil {
-		return err // null: the field stays as it is, as for encoding/json
+		return err // null: v stays as it is, as for encoding/json
 	}
-	switch d, _ := tok.(json.Delim); {
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		v = v.Elem()
+	}
+	switch t, d := v.Type(), tok; {
 	case t.Kind() == reflect.String:
-		if _, ok := tok.(string); !ok {
+		s, ok := tok.(string)
+		if !ok {
 			return errAt(at, "want a string, got %s", kindOf(tok))
 		}
-	case t.Kind() == reflect.Slice && d == '[':
+		v.SetString(s)
+	case t.Kind() == reflect.Slice && d == json.Delim('['):
+		v.Set(reflect.MakeSlice(t, 0, 0))
 		for i := 0; p.dec.More(); i++ {
 			elem := at // a list of strings names the list, as before
 			if t.Elem().Kind() == reflect.Struct {
 				elem = fmt.Sprintf("%s[%d]", at, i)
 			}
-			if err := p.value(elem, t.Elem()); err != nil {
+			v.Set(reflect.Append(v, reflect.Zero(t.Elem())))
+			if err := p.value(elem, v.Index(i)); err != nil {
 				return err
 			}
 		}
@@ -76,16 +85,17 @@ func (p *keyPass) value(at string, t reflect.Type) error {
 			want = "a list of strings"
 		}
 		return errAt(at, "want %s, got %s", want, kindOf(tok))
-	case d == '{':
-		err = p.object(at, t)
+	case t.Kind() == reflect.Struct && d == json.Delim('{'):
+		err = p.object(at, v)
 	default:
 		return errAt(at, "want an object, got %s", kindOf(tok))
 	}
 	return err
 }
 
-// object reads the members of an object of struct type t whose '{' was read.
-func (p *keyPass) object(at string, t reflect.Type) error {
+// object reads the members of an object into struct v, whose '{' was read.
+func (p *keyPass) object(at string, v reflect.Value) error {
+	keys := keysOf(v.Type())
 	var seen []string
 	for p.dec.More() {
 		tok, err := p.dec.Token()
@@ -103,18 +113,18 @@ func (p *keyPass) object(at string, t reflect.Type) error {
 				continue
 			}
 		}
-		name, typ, ok := field(t, key)
+		k, ok := keys.find(key)
 		switch {
 		case !ok:
 			var skip json.RawMessage // not netns-pin's
 			err = p.dec.Decode(&skip)
-		case name != key:
-			return fmt.Errorf("%s: unknown key; keys are case-sensitive: did you mean %q?", join(at, key), name)
+		case k.name != key:
+			return fmt.Errorf("%s: unknown key; keys are case-sensitive: did you mean %q?", join(at, key), k.name)
 		case slices.Contains(seen, key):
 			return fmt.Errorf("%s: given twice", join(at, key))
 		default:
 			seen = append(seen, key)
-			err = p.value(join(at, key), typ)
+			err = p.value(join(at, key), v.Field(k.index))
 		}
 		if err != nil {
 			return err
@@ -124,20 +134,38 @@ func (p *keyPass) object(at string, t reflect.Type) error {
 	return err
 }
 
-// field finds the field of struct type t that key names by its json tag,
-// or one whose tag differs from key only in case. Embedded structs (the
-// library's PluginConf) are not netns-pin's keys.
-func field(t reflect.Type, key string) (name string, typ reflect.Type, ok bool) {
+// structKey is a key of a struct type: the json name of one of its fields.
+type structKey struct {
+	name  string
+	index int
+}
+
+type structKeys []structKey
+
+// keysOf reads t's tags once for all the members of an object: a tag is
+// parsed again on every Tag.Get. Embedded structs (the library's
+// PluginConf) are not netns-pin's keys.
+func keysOf(t reflect.Type) structKeys {
+	var ks structKeys
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		if name, _, _ := strings.Cut(sf.Tag.Get("json"), ","); !sf.Anonymous && name != "" && name != "-" {
+			ks = append(ks, structKey{name, i})
+		}
+	}
+	return ks
+}
+
+// find is the key that key names, or one that differs from it only in case.
+func (ks structKeys) find(key string) (structKey, bool) {
 	for _, exact := range []bool{true, false} {
-		for i := range t.NumField() {
-			sf := t.Field(i)
-			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
-			if !sf.Anonymous && name != "" && name != "-" && (name == key || !exact && strings.EqualFold(name, key)) {
-				return name, sf.Type, true
+		for _, k := range ks {
+			if k.name == key || !exact && strings.EqualFold(k.name, key) {
+				return k, true
 			}
 		}
 	}
-	return "", nil, false
+	return structKey{}, false
 }
 
 // kindOf names a token's JSON kind as encoding/json's errors do.
