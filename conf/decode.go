@@ -144,12 +144,13 @@ type structKeys []structKey
 
 // keysOf reads t's tags once for all the members of an object: a tag is
 // parsed again on every Tag.Get. Embedded structs (the library's
-// PluginConf) are not netns-pin's keys.
+// PluginConf) are not netns-pin's keys, and encoding/json reads no
+// unexported field.
 func keysOf(t reflect.Type) structKeys {
 	var ks structKeys
 	for i := range t.NumField() {
 		sf := t.Field(i)
-		if name, _, _ := strings.Cut(sf.Tag.Get("json"), ","); !sf.Anonymous && name != "" && name != "-" {
+		if name, _, _ := strings.Cut(sf.Tag.Get("json"), ","); sf.IsExported() && !sf.Anonymous && name != "" && name != "-" {
 			ks = append(ks, structKey{name, i})
 		}
 	}
