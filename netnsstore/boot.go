@@ -33,14 +33,18 @@ const bootMarker = "boot-id"
 // the stateDir holds records, as it does for a readable record of another
 // pinDir. A missing marker (a new stateDir, or one of a netns-pin that
 // synced every record) drops nothing.
+// A read-only view changes nothing: it is told what would be dropped.
 func (s *Store) markBoot(v *view) error {
-	if v.readOnly {
-		return nil
-	}
 	prev, prevPinDir, err := s.markedBoot()
 	switch {
 	case err != nil:
 		return err
+	case v.readOnly:
+		for _, n := range s.tornOf(v, prev, prevPinDir) {
+			delete(v.bad, n)
+			v.dropsNext = append(v.dropsNext, tornFinding(n, prev))
+		}
+		return nil
 	case prev == s.bootID && prevPinDir == s.PinDir:
 		return nil
 	case prevPinDir != "" && prevPinDir != s.PinDir && (len(v.recs) > 0 || len(v.bad) > 0):

@@ -80,8 +80,12 @@ type LinkStatus struct {
 type Snapshot struct {
 	Records    []*Record        // readable records, oldest first
 	Unreadable map[string]error // attachment -> why its record cannot be used
-	Pins       []PinStatus
-	Links      []LinkStatus
+	// Dropped are the records that a power loss in an earlier boot left
+	// empty or torn: the first operation that may write drops them, so
+	// they block no release and are not Unreadable.
+	Dropped []Finding
+	Pins    []PinStatus
+	Links   []LinkStatus
 	// Owner is the stateDir that pinDir names as the owner of its pins
 	// ("" none yet); OwnerErr says why it could not be read.
 	Owner    string
@@ -95,7 +99,7 @@ type Snapshot struct {
 func (s *Store) Inspect() (*Snapshot, error) {
 	snap := &Snapshot{BootID: s.bootID}
 	take := func(v *view) error {
-		snap.Records, snap.Unreadable = v.recs, v.bad
+		snap.Records, snap.Unreadable, snap.Dropped = v.recs, v.bad, v.dropsNext
 		return nil
 	}
 	err := s.locked(true, take)

@@ -30,6 +30,9 @@ type view struct {
 	owned bool
 	// readOnly: the operation writes nothing (see locked).
 	readOnly bool
+	// dropsNext: in a read-only view, the records that the first
+	// operation that may write drops (markBoot), taken out of bad.
+	dropsNext []Finding
 }
 
 func (v *view) get(attachment string) *Record {

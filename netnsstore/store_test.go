@@ -1063,6 +1063,10 @@ func TestTornRecordOfAnEarlierBootIsDropped(t *testing.T) {
 			require.NoError(t, os.WriteFile(p, data, 0o600))
 
 			powerLoss(t, s, keep, torn)
+			snap, err := s.Inspect()
+			require.NoError(t, err)
+			assert.Empty(t, snap.Unreadable, "Inspect: it blocks no release")
+			assert.Equal(t, []Finding{tornFinding("c1.net1", readMarker(t, s))}, snap.Dropped, "Inspect shows what the next operation drops")
 			findings, err := s.Sweep(true)
 			require.NoError(t, err)
 			assert.Contains(t, findings, tornFinding("c1.net1", readMarker(t, s)), "the dry run says so")

@@ -39,15 +39,7 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 	var out []Finding
 	err := s.locked(true, func(v *view) error {
 		var errs []error
-		prev, prevPinDir, err := s.markedBoot()
-		if err != nil {
-			return err
-		}
-		for _, n := range s.tornOf(v, prev, prevPinDir) {
-			// What the first operation of this boot drops (markBoot).
-			out = append(out, tornFinding(n, prev))
-			delete(v.bad, n)
-		}
+		out = append(out, v.dropsNext...) // what the first operation of this boot drops
 		blocked := v.blocked()
 		for _, r := range v.recs {
 			d := s.diagnose(r)

@@ -116,6 +116,10 @@ func (c *checker) store() {
 			What: "record cannot be used: " + snap.Unreadable[n].Error() + "; no pin on this node is released while it exists",
 			Fix:  "see netns-pin list; a record of a newer format needs that netns-pin version back, a corrupt one the backup of stateDir (docs/operating.md)"})
 	}
+	for _, f := range snap.Dropped {
+		c.r.add(Finding{Check: "record", Level: Warning, Where: filepath.Join(c.o.StateDir, "records", f.Attachment+".json"),
+			What: f.Reason + "; the next operation drops it", Fix: "netns-pin gc"})
+	}
 	pins := map[string]netnsstore.PinStatus{}
 	for _, p := range snap.Pins {
 		pins[p.Attachment] = p

@@ -346,9 +346,15 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 			*netnsstore.Record
 			Settles string `json:"settles,omitempty"`
 		}
-		out := []listed{}
+		out := []any{}
 		for _, r := range withoutCache(rs) {
 			out = append(out, listed{r, settlesNote(snap, r)})
+		}
+		for _, f := range snap.Dropped {
+			out = append(out, struct {
+				Attachment string `json:"attachment"`
+				Settles    string `json:"settles"`
+			}{f.Attachment, droppedNote(f)})
 		}
 		return errors.Join(json.NewEncoder(w).Encode(out), err)
 	}
@@ -378,7 +384,16 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Attachment, r.PodNS, r.PodName, state,
 			human.Age(time.Since(r.Created)), r.NetnsID(), strings.Join(r.IPs, ","), held)
 	}
+	for _, f := range snap.Dropped {
+		fmt.Fprintf(tw, "-\t%s\t-\tunreadable (%s)\t-\t-\t-\t-\n", f.Attachment, droppedNote(f))
+	}
 	return errors.Join(tw.Flush(), err)
+}
+
+// droppedNote is how list shows a record that a power loss tore in an
+// earlier boot, which the next operation drops (netnsstore.Snapshot.Dropped).
+func droppedNote(f netnsstore.Finding) string {
+	return "settles at the next operation: dropped, " + f.Reason
 }
 
 type inUseReport struct {

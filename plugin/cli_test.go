@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/host"
 	"github.com/netns-pin/netns-pin/internal/hosttest"
@@ -233,6 +234,51 @@ func TestCLIUnreadableRecordBesideGoodOnes(t *testing.T) {
 	assert.Equal(t, "../pins/c1.net1", target)
 	_, err = host.NSIDOf(filepath.Join(s.PinDir, "pins", "c1.net1"))
 	assert.NoError(t, err, "the pin stays a netns")
+}
+
+// After a power loss, list shows a record that the power loss tore in the
+// earlier boot as what the next operation drops, beside the others, and
+// exits 0: it blocks no release. check warns. Neither changes anything.
+func TestCLIListAfterAPowerLoss(t *testing.T) {
+	s, flags := cliStore(t)
+	_, err := s.Pin(netnsstore.Record{ContainerID: "c2", IfName: "net1", Network: "ceph-public", Cluster: "rook-ceph/other",
+		PodNS: "rook-ceph", PodName: "csi-holder-b", NetnsPath: hosttest.NewNetns(t, "npcli").Path})
+	require.NoError(t, err)
+	pin := filepath.Join(s.PinDir, "pins", "c2.net1")
+	require.NoError(t, unix.Unmount(pin, unix.MNT_DETACH))
+	record := filepath.Join(s.StateDir, "records", "c2.net1.json")
+	require.NoError(t, os.WriteFile(record, nil, 0o600))
+	marker := filepath.Join(s.StateDir, "boot-id")
+	earlier := []byte("11111111-2222-3333-4444-555555555555\n" + s.PinDir + "\n")
+	require.NoError(t, os.WriteFile(marker, earlier, 0o600))
+
+	out, errOut, code := runCLIT(t, append(flags, "list")...)
+	require.Equal(t, 0, code, "stderr: %s", errOut)
+	assert.Regexp(t, `(?m)^rook-ceph/my-cluster\s+c1\.net1`, out)
+	assert.Regexp(t, `(?m)^-\s+c2\.net1\s+-\s+unreadable \(settles at the next operation: dropped, record left empty or torn by a power loss in the earlier boot 11111111-2222-3333-4444-555555555555\)`, out)
+
+	out, errOut, code = runCLIT(t, append(flags, "--json", "list")...)
+	require.Equal(t, 0, code, "stderr: %s", errOut)
+	var listed []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &listed))
+	require.Len(t, listed, 2)
+	assert.Equal(t, "c1.net1", listed[0]["attachment"])
+	assert.Equal(t, map[string]any{"attachment": "c2.net1",
+		"settles": "settles at the next operation: dropped, record left empty or torn by a power loss in the earlier boot 11111111-2222-3333-4444-555555555555"}, listed[1])
+
+	out, _, _ = runCLIT(t, append(flags, "check")...)
+	assert.Regexp(t, `(?m)^warning\s+record\s+\S+/c2\.net1\.json\s+record left empty or torn by a power loss in the earlier boot 11111111-2222-3333-4444-555555555555; the next operation drops it`, out, "a warning, not an error")
+
+	data, err := os.ReadFile(marker)
+	require.NoError(t, err)
+	assert.Equal(t, earlier, data, "list and check change nothing")
+	assert.FileExists(t, record)
+	assert.FileExists(t, pin)
+
+	_, errOut, code = runCLIT(t, append(flags, "gc")...)
+	require.Equal(t, 0, code, "stderr: %s", errOut)
+	assert.NoFileExists(t, record, "the next operation drops it")
+	assert.NoFileExists(t, pin)
 }
 
 // sweep --once that cannot open the store exits 1.
