@@ -59,14 +59,14 @@ func (p *keyPass) value(at string, v reflect.Value) error {
 		}
 		v = v.Elem()
 	}
-	switch t, d := v.Type(), tok; {
+	switch t := v.Type(); {
 	case t.Kind() == reflect.String:
 		s, ok := tok.(string)
 		if !ok {
 			return errAt(at, "want a string, got %s", kindOf(tok))
 		}
 		v.SetString(s)
-	case t.Kind() == reflect.Slice && d == json.Delim('['):
+	case t.Kind() == reflect.Slice && tok == json.Delim('['):
 		v.Set(reflect.MakeSlice(t, 0, 0))
 		for i := 0; p.dec.More(); i++ {
 			elem := at // a list of strings names the list, as before
@@ -85,7 +85,7 @@ func (p *keyPass) value(at string, v reflect.Value) error {
 			want = "a list of strings"
 		}
 		return errAt(at, "want %s, got %s", want, kindOf(tok))
-	case t.Kind() == reflect.Struct && d == json.Delim('{'):
+	case t.Kind() == reflect.Struct && tok == json.Delim('{'):
 		err = p.object(at, v)
 	default:
 		return errAt(at, "want an object, got %s", kindOf(tok))
