@@ -74,7 +74,27 @@ func (s *Store) markedBoot() (boot, pinDir string, err error) {
 		return "", "", fmt.Errorf("read %s/%s: %w", s.StateDir, bootMarker, err)
 	}
 	boot, pinDir, _ = strings.Cut(strings.TrimSpace(string(data)), "\n")
-	return strings.TrimSpace(boot), strings.TrimSpace(pinDir), nil
+	boot = strings.TrimSpace(boot)
+	if !isBootID(boot) {
+		// Not what this store writes: it tells no boot, like a missing
+		// marker (drops nothing), and is never printed.
+		boot = ""
+	}
+	return boot, strings.TrimSpace(pinDir), nil
+}
+
+// isBootID reports whether s has the kernel's boot_id form, a UUID in
+// lower-case hex (8-4-4-4-12).
+func isBootID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range []byte(s) {
+		if dash := i == 8 || i == 13 || i == 18 || i == 23; dash != (c == '-') || !dash && !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // tornOf lists the records of v that a power loss in boot prev left empty

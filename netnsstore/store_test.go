@@ -1102,6 +1102,34 @@ func TestTornRecordWithoutAMarkerBlocks(t *testing.T) {
 	assert.Equal(t, s.bootID, readMarker(t, s))
 }
 
+// A marker whose first line is no boot id (not what the store writes)
+// tells no boot either: the torn record blocks, Inspect shows it as
+// unreadable, and the marker is written for this boot.
+func TestTornRecordWithAMarkerOfNoBootBlocks(t *testing.T) {
+	s := testStore(t)
+	torn, err := s.Pin(pinReq(s, "c1", "ns/cl", testNetns(t, "10.98.22.9/24").Path))
+	require.NoError(t, err)
+	marker := filepath.Join(s.StateDir, bootMarker)
+	require.NoError(t, os.WriteFile(marker, []byte("\x1b[2Jnot-a-boot\n"+s.PinDir+"\n"), 0o600))
+	powerLoss(t, s, 0, torn)
+	snap, err := s.Inspect()
+	require.NoError(t, err)
+	assert.Empty(t, snap.Dropped)
+	require.ErrorIs(t, snap.Unreadable["c1.net1"], errTornRecord)
+	_, err = s.Release("unrelated.net1", nil)
+	require.NoError(t, err)
+	assert.FileExists(t, filepath.Join(s.StateDir, "records", "c1.net1.json"), "kept")
+	assert.Equal(t, s.bootID, readMarker(t, s))
+}
+
+func TestIsBootID(t *testing.T) {
+	assert.True(t, isBootID("6d0e4c1a-0003-4b7e-9c3d-000000000003"))
+	for _, s := range []string{"", "6D0E4C1A-0003-4B7E-9C3D-000000000003", "6d0e4c1a-0003-4b7e-9c3d-00000000000", "6d0e4c1a00003-4b7e-9c3d-000000000003",
+		"6d0e4c1a-0003-4b7e-9c3d-00000000000g", "6d0e4c1a-0003-4b7e-9c3d--00000000003", "\x1b[2J0e4c1a-0003-4b7e-9c3d-000000000003"} {
+		assert.False(t, isBootID(s), "%q", s)
+	}
+}
+
 func readMarker(t *testing.T, s *Store) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(s.StateDir, bootMarker))
