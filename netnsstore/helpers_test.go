@@ -26,7 +26,7 @@ func testStore(t *testing.T) *Store {
 	requireRoot(t)
 	root := hosttest.NewWorkDir(t, "netnsstore-")
 	s, err := Open(filepath.Join(root, "pins-root"), filepath.Join(root, "state"),
-		Options{Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), InUse: notInUse})
+		Options{Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), InUse: notInUse, RegistryDir: filepath.Join(root, "stores")})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s

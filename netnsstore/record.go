@@ -126,6 +126,13 @@ const (
 // with the kernel, and a record that a power loss leaves empty or torn is
 // recognised by the boot marker and dropped (see markBoot).
 func (s *Store) writeRecord(r *Record) error {
+	if !s.registered {
+		// Before any record: a record implies a registered store.
+		if err := s.register(); err != nil {
+			return err
+		}
+		s.registered = true
+	}
 	r.Updated = time.Now().UTC()
 	r.Format, r.Writer, r.PinDir = recordFormat, s.writer, s.PinDir
 	data, err := json.MarshalIndent(r, "", "  ")

@@ -38,6 +38,8 @@ type Store struct {
 	teardown    teardownFunc
 	writer      string
 	actor       string        // Options.Actor, for the events file
+	registry    string        // the store registry folder (Options.RegistryDir)
+	registered  bool          // its registration was found or written by this process
 	lastCheck   time.Duration // of the last in-use check (the events file)
 
 	bootID    string
@@ -105,6 +107,9 @@ type Options struct {
 	// events file (ByDEL, ByGC, BySweeper, ByOperator; ByRepair when
 	// empty).
 	Actor string
+	// RegistryDir is the store registry the store registers in before
+	// its first record; "" is RegistryDir().
+	RegistryDir string
 }
 
 // Open checks (creating them when missing) pinDir and stateDir: real
@@ -114,13 +119,16 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.RegistryDir == "" {
+		o.RegistryDir = RegistryDir()
+	}
 	if o.LockTimeout <= 0 {
 		o.LockTimeout = defaultLockTimeout
 	}
 	if o.InUse == nil {
 		o.InUse = func(*Record, string) ([]Use, error) { return nil, errNoCheck }
 	}
-	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, inUseConfig: o.InUseSettings, inUseFor: o.InUseFor, teardown: o.Teardown, writer: o.Writer, actor: o.Actor,
+	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, inUseConfig: o.InUseSettings, inUseFor: o.InUseFor, teardown: o.Teardown, writer: o.Writer, actor: o.Actor, registry: o.RegistryDir,
 		pinDirFd: -1, pinsFd: -1, stateFd: -1, recordsFd: -1}
 	if err := s.open(); err != nil {
 		s.Close()

@@ -11,3 +11,7 @@ func Hit(string) {}
 // BootIDPath is the file that names the running boot. Only test builds
 // can point it elsewhere, to simulate a reboot.
 func BootIDPath(def string) string { return def }
+
+// RegistryDir is the node's store registry folder. Only test builds can
+// point it elsewhere.
+func RegistryDir(def string) string { return def }

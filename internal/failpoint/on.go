@@ -32,3 +32,15 @@ func BootIDPath(def string) string {
 	}
 	return def
 }
+
+// RegistryDirEnvVar, in test builds, names the store registry folder used
+// instead of the node's, so that tests running at once do not share it.
+const RegistryDirEnvVar = "NETNS_PIN_REGISTRY_DIR"
+
+// RegistryDir returns the folder named by RegistryDirEnvVar, else def.
+func RegistryDir(def string) string {
+	if p := os.Getenv(RegistryDirEnvVar); p != "" {
+		return p
+	}
+	return def
+}
