@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,65 +30,77 @@ import (
 
 // Config is what the agent runs with.
 type Config struct {
-	NodeName   string
-	StateDir   string   // read only
-	StatusDir  string   // where status.json goes, for `netns-pin check`; "" none
-	Namespaces []string // the holder namespaces: informers and RBAC are theirs only
-	Interval   time.Duration
-	Client     kubernetes.Interface
-	Recorder   record.EventRecorder
-	Metrics    *Metrics
-	Log        *slog.Logger
-	Tracker    *Tracker
-	Version    string
+	NodeName string
+	// HostRoot is where the host's / is mounted (read only): every
+	// registered store is read through it. "/" reads the agent's own.
+	HostRoot  string
+	StatusDir string // where status.json goes, for `netns-pin check`; "" none
+	Interval  time.Duration
+	Client    kubernetes.Interface
+	Recorder  record.EventRecorder
+	Metrics   *Metrics
+	Log       *slog.Logger
+	Tracker   *Tracker
+	Version   string
 }
 
 // Agent is one node's agent.
 type Agent struct {
-	cfg     Config
-	listers []listersv1.PodLister
-	synced  []cache.InformerSynced
-	kick    chan struct{}
+	cfg    Config
+	lister listersv1.PodLister
+	synced cache.InformerSynced
+	kick   chan struct{}
 
 	mu         sync.Mutex
 	lastPass   time.Time
 	storeErr   error
 	apiErr     error
 	apiChecked time.Time
+	refused    map[string]string // "verb resource" -> the API's message, while refused
 
-	eventsRead int64
+	eventsRead map[string]int64 // stateDir -> offset of its events file
 	status     Status
 }
 
-// New sets up the informers, one per holder namespace, each limited to the
-// pods of this node (fieldSelector spec.nodeName): the agent reads nothing
-// else of the cluster.
+// ReasonAgentRefused is the Event the agent posts when the API refuses
+// it something it needs (RBAC or admission): on the pod it could not
+// patch, or on its Node when it cannot read pods at all.
+const ReasonAgentRefused = "NetnsPinAgentRefused"
+
+// New sets up the pod informer: the pods of this node in every namespace
+// (fieldSelector spec.nodeName), since a holder may run in any namespace
+// that a network's holders rules or cniArgsNamespaces admit. The agent
+// reads nothing else of the cluster.
 func New(cfg Config) *Agent {
-	a := &Agent{cfg: cfg, kick: make(chan struct{}, 1)}
+	if cfg.HostRoot == "" {
+		cfg.HostRoot = "/"
+	}
+	a := &Agent{cfg: cfg, kick: make(chan struct{}, 1), refused: map[string]string{}, eventsRead: map[string]int64{}}
 	a.status = Status{Node: cfg.NodeName, PID: os.Getpid(), Version: cfg.Version, Started: time.Now().UTC(), Interval: cfg.Interval}
+	if cfg.Client == nil {
+		a.synced = func() bool { return true }
+		return a // store only: metrics, no API (docs/operating.md, "Metrics")
+	}
 	sel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-	handler := cache.ResourceEventHandlerFuncs{
+	f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sel }))
+	inf := f.Core().V1().Pods()
+	_ = inf.Informer().SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		verb := "list"
+		if strings.Contains(err.Error(), "cannot watch") || !strings.Contains(err.Error(), "list") {
+			verb = "watch"
+		}
+		a.apiError("watch", verb, "pods", nil, err)
+		a.setAPIErr(fmt.Errorf("%s pods of node %s: %w", verb, cfg.NodeName, err))
+		cache.DefaultWatchErrorHandler(context.Background(), nil, err)
+	})
+	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.poke() },
 		UpdateFunc: func(any, any) { a.poke() },
 		DeleteFunc: func(any) { a.poke() },
-	}
-	if cfg.Client == nil {
-		return a // store only: metrics, no API (docs/operating.md, "Metrics")
-	}
-	for _, ns := range cfg.Namespaces {
-		f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(ns),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sel }))
-		inf := f.Core().V1().Pods()
-		_ = inf.Informer().SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
-			a.cfg.Metrics.count("apiError", "watch")
-			a.setAPIErr(fmt.Errorf("watch pods in %s: %w", ns, err))
-			cache.DefaultWatchErrorHandler(context.Background(), nil, err)
-		})
-		_, _ = inf.Informer().AddEventHandler(handler)
-		a.listers = append(a.listers, inf.Lister())
-		a.synced = append(a.synced, inf.Informer().HasSynced)
-		go inf.Informer().RunWithContext(context.Background())
-	}
+	})
+	a.lister, a.synced = inf.Lister(), inf.Informer().HasSynced
+	go inf.Informer().RunWithContext(context.Background())
 	return a
 }
 
@@ -104,16 +117,66 @@ func (a *Agent) setAPIErr(err error) {
 	a.mu.Unlock()
 }
 
+// apiError accounts for a failed request to the API: counted by
+// operation and reason, and, when the API refused it (RBAC or
+// admission), kept as a refusal that readiness, the status file and an
+// Event name (on obj, else on the agent's Node).
+func (a *Agent) apiError(op, verb, resource string, obj *corev1.Pod, err error) {
+	reason := string(apierrors.ReasonForError(err))
+	a.cfg.Metrics.apiError(op, reason)
+	if !apierrors.IsForbidden(err) {
+		return
+	}
+	key := verb + " " + resource
+	a.mu.Lock()
+	_, known := a.refused[key]
+	a.refused[key] = err.Error()
+	a.mu.Unlock()
+	if known && obj == nil {
+		return // said already: one Event on the Node per refusal
+	}
+	msg := fmt.Sprintf("netns-pin-agent of node %s may not %s %s: %v", a.cfg.NodeName, verb, resource, err)
+	a.cfg.Log.Error("the API refused the agent", "verb", verb, "resource", resource, "error", err)
+	if op == "event" || a.cfg.Recorder == nil {
+		return // an Event cannot say that Events are refused
+	}
+	if obj != nil {
+		a.post(obj, eventWarning, ReasonAgentRefused, msg)
+		return
+	}
+	node := &corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}
+	a.cfg.Recorder.Event(node, eventWarning, ReasonAgentRefused, msg)
+	a.cfg.Metrics.count("event", ReasonAgentRefused)
+}
+
+// apiOK clears a refusal once the same request went through.
+func (a *Agent) apiOK(verb, resource string) {
+	a.mu.Lock()
+	delete(a.refused, verb+" "+resource)
+	a.mu.Unlock()
+}
+
 // Run makes a pass at every change of a pod of the node and every
 // interval (the store has no notifications: records are polled), until
-// ctx ends.
+// ctx ends. Until the informer synced it only says why it waits (status
+// file, readiness, metrics).
 func (a *Agent) Run(ctx context.Context) error {
-	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
-		return fmt.Errorf("pods of node %s in %v: the informers did not sync", a.cfg.NodeName, a.cfg.Namespaces)
-	}
-	a.cfg.Log.Info("agent started", "node", a.cfg.NodeName, "namespaces", a.cfg.Namespaces, "stateDir", a.cfg.StateDir, "interval", a.cfg.Interval.String())
 	t := time.NewTicker(a.cfg.Interval)
 	defer t.Stop()
+	for !a.synced() {
+		a.writeWaiting()
+		select {
+		case <-ctx.Done():
+			a.status.Stopped = time.Now().UTC()
+			a.writeStatus()
+			return nil
+		case <-t.C:
+		}
+	}
+	a.apiOK("list", "pods")
+	a.apiOK("watch", "pods")
+	a.setAPIErr(nil)
+	a.cfg.Log.Info("agent started", "node", a.cfg.NodeName, "hostRoot", a.cfg.HostRoot, "registry", a.registryDir(), "interval", a.cfg.Interval.String())
 	for {
 		a.pass(ctx)
 		select {
@@ -127,15 +190,40 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// pass is one look at pods and store, and what it calls for.
+// writeWaiting writes the status of an agent whose informer has not
+// synced: no pass, and why.
+func (a *Agent) writeWaiting() {
+	a.cfg.Metrics.setReady(false)
+	a.mu.Lock()
+	a.status.Heartbeat = time.Now().UTC()
+	a.status.Refused = a.refusedLocked()
+	a.status.APIError = "the pod informer has not synced"
+	if a.apiErr != nil {
+		a.status.APIError += ": " + a.apiErr.Error()
+	}
+	a.mu.Unlock()
+	a.writeStatus()
+}
+
+func (a *Agent) refusedLocked() []string {
+	var out []string
+	for k, msg := range a.refused {
+		out = append(out, k+": "+msg)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (a *Agent) registryDir() string {
+	return filepath.Join(a.cfg.HostRoot, netnsstore.RegistryDir())
+}
+
+// pass is one look at pods and stores, and what it calls for.
 func (a *Agent) pass(ctx context.Context) {
 	objs := map[string]*corev1.Pod{}
 	var pods []Pod
-	for _, l := range a.listers {
-		list, err := l.List(everything)
-		if err != nil {
-			continue // a lister of an informer's cache does not fail
-		}
+	if a.lister != nil {
+		list, _ := a.lister.List(everything) // a lister of an informer's cache does not fail
 		for _, p := range list {
 			objs[string(p.UID)] = p
 			pods = append(pods, Pod{
@@ -144,18 +232,19 @@ func (a *Agent) pass(ctx context.Context) {
 			})
 		}
 	}
-	v, events, reset, sweep, storeErr := a.readStore()
-	a.cfg.Metrics.storeSeen(v, events, reset, sweep, storeErr != nil)
+	v, storeErr := a.readStores()
+	a.cfg.Metrics.storeSeen(v, storeErr != nil)
 	plan := Decide(pods, v)
 	if a.cfg.Client == nil {
 		plan = Plan{} // no API: nothing to patch or post
 	}
 	for _, p := range plan.Add {
 		if err := a.patch(ctx, p, true); err != nil {
-			a.cfg.Metrics.count("apiError", "add")
+			a.apiError("add", "patch", "pods", objs[p.UID], err)
 			a.cfg.Log.Warn("add the finalizer", "pod", p.key(), "uid", p.UID, "error", err)
 			continue
 		}
+		a.apiOK("patch", "pods")
 		a.cfg.Metrics.count("added", "")
 		a.cfg.Log.Info("finalizer added to a pinned holder", "pod", p.key(), "uid", p.UID)
 	}
@@ -172,12 +261,13 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	for _, p := range plan.Lift {
 		if err := a.patch(ctx, p, false); err != nil {
-			a.cfg.Metrics.count("apiError", "lift")
+			a.apiError("lift", "patch", "pods", objs[p.UID], err)
 			a.cfg.Log.Warn("lift the finalizer", "pod", p.key(), "uid", p.UID, "error", err)
 			continue
 		}
+		a.apiOK("patch", "pods")
 		a.cfg.Metrics.count("lifted", "")
-		a.cfg.Log.Info("finalizer lifted: no record of the node names the pod", "pod", p.key(), "uid", p.UID)
+		a.cfg.Log.Info("finalizer lifted: no record of any store of the node names the pod", "pod", p.key(), "uid", p.UID)
 		if !released[p.UID] {
 			a.post(objs[p.UID], eventNormal, ReasonLifted, fmt.Sprintf("no pin of this pod on node %s (never pinned, or released while the agent was away): finalizer %s lifted", a.cfg.NodeName, Finalizer))
 		}
@@ -202,8 +292,12 @@ func (a *Agent) pass(ctx context.Context) {
 	a.mu.Lock()
 	a.lastPass, a.storeErr = time.Now(), storeErr
 	apiErr := a.apiErr
+	a.status.Refused = a.refusedLocked()
 	a.mu.Unlock()
+	a.cfg.Metrics.setReady(a.Ready() == nil)
 	a.status.Heartbeat, a.status.Finalizers, a.status.Blocked = time.Now().UTC(), fins, plan.Blocked
+	a.status.Stores = v.Stores
+	a.status.UnreadableStores = v.UnreadStores
 	a.status.APIError = ""
 	if apiErr != nil {
 		a.status.APIError = apiErr.Error()
@@ -213,27 +307,81 @@ func (a *Agent) pass(ctx context.Context) {
 
 var everything = labels.Everything()
 
-// readStore reads records, the new lines of the events file and the
-// sweeper's status, all without the lock.
-func (a *Agent) readStore() (View, []netnsstore.Event, bool, *netnsstore.SweepStatus, error) {
+// readStores reads every store of the node's registry (through the host
+// root): records, the new lines of each events file and each sweeper's
+// status, all without the lock. A registry that cannot be listed (the
+// wrong host root: the sweeper makes it on every node) or a registered
+// store that cannot be read is in v, and blocks every lift.
+func (a *Agent) readStores() (View, error) {
 	var v View
-	recs, bad, err := netnsstore.ReadRecords(a.cfg.StateDir)
+	regs, err := netnsstore.Registered(a.registryDir())
 	if err != nil {
-		v.Err = err
+		v.Err = fmt.Errorf("%w (is the host's / mounted at --host-root %s, and the sweeper installed?)", err, a.cfg.HostRoot)
+		return v, v.Err
 	}
-	v.Unreadable = len(bad)
+	v.Stores = len(regs)
+	var errs []error
+	for _, reg := range regs {
+		if reg.Err != nil {
+			v.UnreadStores = append(v.UnreadStores, reg.Err.Error())
+			errs = append(errs, reg.Err)
+			continue
+		}
+		if err := a.readStore(&v, reg.Registration); err != nil {
+			v.UnreadStores = append(v.UnreadStores, fmt.Sprintf("store %s: %v", reg.StateDir, err))
+			errs = append(errs, err)
+		}
+	}
+	sortPins(v.Pins)
+	return v, errors.Join(errs...)
+}
+
+// readStore adds one registered store's records to v and takes in its
+// events and sweeper status. A stateDir that is gone, with its pinDir,
+// holds no pin (a pin is a mount in pinDir, which cannot be removed
+// while mounted); a stateDir gone while its pinDir is there may leave a
+// pin without its record, and is an error.
+func (a *Agent) readStore(v *View, reg netnsstore.Registration) error {
+	stateDir := filepath.Join(a.cfg.HostRoot, reg.StateDir)
+	if _, err := os.Lstat(stateDir); errors.Is(err, os.ErrNotExist) {
+		if _, perr := os.Lstat(filepath.Join(a.cfg.HostRoot, reg.PinDir)); errors.Is(perr, os.ErrNotExist) {
+			return nil
+		} else if perr != nil {
+			return fmt.Errorf("its stateDir is gone, and its pinDir %s cannot be looked at: %w", reg.PinDir, perr)
+		}
+		return fmt.Errorf("its stateDir is gone while its pinDir %s is there: a pin may have lost its record", reg.PinDir)
+	} else if err != nil {
+		return fmt.Errorf("look at its stateDir: %w", err)
+	}
+	recs, bad, err := netnsstore.ReadRecords(stateDir)
+	if err != nil {
+		return err
+	}
+	v.Unreadable += len(bad)
 	for n, e := range bad {
-		a.cfg.Log.Warn("record cannot be read", "attachment", n, "error", e)
+		a.cfg.Log.Warn("record cannot be read", "stateDir", reg.StateDir, "attachment", n, "error", e)
 	}
 	for _, r := range recs {
-		v.Pins = append(v.Pins, PinOf(r))
+		pin := PinOf(r)
+		pin.StateDir, pin.PinDir = reg.StateDir, reg.PinDir
+		v.Pins = append(v.Pins, pin)
 	}
-	events, next, reset, eerr := netnsstore.ReadEvents(a.cfg.StateDir, a.eventsRead)
+	events, next, reset, eerr := netnsstore.ReadEvents(stateDir, a.eventsRead[reg.StateDir])
 	if eerr == nil {
-		a.eventsRead = next
+		a.eventsRead[reg.StateDir] = next
 	}
-	sweep, serr := netnsstore.ReadSweepStatus(a.cfg.StateDir)
-	return v, events, reset, sweep, errors.Join(err, eerr, serr)
+	sweep, serr := netnsstore.ReadSweepStatus(stateDir)
+	a.cfg.Metrics.eventsSeen(reg.StateDir, events, reset, sweep)
+	if err := errors.Join(eerr, serr); err != nil {
+		// Counted and said (readiness), but records were read whole:
+		// no pin is unknown.
+		a.cfg.Log.Warn("read the events file or the sweeper's status", "stateDir", reg.StateDir, "error", err)
+	}
+	return nil
+}
+
+func sortPins(ps []Pin) {
+	slices.SortStableFunc(ps, func(x, y Pin) int { return x.Updated.Compare(y.Updated) })
 }
 
 // patch adds or lifts the finalizer with a strategic merge patch: the
@@ -261,7 +409,7 @@ func (a *Agent) patch(ctx context.Context, p Pod, add bool) error {
 }
 
 func (a *Agent) post(obj *corev1.Pod, typ, reason, msg string) {
-	if obj == nil {
+	if obj == nil || a.cfg.Recorder == nil {
 		return
 	}
 	a.cfg.Recorder.Event(obj, typ, reason, msg)
@@ -284,7 +432,7 @@ func (a *Agent) pingAPI(ctx context.Context) {
 	defer cancel()
 	_, err := a.cfg.Client.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
 	if err != nil {
-		a.cfg.Metrics.count("apiError", "ping")
+		a.cfg.Metrics.apiError("ping", string(apierrors.ReasonForError(err)))
 		err = fmt.Errorf("reach the API server: %w", err)
 	}
 	a.setAPIErr(err)
@@ -303,18 +451,23 @@ func (a *Agent) Healthy() error {
 	return nil
 }
 
-// Ready: the informers synced, the API server answers and the store can
-// be read.
+// Ready: the informer synced, a pass over every registered store
+// finished, the API server answers, nothing the agent needs was refused,
+// and every registered store can be read.
 func (a *Agent) Ready() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
+	case a.lastPass.IsZero() && a.apiErr != nil:
+		return fmt.Errorf("the pod informer has not synced: %w", a.apiErr)
 	case a.lastPass.IsZero():
-		return errors.New("the pod informers have not synced yet")
+		return errors.New("the pod informer has not synced yet, or no pass finished")
+	case len(a.refused) > 0:
+		return fmt.Errorf("the API refuses the agent: %s", strings.Join(a.refusedLocked(), "; "))
 	case a.apiErr != nil:
 		return a.apiErr
 	case a.storeErr != nil:
-		return fmt.Errorf("read the store: %w", a.storeErr)
+		return fmt.Errorf("read the stores: %w", a.storeErr)
 	}
 	return nil
 }
@@ -323,16 +476,23 @@ func (a *Agent) Ready() error {
 // `netns-pin check` on the node, which sees no API: whether an agent runs,
 // and which pods of the node carry the finalizer.
 type Status struct {
-	Node       string        `json:"node"`
-	PID        int           `json:"pid"`
-	Version    string        `json:"version,omitempty"`
-	Started    time.Time     `json:"started"`
-	Interval   time.Duration `json:"interval"`
-	Heartbeat  time.Time     `json:"heartbeat"`
-	APIError   string        `json:"apiError,omitempty"`
-	Blocked    string        `json:"blocked,omitempty"`
-	Finalizers []StatusPod   `json:"finalizers"`
-	Stopped    time.Time     `json:"stopped,omitzero"`
+	Node      string        `json:"node"`
+	PID       int           `json:"pid"`
+	Version   string        `json:"version,omitempty"`
+	Started   time.Time     `json:"started"`
+	Interval  time.Duration `json:"interval"`
+	Heartbeat time.Time     `json:"heartbeat"`
+	APIError  string        `json:"apiError,omitempty"`
+	Blocked   string        `json:"blocked,omitempty"`
+	// Refused names each request the API refuses the agent ("verb
+	// resource: message"), for `netns-pin check`.
+	Refused []string `json:"refused,omitempty"`
+	// Stores is how many stores are registered on the node, and
+	// UnreadableStores why each one the agent cannot read cannot be.
+	Stores           int         `json:"stores"`
+	UnreadableStores []string    `json:"unreadableStores,omitempty"`
+	Finalizers       []StatusPod `json:"finalizers"`
+	Stopped          time.Time   `json:"stopped,omitzero"`
 }
 
 // StatusPod is a pod of the node carrying the finalizer.

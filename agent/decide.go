@@ -17,6 +17,7 @@ package agent
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/netns-pin/netns-pin/netnsstore"
@@ -51,6 +52,8 @@ type Pin struct {
 	DrainingSince       time.Time
 	Updated             time.Time
 	References          []string
+	// StateDir and PinDir are the pin's store, as the host names them.
+	StateDir, PinDir string
 }
 
 // PinOf is the part of a record the agent acts on.
@@ -58,7 +61,7 @@ func PinOf(r *netnsstore.Record) Pin {
 	return Pin{
 		Attachment: r.Attachment, Cluster: r.Cluster, PodNamespace: r.PodNS, PodName: r.PodName, PodUID: r.PodUID,
 		Links: r.Links, State: r.State, Abandoned: r.Abandoned, DrainingSince: r.DrainingSince, Updated: r.Updated,
-		References: r.References,
+		References: r.References, PinDir: r.PinDir,
 	}
 }
 
@@ -79,8 +82,13 @@ type View struct {
 	// Unreadable counts records that could not be read: any of them may
 	// name any pod.
 	Unreadable int
-	// Err is why the store could not be listed at all.
+	// Err is why the store registry could not be listed at all.
 	Err error
+	// Stores is how many stores are registered; UnreadStores says why
+	// each registered store that could not be read could not be: any of
+	// them may name any pod.
+	Stores       int
+	UnreadStores []string
 }
 
 // Plan is what a pass does about finalizers.
@@ -108,7 +116,9 @@ func Decide(pods []Pod, v View) Plan {
 	var plan Plan
 	switch {
 	case v.Err != nil:
-		plan.Blocked = "the store cannot be read: " + v.Err.Error()
+		plan.Blocked = "the stores of the node cannot be found: " + v.Err.Error()
+	case len(v.UnreadStores) > 0:
+		plan.Blocked = "a registered store cannot be read, and may name any pod: " + strings.Join(v.UnreadStores, "; ")
 	case v.Unreadable > 0:
 		plan.Blocked = "a record of the store cannot be read, and may name any pod"
 	}

@@ -108,11 +108,32 @@ func TestTrackerOneEventPerState(t *testing.T) {
 	assert.Empty(t, tr.Observe([]Pod{pod}, View{}, now.Add(63*time.Second)))
 }
 
-// The store as the agent reads it, lock-free and read-only, and the
-// metrics of it: a line of the events file that is not UTF-8 is skipped
-// and counted.
-func TestReadStoreAndMetrics(t *testing.T) {
-	dir := t.TempDir()
+// registerStore writes a registration of stateDir and pinDir (host
+// paths) into the registry below hostRoot, as the plugin would.
+func registerStore(t *testing.T, hostRoot, stateDir, pinDir string) {
+	t.Helper()
+	reg := filepath.Join(hostRoot, netnsstore.RegistryDir())
+	require.NoError(t, os.MkdirAll(reg, 0o755))
+	b, err := json.Marshal(netnsstore.Registration{StateDir: stateDir, PinDir: pinDir})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(reg, netnsstore.RegistrationName(stateDir)), b, 0o600))
+}
+
+// The stores as the agent reads them, lock-free and read-only, through
+// the host root, and the metrics of them: a line of the events file that
+// is not UTF-8 is skipped and counted.
+func TestReadStoresAndMetrics(t *testing.T) {
+	root := t.TempDir()
+	a := &Agent{cfg: Config{HostRoot: root, Log: discardLog(), Metrics: NewMetrics()}, eventsRead: map[string]int64{}}
+
+	// No registry: the wrong host root, or no sweeper ever ran. Nothing
+	// is known: every lift is blocked.
+	v, err := a.readStores()
+	require.Error(t, err)
+	assert.Contains(t, Decide(nil, v).Blocked, "cannot be found")
+
+	dir := filepath.Join(root, "state")
+	registerStore(t, root, "/state", "/p")
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "records"), 0o700))
 	rec := netnsstore.Record{Format: 2, Attachment: "c1.net1", Cluster: "rook-ceph/a", PodNS: "rook-ceph", PodName: "h-1", PodUID: "u1",
 		PinDir: "/p", PinPath: "/p/pins/c1.net1", State: netnsstore.StateDraining, DrainingSince: time.Now().Add(-time.Minute)}
@@ -123,25 +144,66 @@ func TestReadStoreAndMetrics(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "events"),
 		[]byte("refusal del rook-ceph/a 1 0.002\nrefusal del \xff\xfe 1 -\nrelease del rook-ceph/a 2 -\n"), 0o600))
 
-	a := &Agent{cfg: Config{StateDir: dir, Log: discardLog()}}
-	v, events, reset, _, err := a.readStore()
+	v, err = a.readStores()
 	require.NoError(t, err)
-	assert.False(t, reset)
 	require.Len(t, v.Pins, 1)
+	assert.Equal(t, 1, v.Stores)
 	assert.Equal(t, "u1", v.Pins[0].PodUID)
-	m := NewMetrics()
-	m.storeSeen(v, events, reset, nil, false)
+	assert.Equal(t, "/state", v.Pins[0].StateDir)
+	m := a.cfg.Metrics
+	m.storeSeen(v, false)
 	assert.Equal(t, uint64(1), m.skipped)
-	assert.Equal(t, uint64(1), m.refusals["rook-ceph/a"])
-	assert.Equal(t, uint64(2), m.releases[[2]string{"rook-ceph/a", "del"}])
+	assert.Equal(t, uint64(1), m.stores["/state"].refusals["rook-ceph/a"])
+	assert.Equal(t, uint64(2), m.stores["/state"].releases[[2]string{"rook-ceph/a", "del"}])
 	assert.Equal(t, 1, m.pins[[2]string{"rook-ceph/a", "draining"}])
+	assert.Empty(t, Decide(nil, v).Blocked)
 
 	// A torn record blocks lifts.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "records", "c3.net1.json"), []byte(`{"format":2,"attach`), 0o600))
-	v, _, _, _, err = a.readStore()
+	v, err = a.readStores()
 	require.NoError(t, err)
 	assert.Equal(t, 1, v.Unreadable)
 	assert.True(t, strings.Contains(Decide(nil, v).Blocked, "cannot be read"))
+	require.NoError(t, os.Remove(filepath.Join(dir, "records", "c3.net1.json")))
+
+	// A second store is read too: its pins name pods as the first's do.
+	registerStore(t, root, "/other/state", "/other/pins")
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "other", "state", "records"), 0o700))
+	rec2 := rec
+	rec2.Attachment, rec2.PodUID, rec2.PinDir = "c9.net1", "u9", "/other/pins"
+	b, err = json.Marshal(rec2)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "other", "state", "records", "c9.net1.json"), b, 0o600))
+	v, err = a.readStores()
+	require.NoError(t, err)
+	assert.Equal(t, 2, v.Stores)
+	require.Len(t, v.Pins, 2)
+	plan := Decide([]Pod{{Namespace: "ns", Name: "h-9", UID: "u9", Finalizer: true, Deleting: true}}, v)
+	assert.Empty(t, plan.Lift, "a pod pinned in the second store keeps its finalizer")
+
+	// A store whose stateDir is gone with its pinDir holds nothing; one
+	// whose stateDir is gone while its pinDir is there blocks every lift.
+	registerStore(t, root, "/gone/state", "/gone/pins")
+	v, err = a.readStores()
+	require.NoError(t, err)
+	assert.Empty(t, Decide(nil, v).Blocked)
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "gone", "pins"), 0o755))
+	v, err = a.readStores()
+	require.Error(t, err)
+	assert.Len(t, v.UnreadStores, 1)
+	plan = Decide([]Pod{{Namespace: "ns", Name: "x", UID: "ux", Finalizer: true, Deleting: true}}, v)
+	assert.Empty(t, plan.Lift)
+	assert.Contains(t, plan.Blocked, "a registered store cannot be read")
+
+	// A registration that cannot be read blocks every lift, as a record.
+	require.NoError(t, os.RemoveAll(filepath.Join(root, "gone")))
+	reg := filepath.Join(root, netnsstore.RegistryDir())
+	require.NoError(t, os.WriteFile(filepath.Join(reg, netnsstore.RegistrationName("/torn")), []byte(`{"stateDir":`), 0o600))
+	v, err = a.readStores()
+	require.Error(t, err)
+	plan = Decide([]Pod{{Namespace: "ns", Name: "x", UID: "ux", Finalizer: true, Deleting: true}}, v)
+	assert.Empty(t, plan.Lift)
+	assert.Contains(t, plan.Blocked, "a registered store cannot be read")
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -41,9 +41,10 @@ type PodEvent struct {
 // release that happened while it was away has no Released event (the
 // finalizer is lifted with NetnsPinFinalizerLifted instead).
 type Tracker struct {
-	// InUseCommand renders the command that lists what uses a pin, as the
+	// InUseCommand renders the command that lists what uses a pin of the
+	// store in stateDir and pinDir, as the
 	// plugin's refusal names it (netns-pin [flags] inuse <attachment>).
-	InUseCommand func(attachment string) string
+	InUseCommand func(stateDir, pinDir, attachment string) string
 	seen         map[string]seen // pod UID
 }
 
@@ -92,7 +93,7 @@ func (t *Tracker) Observe(pods []Pod, v View, now time.Time) []PodEvent {
 			t.seen[p.UID] = prev
 		}
 	}
-	if v.Err != nil || v.Unreadable > 0 {
+	if v.Err != nil || v.Unreadable > 0 || len(v.UnreadStores) > 0 {
 		return out // a pin not seen may be one not read
 	}
 	for uid, prev := range t.seen {
@@ -139,20 +140,20 @@ func (t *Tracker) describe(p Pin) (typ, reason, msg string) {
 		if p.Abandoned {
 			return eventWarning, ReasonAbandoned, fmt.Sprintf("the runtime gave up on this pod's network teardown after a refused DEL and will not retry; "+
 				"the netns of cluster %s stays pinned, left to netns-pin sweep, which runs the chain's DEL and releases it once nothing uses it (see: %s)",
-				p.Cluster, t.command(p.Attachment))
+				p.Cluster, t.command(p))
 		}
 		if len(p.References) == 0 {
 			return eventWarning, ReasonRefused, fmt.Sprintf("netns-pin: cluster %s: holder pod %s/%s: the release was refused, what uses the netns could not be read (see: %s)",
-				p.Cluster, p.PodNamespace, p.PodName, t.command(p.Attachment))
+				p.Cluster, p.PodNamespace, p.PodName, t.command(p))
 		}
-		return eventWarning, ReasonRefused, refusal.Message(p.Cluster, p.PodNamespace, p.PodName, p.References, t.command(p.Attachment))
+		return eventWarning, ReasonRefused, refusal.Message(p.Cluster, p.PodNamespace, p.PodName, p.References, t.command(p))
 	}
 	return "", stateNone, ""
 }
 
-func (t *Tracker) command(attachment string) string {
+func (t *Tracker) command(p Pin) string {
 	if t.InUseCommand != nil {
-		return t.InUseCommand(attachment)
+		return t.InUseCommand(p.StateDir, p.PinDir, p.Attachment)
 	}
-	return "netns-pin inuse " + attachment
+	return "netns-pin inuse " + p.Attachment
 }

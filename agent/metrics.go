@@ -34,10 +34,13 @@ var (
 	descLifted      = prometheus.NewDesc("netns_pin_agent_finalizers_lifted_total", "Finalizers lifted by the agent, each once no record of the node named the pod.", nil, nil)
 	descUnprotected = prometheus.NewDesc("netns_pin_agent_unprotected_pins", "Pins whose pod object is gone from the API, or is being deleted without the finalizer: "+
 		"IPAM that acts on pod objects may hand out their address (the window the agent cannot cover).", nil, nil)
-	descAPIErrors = prometheus.NewDesc("netns_pin_agent_api_errors_total", "Requests to the Kubernetes API that failed, by operation (add, lift, event, watch, ping).", []string{"op"}, nil)
+	descAPIErrors = prometheus.NewDesc("netns_pin_agent_api_errors_total", "Requests to the Kubernetes API that failed, by operation (add, lift, event, watch, ping) and the API's reason (Forbidden: RBAC or admission refused it).", []string{"op", "reason"}, nil)
 	descEvents    = prometheus.NewDesc("netns_pin_agent_events_total", "Events posted on holder pods, by reason (repeats of a refusal included).", []string{"reason"}, nil)
 	descBlocked   = prometheus.NewDesc("netns_pin_agent_lifts_blocked", "1 while the agent lifts no finalizer because a record cannot be read (docs/operating.md).", nil, nil)
 	descSkipped   = prometheus.NewDesc("netns_pin_agent_events_lines_skipped_total", "Lines of the events file the agent skipped: a kind it does not know, or a cluster or actor that is not UTF-8.", nil, nil)
+	descReady     = prometheus.NewDesc("netns_pin_agent_ready", "1 when the agent is ready (/readyz): its pod informer synced, a pass over every registered store finished, and nothing it needs was refused.", nil, nil)
+	descStores    = prometheus.NewDesc("netns_pin_agent_stores_registered", "Stores registered on the node (/var/lib/netns-pin/stores) that the agent reads.", nil, nil)
+	descUnreadSt  = prometheus.NewDesc("netns_pin_agent_stores_unreadable", "Registered stores (or the registry itself) the agent cannot read: while above 0 no finalizer is lifted.", nil, nil)
 	descStoreErrs = prometheus.NewDesc("netns_pin_agent_store_errors_total", "Passes that could not read the store (records, events file or the sweeper's status).", nil, nil)
 )
 
@@ -50,43 +53,50 @@ type Metrics struct {
 	mu       sync.Mutex
 	pins     map[[2]string]int    // cluster, state
 	oldest   map[string]time.Time // cluster -> its oldest draining pin's DrainingSince
-	refusals map[string]uint64
-	releases map[[2]string]uint64
-	finished uint64
+	clusters map[string]bool      // every cluster a record of any store named
+	stores   map[string]*storeCounters
 	check    prometheus.Histogram
-
-	sweepErrors uint64
-	lastSweep   time.Time
-	lastRound   time.Time // the status file's LastRound last counted
 
 	held, unprotected   int
 	added, lifted       uint64
-	apiErrors           map[string]uint64
+	apiErrors           map[[2]string]uint64 // op, reason
 	events              map[string]uint64
 	blocked             bool
 	skipped, storeFails uint64
+	registered          int
+	unreadableStores    int
+	ready               bool
+}
+
+// storeCounters are the counters one store's events file and sweeper
+// status carry: each store's file is folded on its own, so each is
+// counted on its own and the metrics are their sums.
+type storeCounters struct {
+	refusals    map[string]uint64
+	releases    map[[2]string]uint64
+	finished    uint64
+	sweepErrors uint64
+	lastSweep   time.Time
+	lastRound   time.Time // the status file's LastRound last counted
 }
 
 // NewMetrics returns an empty collector.
 func NewMetrics() *Metrics {
 	m := &Metrics{
-		pins: map[[2]string]int{}, oldest: map[string]time.Time{}, refusals: map[string]uint64{}, releases: map[[2]string]uint64{},
-		apiErrors: map[string]uint64{}, events: map[string]uint64{},
+		pins: map[[2]string]int{}, oldest: map[string]time.Time{}, clusters: map[string]bool{}, stores: map[string]*storeCounters{},
+		apiErrors: map[[2]string]uint64{}, events: map[string]uint64{},
 		check: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "netns_pin_inuse_check_seconds",
 			Help:    "Duration of the in-use checks that decided a release or a refusal (of every netns-pin process on the node, from the events file).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 	}
-	for _, op := range []string{"add", "lift", "event", "watch", "ping"} {
-		m.apiErrors[op] = 0
-	}
 	return m
 }
 
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPins, descOldest, descRefusals, descReleases, descAbandoned, descSweepErrors, descLastSweep,
-		descHeld, descAdded, descLifted, descUnprotected, descAPIErrors, descEvents, descBlocked, descSkipped, descStoreErrs} {
+		descHeld, descAdded, descLifted, descUnprotected, descAPIErrors, descEvents, descBlocked, descSkipped, descStoreErrs, descReady, descStores, descUnreadSt} {
 		ch <- d
 	}
 	m.check.Describe(ch)
@@ -114,35 +124,78 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		emit(ch, descOldest, prometheus.GaugeValue, age, cl)
 	}
-	for cl, n := range m.refusals {
+	refusals, releases := map[string]uint64{}, map[[2]string]uint64{}
+	for cl := range m.clusters {
+		refusals[cl] = 0
+		for _, by := range releasers {
+			releases[[2]string{cl, by}] = 0
+		}
+	}
+	var finished, sweepErrors uint64
+	var lastSweep time.Time
+	for _, sc := range m.stores {
+		for cl, n := range sc.refusals {
+			refusals[cl] += n
+		}
+		for k, n := range sc.releases {
+			releases[k] += n
+		}
+		finished += sc.finished
+		sweepErrors += sc.sweepErrors
+		// The store swept longest ago: one not swept shows.
+		if !sc.lastSweep.IsZero() && (lastSweep.IsZero() || sc.lastSweep.Before(lastSweep)) {
+			lastSweep = sc.lastSweep
+		}
+	}
+	for cl, n := range refusals {
 		emit(ch, descRefusals, prometheus.CounterValue, float64(n), cl)
 	}
-	for k, n := range m.releases {
+	for k, n := range releases {
 		emit(ch, descReleases, prometheus.CounterValue, float64(n), k[0], k[1])
 	}
-	emit(ch, descAbandoned, prometheus.CounterValue, float64(m.finished))
-	emit(ch, descSweepErrors, prometheus.CounterValue, float64(m.sweepErrors))
-	if !m.lastSweep.IsZero() {
-		emit(ch, descLastSweep, prometheus.GaugeValue, float64(m.lastSweep.UnixNano())/1e9)
+	emit(ch, descAbandoned, prometheus.CounterValue, float64(finished))
+	emit(ch, descSweepErrors, prometheus.CounterValue, float64(sweepErrors))
+	if !lastSweep.IsZero() {
+		emit(ch, descLastSweep, prometheus.GaugeValue, float64(lastSweep.UnixNano())/1e9)
 	}
 	m.check.Collect(ch)
 	emit(ch, descHeld, prometheus.GaugeValue, float64(m.held))
 	emit(ch, descAdded, prometheus.CounterValue, float64(m.added))
 	emit(ch, descLifted, prometheus.CounterValue, float64(m.lifted))
 	emit(ch, descUnprotected, prometheus.GaugeValue, float64(m.unprotected))
-	for op, n := range m.apiErrors {
-		emit(ch, descAPIErrors, prometheus.CounterValue, float64(n), op)
+	for _, op := range []string{"add", "lift", "event", "watch", "ping"} {
+		if !m.anyAPIError(op) {
+			emit(ch, descAPIErrors, prometheus.CounterValue, 0, op, "")
+		}
+	}
+	for k, n := range m.apiErrors {
+		emit(ch, descAPIErrors, prometheus.CounterValue, float64(n), k[0], k[1])
 	}
 	for r, n := range m.events {
 		emit(ch, descEvents, prometheus.CounterValue, float64(n), r)
 	}
-	b := 0.0
-	if m.blocked {
-		b = 1
-	}
-	emit(ch, descBlocked, prometheus.GaugeValue, b)
+	emit(ch, descBlocked, prometheus.GaugeValue, b2f(m.blocked))
 	emit(ch, descSkipped, prometheus.CounterValue, float64(m.skipped))
 	emit(ch, descStoreErrs, prometheus.CounterValue, float64(m.storeFails))
+	emit(ch, descReady, prometheus.GaugeValue, b2f(m.ready))
+	emit(ch, descStores, prometheus.GaugeValue, float64(m.registered))
+	emit(ch, descUnreadSt, prometheus.GaugeValue, float64(m.unreadableStores))
+}
+
+func (m *Metrics) anyAPIError(op string) bool {
+	for k := range m.apiErrors {
+		if k[0] == op {
+			return true
+		}
+	}
+	return false
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // validEvent tells whether a line of the events file can become labels.
@@ -155,18 +208,21 @@ func validEvent(e netnsstore.Event) bool {
 	return utf8.ValidString(e.Cluster) && utf8.ValidString(e.By)
 }
 
-// storeSeen takes in what one pass read of the store: the records, the
-// events appended since the last pass (reset: the file was folded or
-// replaced and is read again from its start, whose lines are the sums of
-// all before), and the sweeper's status.
-func (m *Metrics) storeSeen(v View, events []netnsstore.Event, reset bool, sweep *netnsstore.SweepStatus, failed bool) {
+// eventsSeen takes in what one pass read of one store (named by its
+// stateDir): the events appended since the last pass (reset: the file was
+// folded or replaced and is read again from its start, whose lines are
+// the sums of all before), and the sweeper's status.
+func (m *Metrics) eventsSeen(store string, events []netnsstore.Event, reset bool, sweep *netnsstore.SweepStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if failed {
-		m.storeFails++
-	}
-	if reset {
-		m.refusals, m.releases, m.finished = map[string]uint64{}, map[[2]string]uint64{}, 0
+	sc := m.stores[store]
+	if sc == nil || reset {
+		prev := sc
+		sc = &storeCounters{refusals: map[string]uint64{}, releases: map[[2]string]uint64{}}
+		if prev != nil {
+			sc.sweepErrors, sc.lastSweep, sc.lastRound = prev.sweepErrors, prev.lastSweep, prev.lastRound
+		}
+		m.stores[store] = sc
 	}
 	for _, e := range events {
 		if !validEvent(e) {
@@ -175,29 +231,40 @@ func (m *Metrics) storeSeen(v View, events []netnsstore.Event, reset bool, sweep
 		}
 		switch e.Kind {
 		case netnsstore.EventRefusal:
-			m.refusals[e.Cluster] += e.Count
+			sc.refusals[e.Cluster] += e.Count
 		case netnsstore.EventRelease:
-			m.releases[[2]string{e.Cluster, e.By}] += e.Count
+			sc.releases[[2]string{e.Cluster, e.By}] += e.Count
 		case netnsstore.EventAbandoned:
-			m.finished += e.Count
+			sc.finished += e.Count
 		}
 		if e.Check > 0 {
 			m.check.Observe(e.Check.Seconds())
 		}
 	}
 	if sweep != nil && !sweep.LastRound.IsZero() {
-		if sweep.LastRound.After(m.lastRound) {
+		if sweep.LastRound.After(sc.lastRound) {
 			if sweep.Error != "" {
-				m.sweepErrors++
+				sc.sweepErrors++
 			}
-			m.lastRound = sweep.LastRound
+			sc.lastRound = sweep.LastRound
 		}
 		if sweep.Error == "" {
-			m.lastSweep = sweep.LastRound
+			sc.lastSweep = sweep.LastRound
 		}
 	}
+}
+
+// storeSeen takes in the records one pass read of every store, and how
+// many stores were registered and could not be read.
+func (m *Metrics) storeSeen(v View, failed bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if failed {
+		m.storeFails++
+	}
+	m.registered, m.unreadableStores = v.Stores, len(v.UnreadStores)
 	if v.Err != nil {
-		return // keep the last counts of a store that could not be listed
+		return // keep the last counts of a registry that could not be listed
 	}
 	m.pins, m.oldest = map[[2]string]int{}, map[string]time.Time{}
 	for _, p := range v.Pins {
@@ -205,6 +272,7 @@ func (m *Metrics) storeSeen(v View, events []netnsstore.Event, reset bool, sweep
 		if !utf8.ValidString(cl) {
 			continue
 		}
+		m.clusters[cl] = true
 		for _, st := range []string{"active", "draining", "abandoned"} {
 			if _, ok := m.pins[[2]string{cl, st}]; !ok {
 				m.pins[[2]string{cl, st}] = 0
@@ -212,14 +280,6 @@ func (m *Metrics) storeSeen(v View, events []netnsstore.Event, reset bool, sweep
 		}
 		if _, ok := m.oldest[cl]; !ok {
 			m.oldest[cl] = time.Time{}
-		}
-		if _, ok := m.refusals[cl]; !ok {
-			m.refusals[cl] = 0
-		}
-		for _, by := range releasers {
-			if _, ok := m.releases[[2]string{cl, by}]; !ok {
-				m.releases[[2]string{cl, by}] = 0
-			}
 		}
 		state := ""
 		switch p.State {
@@ -255,9 +315,21 @@ func (m *Metrics) count(what string, label string) {
 		m.added++
 	case "lifted":
 		m.lifted++
-	case "apiError":
-		m.apiErrors[label]++
 	case "event":
 		m.events[label]++
 	}
+}
+
+// apiError counts a failed request to the API by operation and the API's
+// reason for it ("Forbidden" for RBAC or admission).
+func (m *Metrics) apiError(op, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.apiErrors[[2]string{op, reason}]++
+}
+
+func (m *Metrics) setReady(ready bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ready = ready
 }

@@ -29,7 +29,7 @@ func startAgent(t *testing.T) (int, string) {
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/netns-pin-agent").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	cmd := exec.Command(bin, "--store-only", "--listen-address", "127.0.0.1:0", "--status-dir", "-",
-		"--state-dir", filepath.Join(dir, "state"), "--pin-dir", filepath.Join(dir, "pins"))
+		"--host-root", dir)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

@@ -2,8 +2,8 @@
 // agent"): it keeps each holder pod's object in the API, with the
 // finalizer netns-pin.io/pin, for as long as a record of its node names
 // the pod; it posts Events on holders and serves the node's Prometheus
-// metrics, /healthz and /readyz. It runs unprivileged, reads stateDir
-// through a read-only mount and holds the only API credentials of
+// metrics, /healthz and /readyz. It runs unprivileged, reads every store
+// registered on the node through the host's / mounted read-only, and holds the only API credentials of
 // netns-pin on the node. The CNI plugin never links it (client-go stays
 // out of every pod's ADD and DEL).
 package main
@@ -17,8 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -42,17 +42,12 @@ func main() { os.Exit(run(os.Args[1:])) }
 func run(argv []string) int {
 	fs := flag.NewFlagSet("netns-pin-agent", flag.ContinueOnError)
 	node := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
-	confPath := fs.String("conf", "", "the network's conflist or NAD config JSON: its stateDir and pinDir, and its holder namespaces (holders[].podNamespace, cniArgsNamespaces) when --holder-namespaces is not given")
-	paths := map[string]string{}
-	for _, ps := range conf.PathSettings[:2] { // pin-dir, state-dir
-		fs.Func(ps.Flag, ps.Key+" (default "+ps.Default+")", func(v string) error { paths[ps.Key] = v; return nil })
-	}
-	statusDir := fs.String("status-dir", "", "writable folder for status.json, read by `netns-pin check` (default: <stateDir>-agent; \"-\" none)")
-	nsList := fs.String("holder-namespaces", "", "comma-separated namespaces of holder pods (the agent watches and patches pods there only)")
+	hostRoot := fs.String("host-root", "/host", "where the host's / is mounted (read only): the agent reads every store registered in <host-root>"+netnsstore.DefaultRegistryDir)
+	statusDir := fs.String("status-dir", conf.DefaultStateDir+"-agent", "writable folder for status.json, read by `netns-pin check` (\"-\" none)")
 	listen := fs.String("listen-address", ":9853", "serve /metrics, /healthz and /readyz here")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, the pod's ServiceAccount)")
-	interval := fs.Duration("interval", 2*time.Second, "time between reads of the store (pod changes are seen at once)")
-	storeOnly := fs.Bool("store-only", false, "no API: serve the store's metrics only (no finalizers, no Events), where the API side runs elsewhere or not at all")
+	interval := fs.Duration("interval", 2*time.Second, "time between reads of the stores (pod changes are seen at once)")
+	storeOnly := fs.Bool("store-only", false, "no API: serve the stores' metrics only (no finalizers, no Events), where the API side runs elsewhere or not at all")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(argv); err != nil {
 		return 2
@@ -62,12 +57,6 @@ func run(argv []string) int {
 		return 0
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "agent")
-	c, err := conf.LoadFile(*confPath, paths)
-	if err != nil {
-		log.Error("configuration", "error", err)
-		return 2
-	}
-	namespaces := holderNamespaces(*nsList, c)
 	switch {
 	case fs.NArg() > 0:
 		fmt.Fprintln(os.Stderr, "netns-pin-agent: no arguments expected:", fs.Args())
@@ -75,25 +64,21 @@ func run(argv []string) int {
 	case *node == "" && !*storeOnly:
 		fmt.Fprintln(os.Stderr, "netns-pin-agent: --node-name (or NODE_NAME) is required")
 		return 2
-	case len(namespaces) == 0 && !*storeOnly:
-		fmt.Fprintln(os.Stderr, "netns-pin-agent: no holder namespace: give --holder-namespaces, or --conf with holders or cniArgsNamespaces")
-		return 2
 	case *interval <= 0:
 		fmt.Fprintln(os.Stderr, "netns-pin-agent: --interval must be positive")
 		return 2
+	case !filepath.IsAbs(*hostRoot):
+		fmt.Fprintln(os.Stderr, "netns-pin-agent: --host-root must be an absolute path")
+		return 2
 	}
 	sd := *statusDir
-	switch sd {
-	case "":
-		sd = strings.TrimSuffix(c.StateDir, "/") + "-agent"
-	case "-":
+	if sd == "-" {
 		sd = ""
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	m := agent.NewMetrics()
 	var client kubernetes.Interface
-	var recorder record.EventRecorder
 	if !*storeOnly {
 		rc, err := restConfig(*kubeconfig)
 		if err != nil {
@@ -107,18 +92,18 @@ func run(argv []string) int {
 			return 1
 		}
 		client = cs
-		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-		defer broadcaster.Shutdown()
-		recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netns-pin-agent", Host: *node})
 	}
-
-	flags := c.Flags()
 	a := agent.New(agent.Config{
-		NodeName: *node, StateDir: c.StateDir, StatusDir: sd, Namespaces: namespaces, Interval: *interval,
-		Client: client, Recorder: recorder, Metrics: m, Log: log, Version: Version,
-		Tracker: &agent.Tracker{InUseCommand: func(att string) string { return "netns-pin" + flags + " inuse " + att }},
+		NodeName: *node, HostRoot: *hostRoot, StatusDir: sd, Interval: *interval,
+		Client: client, Metrics: m, Log: log, Version: Version,
+		Tracker: &agent.Tracker{InUseCommand: inUseCommand},
 	})
+	if cs, ok := client.(*kubernetes.Clientset); ok {
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartRecordingToSink(a.EventSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")}))
+		defer broadcaster.Shutdown()
+		a.UseRecorder(broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netns-pin-agent", Host: *node}))
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Error("listen", "address", *listen, "error", err)
@@ -138,26 +123,16 @@ func run(argv []string) int {
 	return 0
 }
 
-func holderNamespaces(list string, c *conf.Config) []string {
-	var out []string
-	add := func(ns string) {
-		if ns = strings.TrimSpace(ns); ns != "" && !slices.Contains(out, ns) {
-			out = append(out, ns)
+// inUseCommand is the command that lists what uses a pin of a store, with
+// the store's folders when they are not the defaults.
+func inUseCommand(stateDir, pinDir, attachment string) string {
+	c := conf.Config{StateDir: stateDir, PinDir: pinDir}
+	for _, ps := range conf.PathSettings {
+		if *ps.Field(&c) == "" {
+			*ps.Field(&c) = ps.Default
 		}
 	}
-	if list != "" {
-		for _, ns := range strings.Split(list, ",") {
-			add(ns)
-		}
-		return out
-	}
-	for _, h := range c.Holders {
-		add(h.PodNamespace)
-	}
-	for _, ns := range c.CNIArgsNamespaces {
-		add(ns)
-	}
-	return out
+	return "netns-pin" + c.Flags() + " inuse " + attachment
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
