@@ -63,7 +63,7 @@ func loadManifests(t *testing.T) []object {
 }
 
 // clusterScoped are the kinds of deploy/ that have no namespace.
-var clusterScoped = map[string]bool{"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+var clusterScoped = map[string]bool{"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true, "ClusterRole": true, "ClusterRoleBinding": true}
 
 // inFile is the object of kind ("": of any kind) in the manifest file; the
 // test fails when there is none.
@@ -120,7 +120,9 @@ func TestManifestsParse(t *testing.T) {
 	}
 	assert.Equal(t, 4, kinds["DaemonSet"], "installer, agent and holder DaemonSets, the Multus thick patch")
 	assert.Equal(t, 1, kinds["ServiceAccount"], "the agent's")
-	assert.Equal(t, 1, kinds["Role"], "the agent's, in the holder namespace")
+	assert.Equal(t, 0, kinds["Role"], "the agent's rights are one ClusterRole: holders run in any namespace")
+	assert.Equal(t, 1, kinds["ClusterRole"], "the agent's")
+	assert.Equal(t, 1, kinds["ClusterRoleBinding"], "the agent's")
 	assert.Equal(t, 2, kinds["NetworkAttachmentDefinition"], "ceph-public and its Rook-links variant")
 	assert.Equal(t, 1, kinds["ConfigMap"], "ceph-csi config")
 }
@@ -383,23 +385,33 @@ func TestAgentDaemonSet(t *testing.T) {
 	assert.Equal(t, "/healthz", str(c, "livenessProbe", "httpGet", "path"))
 	assert.Equal(t, "/readyz", str(c, "readinessProbe", "httpGet", "path"))
 	mounts, _ := c["volumeMounts"].([]any)
-	var stateRO bool
+	var hostRO bool
 	for _, m := range mounts {
-		if str(m, "mountPath") == conf.DefaultStateDir {
-			stateRO = get(m, "readOnly") == true
+		if str(m, "mountPath") == "/host" {
+			hostRO = get(m, "readOnly") == true && str(m, "mountPropagation") == "HostToContainer"
 		}
 	}
-	assert.True(t, stateRO, "stateDir is mounted read-only")
+	assert.True(t, hostRO, "the host's / is mounted read-only at /host, HostToContainer")
+	var hostRoot string
+	for _, v := range get(spec, "volumes").([]any) {
+		if str(v, "name") == "host" {
+			hostRoot = str(v, "hostPath", "path")
+		}
+	}
+	assert.Equal(t, "/", hostRoot)
 	cmd, _ := c["command"].([]any)
-	assert.Contains(t, cmd, "--holder-namespaces=rook-ceph")
+	assert.Contains(t, cmd, "--host-root=/host")
+	for _, a := range cmd {
+		assert.NotContains(t, a, "--holder-namespaces", "no hard-coded namespace")
+		assert.NotContains(t, a, "--state-dir", "every registered store is read")
+	}
 	ports, _ := c["ports"].([]any)
 	require.Len(t, ports, 1)
 	assert.Equal(t, "metrics", str(ports[0], "name"))
 
 	sa := inFile(t, objs, "ServiceAccount", "agent-daemonset.yaml")
 	assert.Equal(t, "netns-pin-agent", sa.name())
-	role := inFile(t, objs, "Role", "rbac.yaml")
-	assert.Equal(t, "rook-ceph", role.namespace())
+	role := inFile(t, objs, "ClusterRole", "rbac.yaml")
 	rules, _ := get(role.raw, "rules").([]any)
 	verbs := map[string][]any{}
 	for _, r := range rules {
@@ -410,7 +422,9 @@ func TestAgentDaemonSet(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string][]any{"pods": {"get", "list", "watch", "patch"}, "events": {"create", "patch"}}, verbs, "least rights")
-	rb := inFile(t, objs, "RoleBinding", "rbac.yaml")
+	rb := inFile(t, objs, "ClusterRoleBinding", "rbac.yaml")
+	assert.Equal(t, role.name(), str(rb.raw, "roleRef", "name"))
+	assert.Equal(t, "ClusterRole", str(rb.raw, "roleRef", "kind"))
 	subjects, _ := get(rb.raw, "subjects").([]any)
 	require.Len(t, subjects, 1)
 	assert.Equal(t, sa.name(), str(subjects[0], "name"))
@@ -419,8 +433,21 @@ func TestAgentDaemonSet(t *testing.T) {
 	conds, _ := get(vap.raw, "spec", "matchConditions").([]any)
 	require.Len(t, conds, 1)
 	assert.Contains(t, str(conds[0], "expression"), "system:serviceaccount:"+sa.namespace()+":"+sa.name())
+	// The policy covers every namespace: no namespaceSelector narrows it.
+	assert.Nil(t, get(vap.raw, "spec", "matchConstraints", "namespaceSelector"), "the node policy covers the pods of every namespace")
 	b := inFile(t, objs, "ValidatingAdmissionPolicyBinding", "validating-admission-policy.yaml")
 	assert.Equal(t, vap.name(), str(b.raw, "spec", "policyName"))
+	assert.Nil(t, get(b.raw, "spec", "matchResources"), "the binding covers every namespace")
+}
+
+// Every DaemonSet runs on Linux nodes only.
+func TestDaemonSetsOnLinux(t *testing.T) {
+	for _, o := range loadManifests(t) {
+		if o.kind() != "DaemonSet" || o.file == "multus-thick-patch.yaml" {
+			continue
+		}
+		assert.Equal(t, "linux", str(podSpec(o), "nodeSelector", "kubernetes.io/os"), "%s", o)
+	}
 }
 
 // kubectl apply -k deploy/ installs the installer, the storage network and
@@ -500,9 +527,11 @@ func TestMonitoring(t *testing.T) {
 		assert.NotEmpty(t, str(r, "annotations", "description"), "%s says what to do", str(r, "alert"))
 	}
 	for name, metric := range map[string]string{
-		"NetnsPinDrainingTooLong":    "netns_pin_oldest_draining_seconds",
-		"NetnsPinSweeperNotSweeping": "netns_pin_last_sweep_timestamp_seconds",
-		"NetnsPinRefusalsRising":     "netns_pin_refusals_total",
+		"NetnsPinDrainingTooLong":              "netns_pin_oldest_draining_seconds",
+		"NetnsPinSweeperNotSweeping":           "netns_pin_last_sweep_timestamp_seconds",
+		"NetnsPinRefusalsRising":               "netns_pin_refusals_total",
+		"NetnsPinAgentNotReady":                "netns_pin_agent_ready",
+		"NetnsPinLiftBlockedByUnreadableStore": "netns_pin_agent_stores_unreadable",
 	} {
 		assert.Contains(t, alerts[name], metric, "alert %s", name)
 	}

@@ -52,6 +52,11 @@ func sweepLoop(ctx context.Context, c *conf.Config, interval time.Duration, once
 		log.Info("sweeper started", "interval", interval.String(), "pinDir", c.PinDir, "stateDir", c.StateDir)
 	}
 	defer log.Info("sweeper stopped")
+	// The registry folder exists on every node with a sweeper: the agent
+	// tells a node without stores from a wrong host root by it.
+	if err := netnsstore.MakeRegistry(netnsstore.RegistryDir()); err != nil {
+		log.Error("sweep: make the store registry", "error", err)
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	status := netnsstore.SweepStatus{PID: os.Getpid(), Version: Version, Started: time.Now().UTC(), Interval: interval}

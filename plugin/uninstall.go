@@ -143,6 +143,12 @@ func uninstall(c *conf.Config, cniBinDir string, dryRun bool) (*uninstallReport,
 		if err := remove(p); err != nil {
 			return nil, fmt.Errorf("remove %s: %w", p, err)
 		}
+		if p == c.StateDir {
+			// Only a store really removed leaves the registry.
+			if err := netnsstore.Unregister(netnsstore.RegistryDir(), c.StateDir); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return rep, nil
 }

@@ -163,15 +163,14 @@ func (s *suite) startAgent(t *testing.T, sn *storageNet, node string) *nodeAgent
 	require.NoError(t, host.CheckExecutable(bin), "run `make build`")
 	kc, err := s.api.nodeAgentKubeconfig(s.repo, node)
 	require.NoError(t, err)
-	conf := filepath.Join(sn.dir, "agent-nad.json")
-	require.NoError(t, os.WriteFile(conf, sn.conflist, 0o644))
 	a := &nodeAgent{node: node, log: filepath.Join(sn.dir, "agent.log")}
 	logf, err := os.Create(a.log)
 	require.NoError(t, err)
 	defer logf.Close()
-	// As deploy/agent-daemonset.yaml runs it, with the test's paths and a
-	// shorter interval between reads of the store (default 2 s).
-	cmd := exec.Command(bin, "--conf", conf, "--kubeconfig", kc, "--holder-namespaces", nadNamespace,
+	// As deploy/agent-daemonset.yaml runs it, on the host's own root (it
+	// reads every store registered there, the network's among them) and a
+	// shorter interval between reads of the stores (default 2 s).
+	cmd := exec.Command(bin, "--host-root", "/", "--kubeconfig", kc,
 		"--listen-address", "127.0.0.1:0", "--status-dir", "-", "--interval", "200ms")
 	cmd.Env = append(os.Environ(), "NODE_NAME="+node)
 	cmd.Stdout, cmd.Stderr = logf, logf
