@@ -24,6 +24,8 @@ type agentStatus struct {
 	Heartbeat  time.Time     `json:"heartbeat"`
 	APIError   string        `json:"apiError"`
 	Blocked    string        `json:"blocked"`
+	Refused    []string      `json:"refused"`
+	Unreadable []string      `json:"unreadableStores"`
 	Stopped    time.Time     `json:"stopped"`
 	Finalizers []struct {
 		Namespace, Name, UID string
@@ -76,6 +78,16 @@ func (c *checker) agent() {
 	case down:
 		c.r.add(Finding{Check: "agent", Level: Warning, Where: where, What: fmt.Sprintf("no node agent runs (last seen %s ago)", human.Age(age)),
 			Fix: "check the netns-pin-agent pod on this node"})
+	case len(st.Refused) > 0:
+		// A refusal is no "next pass": nothing is lifted until RBAC or
+		// the admission policy lets the agent.
+		c.r.add(Finding{Check: "agent", Level: Error, Where: where,
+			What: "the API refuses the node agent: " + strings.Join(st.Refused, "; "),
+			Fix:  "give the agent's ServiceAccount what deploy/rbac.yaml gives it, and check deploy/validating-admission-policy.yaml"})
+	case len(st.Unreadable) > 0:
+		c.r.add(Finding{Check: "agent", Level: Error, Where: where,
+			What: "the node agent cannot read a registered store, and lifts no finalizer: " + strings.Join(st.Unreadable, "; "),
+			Fix:  "repair the store, or unregister one removed by hand (netns-pin --state-dir <dir> uninstall, or its file in /var/lib/netns-pin/stores)"})
 	case len(waiting) > 0:
 		c.r.add(Finding{Check: "agent", Level: Warning, Where: where,
 			What: fmt.Sprintf("being deleted, carrying the finalizer without a pin (the agent lifts it at its next pass): %s", strings.Join(waiting, ", "))})

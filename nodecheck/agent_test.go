@@ -41,4 +41,14 @@ func TestAgentFinding(t *testing.T) {
 	f = run(stale)
 	assert.Equal(t, Error, f.Level, "a finalizer-carrying holder with no agent running")
 	assert.Contains(t, f.What, "no node agent runs")
+
+	// A refusal of the API is an error naming the verb, not "its next pass".
+	refused := `{"pid":7,"interval":2000000000,"heartbeat":"2026-01-01T11:59:59Z","refused":["patch pods: pods \"h-2\" is forbidden"],"finalizers":[{"namespace":"rook-ceph","name":"h-2","uid":"u2","deleting":true}]}`
+	f = run(refused)
+	assert.Equal(t, Error, f.Level)
+	assert.Contains(t, f.What, "patch pods")
+	unread := `{"pid":7,"interval":2000000000,"heartbeat":"2026-01-01T11:59:59Z","unreadableStores":["store /var/lib/x: permission denied"],"finalizers":[]}`
+	f = run(unread)
+	assert.Equal(t, Error, f.Level)
+	assert.Contains(t, f.What, "/var/lib/x")
 }
