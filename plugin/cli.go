@@ -105,7 +105,10 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "netns-pin: --metrics-address: the node's metrics are served by netns-pin-agent (deploy/agent-daemonset.yaml), not by the sweeper; drop the flag")
 			return 2
 		}
-		return runSweep(c, cf.interval, cf.once)
+		// Without a network's configuration or folders, every store the
+		// node registered is swept, whatever pinDir and stateDir it has.
+		all := g.conf == "" && !slices.ContainsFunc(slices.Collect(maps.Values(g.paths)), func(v string) bool { return v != "" })
+		return runSweep(c, cf.interval, cf.once, all)
 	case "check":
 		return runCheck(c, cf, g.json, stdout, stderr)
 	case "uninstall":

@@ -19,7 +19,7 @@ import (
 // logged as JSON lines (stderr or logFile), and its status is written to
 // stateDir for `netns-pin check`. On a node where nothing was pinned yet it
 // waits for the stateDir rather than create it.
-func runSweep(c *conf.Config, interval time.Duration, once bool) int {
+func runSweep(c *conf.Config, interval time.Duration, once, all bool) int {
 	log, closeLog := newLogger(c, "component", "sweep")
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -30,7 +30,13 @@ func runSweep(c *conf.Config, interval time.Duration, once bool) int {
 	// killed, which every step of the store survives (the next operation
 	// settles what it left, docs/design.md §10).
 	done := make(chan int, 1)
-	go func() { done <- sweepLoop(ctx, c, interval, once, log) }()
+	go func() {
+		if all {
+			done <- sweepAll(ctx, c, interval, once, log)
+			return
+		}
+		done <- sweepLoop(ctx, c, interval, once, log)
+	}()
 	select {
 	case code := <-done:
 		return code
@@ -104,6 +110,97 @@ func sweepLoop(ctx context.Context, c *conf.Config, interval time.Duration, once
 		}
 		if once {
 			if err != nil {
+				return 1
+			}
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-t.C:
+		}
+	}
+}
+
+// sweepAll is the sweeper of every store registered on the node: each
+// round sweeps each registered store as sweepLoop sweeps one, with c's
+// settings and the store's own pinDir and stateDir. A registration that
+// cannot be read fails the round (logged, exit 1 with --once).
+func sweepAll(ctx context.Context, c *conf.Config, interval time.Duration, once bool, log *slog.Logger) int {
+	if err := netnsstore.MakeRegistry(netnsstore.RegistryDir()); err != nil {
+		log.Error("sweep: make the store registry", "error", err)
+	}
+	log.Info("sweeper started for every registered store", "registry", netnsstore.RegistryDir(), "interval", interval.String(), "once", once)
+	defer log.Info("sweeper stopped")
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	type swept struct {
+		s      *netnsstore.Store
+		status netnsstore.SweepStatus
+	}
+	stores := map[string]*swept{}
+	defer func() {
+		for _, sw := range stores {
+			if !once {
+				sw.status.Stopped = time.Now().UTC()
+				if err := sw.s.WriteSweepStatus(sw.status); err != nil {
+					log.Warn("sweep: write the sweeper's status", "stateDir", sw.s.StateDir, "error", err)
+				}
+			}
+			sw.s.Close()
+		}
+	}()
+	for {
+		failed := false
+		regs, err := netnsstore.Registered(netnsstore.RegistryDir())
+		if err != nil {
+			log.Error("sweep: list the registered stores", "error", err)
+			failed = true
+		}
+		for _, reg := range regs {
+			if reg.Err != nil {
+				log.Error("sweep: a registered store cannot be read", "error", reg.Err)
+				failed = true
+				continue
+			}
+			sw := stores[reg.StateDir]
+			if sw == nil {
+				if _, err := os.Stat(reg.StateDir); errors.Is(err, os.ErrNotExist) {
+					continue // removed with its pinDir: nothing to sweep
+				}
+				sc := *c
+				sc.StateDir, sc.PinDir = reg.StateDir, reg.PinDir
+				s, err := openStore(&sc, log, netnsstore.BySweeper)
+				if err != nil {
+					log.Error("sweep: open the store", "stateDir", reg.StateDir, "error", err)
+					failed = true
+					continue
+				}
+				sw = &swept{s: s, status: netnsstore.SweepStatus{PID: os.Getpid(), Version: Version, Started: time.Now().UTC(), Interval: interval}}
+				if once {
+					sw.status.Interval = 0
+				}
+				stores[reg.StateDir] = sw
+			}
+			findings, err := sw.s.FinishAbandoned()
+			if err != nil {
+				log.Error("sweep round", "stateDir", reg.StateDir, "error", err)
+				failed = true
+			}
+			log.Debug("sweep round", "stateDir", reg.StateDir, "abandoned", len(findings))
+			sw.status.LastRound, sw.status.Finished, sw.status.Error = time.Now().UTC(), len(findings), ""
+			if err != nil {
+				sw.status.Error = err.Error()
+			}
+			if werr := sw.s.WriteSweepStatus(sw.status); werr != nil {
+				log.Warn("sweep: write the sweeper's status", "stateDir", reg.StateDir, "error", werr)
+			}
+			if ferr := sw.s.FoldEvents(eventsFoldOver); ferr != nil {
+				log.Warn("sweep: fold the events file", "stateDir", reg.StateDir, "error", ferr)
+			}
+		}
+		if once {
+			if failed {
 				return 1
 			}
 			return 0

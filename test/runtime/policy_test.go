@@ -84,11 +84,20 @@ func TestAgentNodePolicy(t *testing.T) {
 	denied(patch(kcNone, nadNamespace, mine, "strategic", lift), "may patch only pods of its node")
 	assert.ElementsMatch(t, []string{agent.Finalizer, other}, finalizers(nadNamespace, mine))
 
-	// Denied by RBAC: outside the holder namespaces, and any delete.
+	// A holder may run in any namespace: the agent lifts on its own
+	// node's pods in every one, and the policy covers every one.
 	r = patch(kcA, "default", outside, "strategic", lift)
-	require.Error(t, r.Err, "a pod outside the holder namespaces:\n%s", r)
-	// (kubectl patch reads the pod first: get is refused already)
-	assert.Regexp(t, `cannot (get|patch) resource "pods" in API group "" in the namespace "default"`, r.Stderr)
+	require.NoError(t, r.Err, "a pod of its node in another namespace:\n%s", r)
+	assert.Empty(t, finalizers("default", outside))
+	r = patch(kcA, "default", outside, "strategic", add)
+	require.NoError(t, r.Err, "%s", r)
+	elsewhere := "policy-elsewhere-" + host.RandHex(4)
+	t.Cleanup(func() { k.forgetPod("default", elsewhere) })
+	_, err = k.createPodObject(podObject{ns: "default", name: elsewhere, node: nodeB, finalizers: []string{agent.Finalizer}})
+	require.NoError(t, err)
+	denied(patch(kcA, "default", elsewhere, "strategic", lift), "may patch only pods of its node, not one of node "+nodeB)
+
+	// Denied by RBAC: any delete.
 	r = k.kubectlAs(kcA, nil, "-n", nadNamespace, "delete", "pod", mine, "--wait=false")
 	require.Error(t, r.Err, "delete:\n%s", r)
 	assert.Contains(t, r.Stderr, `cannot delete resource "pods"`)
