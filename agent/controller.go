@@ -85,14 +85,14 @@ func New(cfg Config) *Agent {
 	f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sel }))
 	inf := f.Core().V1().Pods()
-	_ = inf.Informer().SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+	_ = inf.Informer().SetWatchErrorHandler(func(r *cache.Reflector, err error) {
 		verb := "list"
 		if strings.Contains(err.Error(), "cannot watch") || !strings.Contains(err.Error(), "list") {
 			verb = "watch"
 		}
 		a.apiError("watch", verb, "pods", nil, err)
 		a.setAPIErr(fmt.Errorf("%s pods of node %s: %w", verb, cfg.NodeName, err))
-		cache.DefaultWatchErrorHandler(context.Background(), nil, err)
+		cache.DefaultWatchErrorHandler(context.Background(), r, err)
 	})
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { a.poke() },
