@@ -63,7 +63,8 @@ func loadManifests(t *testing.T) []object {
 }
 
 // clusterScoped are the kinds of deploy/ that have no namespace.
-var clusterScoped = map[string]bool{"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+var clusterScoped = map[string]bool{"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
+	"ClusterRole": true, "ClusterRoleBinding": true}
 
 // inFile is the object of kind ("": of any kind) in the manifest file; the
 // test fails when there is none.
@@ -119,8 +120,11 @@ func TestManifestsParse(t *testing.T) {
 		kinds[o.kind()]++
 	}
 	assert.Equal(t, 4, kinds["DaemonSet"], "installer, agent and holder DaemonSets, the Multus thick patch")
-	assert.Equal(t, 1, kinds["ServiceAccount"], "the agent's")
-	assert.Equal(t, 1, kinds["Role"], "the agent's, in the holder namespace")
+	assert.Equal(t, 2, kinds["ServiceAccount"], "the agent's and the controller's")
+	assert.Equal(t, 2, kinds["Role"], "the agent's, in the holder namespace, and the controller's Lease")
+	assert.Equal(t, 1, kinds["Deployment"], "the controller")
+	assert.Equal(t, 1, kinds["ClusterRole"], "the controller's")
+	assert.Equal(t, 2, kinds["ValidatingAdmissionPolicy"], "the agent's own node, the controller's lift only")
 	assert.Equal(t, 2, kinds["NetworkAttachmentDefinition"], "ceph-public and its Rook-links variant")
 	assert.Equal(t, 1, kinds["ConfigMap"], "ceph-csi config")
 }
