@@ -123,7 +123,7 @@ func TestImageReproducible(t *testing.T) {
 		assert.Equal(t, "application/vnd.oci.image.layer.v1.tar+gzip", manifest.Layers[0].MediaType)
 		files := layerFiles(t, blobs[manifest.Layers[0].Digest], epoch)
 		binDir := filepath.Join(a, "bin", "linux-"+m.Platform.Architecture)
-		assert.Equal(t, []string{"netns-pin", "netns-pin-agent"}, sortedNames(files), "only the static binaries, no shell")
+		assert.Equal(t, []string{"netns-pin", "netns-pin-agent", "netns-pin-controller"}, sortedNames(files), "only the static binaries, no shell")
 		for name, data := range files {
 			built, err := os.ReadFile(filepath.Join(binDir, name))
 			require.NoError(t, err)

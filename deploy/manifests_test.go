@@ -119,10 +119,12 @@ func TestManifestsParse(t *testing.T) {
 		kinds[o.kind()]++
 	}
 	assert.Equal(t, 4, kinds["DaemonSet"], "installer, agent and holder DaemonSets, the Multus thick patch")
-	assert.Equal(t, 1, kinds["ServiceAccount"], "the agent's")
-	assert.Equal(t, 0, kinds["Role"], "the agent's rights are one ClusterRole: holders run in any namespace")
-	assert.Equal(t, 1, kinds["ClusterRole"], "the agent's")
-	assert.Equal(t, 1, kinds["ClusterRoleBinding"], "the agent's")
+	assert.Equal(t, 2, kinds["ServiceAccount"], "the agent's and the controller's")
+	assert.Equal(t, 1, kinds["Role"], "the controller's Lease; the agent's rights are one ClusterRole: holders run in any namespace")
+	assert.Equal(t, 2, kinds["ClusterRole"], "the agent's and the controller's")
+	assert.Equal(t, 2, kinds["ClusterRoleBinding"], "the agent's and the controller's")
+	assert.Equal(t, 1, kinds["Deployment"], "the controller")
+	assert.Equal(t, 2, kinds["ValidatingAdmissionPolicy"], "the agent's own node, the controller's lift only")
 	assert.Equal(t, 2, kinds["NetworkAttachmentDefinition"], "ceph-public and its Rook-links variant")
 	assert.Equal(t, 1, kinds["ConfigMap"], "ceph-csi config")
 }

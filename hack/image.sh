@@ -23,7 +23,8 @@
 #   IMAGE_NAME       repository of the reference written into the archive
 #                    (default registry.example.org/netns-pin, deploy/'s)
 #   IMAGE_BINS       what goes into the image, NAME=PACKAGE[:TAGS] words
-#                    (default: netns-pin=./plugin netns-pin-agent=./cmd/netns-pin-agent);
+#                    (default: netns-pin=./plugin netns-pin-agent=./cmd/netns-pin-agent
+#                    netns-pin-controller=./cmd/netns-pin-controller);
 #                    one more binary is one more word
 #   IMAGE_PLATFORMS  default: linux/amd64 linux/arm64
 set -euo pipefail
@@ -31,7 +32,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 IMAGE_DIR="${IMAGE_DIR:-${ROOT}/.cache/image}"
 IMAGE_NAME="${IMAGE_NAME:-registry.example.org/netns-pin}"
-IMAGE_BINS="${IMAGE_BINS:-netns-pin=./plugin netns-pin-agent=./cmd/netns-pin-agent}"
+IMAGE_BINS="${IMAGE_BINS:-netns-pin=./plugin netns-pin-agent=./cmd/netns-pin-agent netns-pin-controller=./cmd/netns-pin-controller}"
 IMAGE_PLATFORMS="${IMAGE_PLATFORMS:-linux/amd64 linux/arm64}"
 
 LOG_PREFIX="image"

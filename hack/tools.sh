@@ -11,8 +11,9 @@
 #   tools     pinned cnitool and reference CNI plugins, built from the Go module
 #             proxy into .cache/ (skipped when the stamp for that version exists).
 #   plugin    go build ./plugin -> bin/netns-pin (copied to .cache/cni/bin/) and
-#             ./cmd/netns-pin-agent -> bin/netns-pin-agent (the node agent), both
-#             stamped with hack/version.sh.
+#             ./cmd/netns-pin-agent -> bin/netns-pin-agent (the node agent) and
+#             ./cmd/netns-pin-controller -> bin/netns-pin-controller (the cluster
+#             controller), all stamped with hack/version.sh.
 #   all       packages + tools + plugin (the default).
 #   env       print the variables the e2e suite reads (eval-able).
 #
@@ -153,12 +154,14 @@ install_tools() {
 build_plugin() {
 	ensure_go
 	mkdir -p "${ROOT}/bin" "${CNI_BIN_DIR}"
-	log "go build ./plugin -> bin/netns-pin and .cache/cni/bin/netns-pin; ./cmd/netns-pin-agent -> bin/netns-pin-agent"
+	log "go build ./plugin -> bin/netns-pin and .cache/cni/bin/netns-pin; ./cmd/netns-pin-agent -> bin/netns-pin-agent; ./cmd/netns-pin-controller -> bin/netns-pin-controller"
 	local ldflags
 	ldflags="$("${ROOT}/hack/version.sh" ldflags)"
 	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/netns-pin ./plugin)
 	# the node agent (client-go, Prometheus): its own program, no CNI plugin
 	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/netns-pin-agent ./cmd/netns-pin-agent)
+	# the cluster controller (client-go): its own program too
+	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/netns-pin-controller ./cmd/netns-pin-controller)
 	# copy + rename so that a running test never sees a half-written binary
 	cp -f "${ROOT}/bin/netns-pin" "${CNI_BIN_DIR}/.netns-pin.tmp"
 	mv -f "${CNI_BIN_DIR}/.netns-pin.tmp" "${CNI_BIN_DIR}/netns-pin"

@@ -16,7 +16,7 @@ func TestPluginLinksNoAPIClient(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	for _, dep := range strings.Fields(string(out)) {
-		for _, banned := range []string{"k8s.io/", "sigs.k8s.io/", "github.com/prometheus/", "github.com/netns-pin/netns-pin/agent"} {
+		for _, banned := range []string{"k8s.io/", "sigs.k8s.io/", "github.com/prometheus/", "github.com/netns-pin/netns-pin/agent", "github.com/netns-pin/netns-pin/controller"} {
 			if strings.HasPrefix(dep, banned) {
 				t.Errorf("the CNI plugin links %s", dep)
 			}

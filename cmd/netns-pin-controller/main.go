@@ -1,0 +1,130 @@
+// netns-pin-controller is netns-pin's cluster controller (docs/design.md,
+// "The cluster controller: nodes that go away"): it lifts the finalizer
+// netns-pin.io/pin of holder pods being deleted whose node is gone (no
+// Node object for the quarantine, 40 s) or tainted
+// node.kubernetes.io/out-of-service and not Ready, with an Event saying
+// why; a node only NotReady or Unknown keeps every finalizer. Replicas
+// elect a leader through a Lease; only the leader acts. It serves its
+// metrics, /healthz and /readyz. The CNI plugin never links it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netns-pin/netns-pin/controller"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(argv []string) int {
+	fs := flag.NewFlagSet("netns-pin-controller", flag.ContinueOnError)
+	host, _ := os.Hostname()
+	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's identity in the leader Lease (default $POD_NAME, from the downward API, else the host name)")
+	leaseNS := fs.String("lease-namespace", envOr("POD_NAMESPACE", "kube-system"), "namespace of the leader Lease (default $POD_NAMESPACE, else kube-system)")
+	leaseName := fs.String("lease-name", "netns-pin-controller", "name of the leader Lease")
+	leaseDuration := fs.Duration("lease-duration", 15*time.Second, "how long a Lease not renewed keeps others from leading")
+	renewDeadline := fs.Duration("renew-deadline", 10*time.Second, "how long the leader tries to renew before it stops leading")
+	retryPeriod := fs.Duration("retry-period", 2*time.Second, "time between tries to take or renew the Lease")
+	quarantine := fs.Duration("quarantine", controller.DefaultQuarantine, "how long a Node object must be gone before its holders are let go (the pod GC's quarantine of orphaned pods)")
+	interval := fs.Duration("interval", 30*time.Second, "a pass at least this often (pod and node changes are seen at once)")
+	listen := fs.String("listen-address", ":9854", "serve /metrics, /healthz and /readyz here")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, the pod's ServiceAccount)")
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(argv); err != nil {
+		return 2
+	}
+	if *version {
+		fmt.Println("netns-pin-controller", Version)
+		return 0
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintln(os.Stderr, "netns-pin-controller: no arguments expected:", fs.Args())
+		return 2
+	case *identity == "":
+		fmt.Fprintln(os.Stderr, "netns-pin-controller: --identity (or POD_NAME) is required")
+		return 2
+	case *quarantine < 0 || *interval <= 0:
+		fmt.Fprintln(os.Stderr, "netns-pin-controller: --quarantine must not be negative and --interval must be positive")
+		return 2
+	case *retryPeriod <= 0 || *renewDeadline <= *retryPeriod || *leaseDuration <= *renewDeadline:
+		fmt.Fprintln(os.Stderr, "netns-pin-controller: want --lease-duration > --renew-deadline > --retry-period > 0")
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "controller")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	rc, err := restConfig(*kubeconfig)
+	if err != nil {
+		log.Error("API client", "error", err)
+		return 1
+	}
+	rc.UserAgent = "netns-pin-controller/" + Version
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		log.Error("API client", "error", err)
+		return 1
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netns-pin-controller", Host: *identity})
+
+	m := controller.NewMetrics()
+	c := controller.New(controller.Config{
+		Client: cs, Recorder: recorder, Metrics: m, Log: log, Quarantine: *quarantine, Interval: *interval,
+		LeaseNamespace: *leaseNS, LeaseName: *leaseName, Identity: *identity,
+		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
+	})
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Error("listen", "address", *listen, "error", err)
+		return 1
+	}
+	served := make(chan error, 1)
+	go func() { served <- controller.Serve(ctx, ln, c, m, log) }()
+	fmt.Fprintf(os.Stderr, "netns-pin-controller: serving metrics at http://%s/metrics\n", ln.Addr())
+	runErr := c.Run(ctx)
+	stop()
+	if err := errors.Join(runErr, <-served); err != nil {
+		log.Error("controller stopped", "error", err)
+		return 1
+	}
+	log.Info("controller stopped")
+	return 0
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return rest.InClusterConfig()
+}
