@@ -125,12 +125,16 @@ image:
 # ceph-fuse client under live I/O, side by side with a Rook-style holder.
 # make demo DEMO=kube: a holder DaemonSet rollout on a real one-node
 # Kubernetes (hack/kube/up.sh), in kubectl's own output.
+# make demo DEMO=nodeplugin: a CSI node plugin as its own holder (links: [],
+# deploy/nodeplugin/) rolled while the client it made keeps working.
 demo:
 ifeq ($(DEMO),ceph)
 	@$(MAKE) --no-print-directory tools build
 	@$(E2E_ENV) hack/ceph/demo.sh
 else ifeq ($(DEMO),kube)
 	@hack/kube/demo.sh
+else ifeq ($(DEMO),nodeplugin)
+	@hack/kube/demo-nodeplugin.sh
 else
 	@hack/demo.sh
 endif

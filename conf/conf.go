@@ -182,7 +182,12 @@ func (c *Config) Flags() string {
 func (c *Config) applyDefaults() {
 	setDefault(&c.PinDir, DefaultPinDir)
 	setDefault(&c.StateDir, DefaultStateDir)
-	if len(c.Links) == 0 {
+	// A missing (or null) links is the default link; an empty list is no
+	// link at all: a holder nothing reaches by path, such as a CSI node
+	// plugin that makes its kernel clients in its own netns
+	// (docs/design.md §3). The decoder keeps the two apart: "[]" gives an
+	// empty, non-nil list.
+	if c.Links == nil {
 		c.Links = []string{DefaultLink}
 	}
 	if len(c.CacheDirs) == 0 {

@@ -26,12 +26,13 @@ var scenarios = []struct{ key, subtest string }{
 	{"cephfs", "3-cephfs-kernel-mounts"},
 	{"secure", "5-msgr2-secure-mode"},
 	{"ipv6", "6-ipv6-storage-network"},
+	{"nodeplugin", "8-node-plugin-as-its-own-holder"},
 	{"rook-style", "4-rook-style-side-by-side"},
 	{"parsers", "7-parsers-read-the-kernels-files"},
 }
 
 // images are the rbd images the guest maps, one (or two) per scenario.
-var imageKeys = []string{"krbd", "holder-replace", "holder-replace-2", "secure", "rook-style"}
+var imageKeys = []string{"krbd", "holder-replace", "holder-replace-2", "secure", "rook-style", "nodeplugin", "nodeplugin-2"}
 
 const (
 	guestTimeout = 7 * time.Minute

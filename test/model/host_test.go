@@ -41,9 +41,17 @@ const (
 	clusterName = "ceph"
 )
 
-var clusterNamespaces = []string{"ceph-a", "ceph-b", "ceph-c"}
+var clusterNamespaces = []string{"ceph-a", "ceph-b", "ceph-c", linklessNamespace}
+
+// linklessNamespace is a cluster whose holders are pinned with "links": []
+// (docs/design.md §3): a CSI node plugin as its own holder, whose clients
+// are made inside its pod's netns, which no path leads to.
+const linklessNamespace = "ceph-np"
 
 func clusterOf(i int) string { return clusterNamespaces[i] + "/" + clusterName }
+
+// linkless tells the clusters whose holders have no link.
+func linkless(i int) bool { return clusterNamespaces[i] == linklessNamespace }
 
 // repoRoot is the module root, two levels above this package.
 func repoRoot(t *testing.T) string {
@@ -161,8 +169,11 @@ func (e *env) writeBootID(n int) {
 	require.NoError(e.t, os.WriteFile(e.bootIDFile, []byte(id+"\n"), 0o644))
 }
 
-// links are the well-known paths of cluster i.
+// links are the well-known paths of cluster i (none for a linkless one).
 func (e *env) links(i int) []string {
+	if linkless(i) {
+		return nil
+	}
 	return []string{
 		filepath.Join(e.pinDir, clusterNamespaces[i], clusterName+".net"),
 		filepath.Join(e.rookDir, clusterNamespaces[i]+".net.ns"),

@@ -89,8 +89,12 @@ func (h *holder) String() string {
 }
 
 func (h *holder) call(verb string) cniCall {
-	return cniCall{verb: verb, containerID: h.cid, netnsPath: h.netnsPath, podNS: h.podNS, podName: h.podName,
+	c := cniCall{verb: verb, containerID: h.cid, netnsPath: h.netnsPath, podNS: h.podNS, podName: h.podName,
 		podUID: h.podUID, claim: h.claim, prevIPs: h.ips}
+	if linkless(h.cluster) {
+		c.entry = map[string]any{"links": []string{}}
+	}
+	return c
 }
 
 // client is a Ceph client (or any process) that uses a holder's netns.

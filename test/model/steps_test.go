@@ -164,8 +164,10 @@ var stepTable = []stepDef{
 		if len(d.clients) >= maxClients {
 			return false
 		}
-		cl := d.rng.IntN(len(clusterNamespaces))
-		link := pick(d, d.e.links(cl))
+		link := d.clientPath(d.rng.IntN(len(clusterNamespaces)))
+		if link == "" {
+			return false
+		}
 		p := startProc(d.t, link)
 		if p == nil {
 			d.logf("nsenter --net=%s: no netns there", link)
@@ -821,7 +823,10 @@ func (d *driver) delMovedConfig() bool {
 	}
 	h := pick(d, hs)
 	c := h.call("DEL")
-	c.entry = map[string]any{"stateDir": d.e.wrongStateDir}
+	if c.entry == nil {
+		c.entry = map[string]any{}
+	}
+	c.entry["stateDir"] = d.e.wrongStateDir
 	what := "stateDir"
 	if d.rng.IntN(2) == 0 {
 		c.entry["pinDir"], what = d.e.wrongPinDir, "pinDir and stateDir"
@@ -942,8 +947,10 @@ func (d *driver) kernelClient(kind string) bool {
 	if len(d.clients) >= maxClients {
 		return false
 	}
-	cl := d.rng.IntN(len(clusterNamespaces))
-	link := pick(d, d.e.links(cl))
+	link := d.clientPath(d.rng.IntN(len(clusterNamespaces)))
+	if link == "" {
+		return false
+	}
 	id, err := host.NSIDOf(link)
 	if err != nil {
 		d.logf("%s through %s: no netns there", kind, link)
@@ -969,6 +976,26 @@ func (d *driver) kernelClient(kind string) bool {
 	d.clients = append(d.clients, c)
 	d.logf("%s through %s: %s", kind, link, c)
 	return true
+}
+
+// clientPath is where a new client of cluster cl enters its netns: one of
+// the cluster's links, as ceph-csi's nsenter; for a linkless cluster the
+// netns of one of its running, pinned holder pods, as a node plugin makes
+// its clients in its own netns ("" when there is none). A link leads only
+// to a pin; the node plugin's own netns is pinned from its ADD until its
+// DEL, unless an operator released the pin of the running pod by hand,
+// after which nothing protects the clients it makes (docs/operating.md).
+func (d *driver) clientPath(cl int) string {
+	if links := d.e.links(cl); len(links) > 0 {
+		return pick(d, links)
+	}
+	hs := d.filter(func(h *holder) bool {
+		return h.cluster == cl && h.rt == rtRunning && h.pin == pinActive && !h.uncertain && !h.unmounted
+	})
+	if len(hs) == 0 {
+		return ""
+	}
+	return pick(d, hs).netnsPath
 }
 
 func (d *driver) clientLeaves(kind string) bool {

@@ -134,6 +134,7 @@ var scenarios = map[string]func(*S){
 	"secure":         scenarioSecure,
 	"ipv6":           scenarioIPv6,
 	"parsers":        scenarioParsers,
+	"nodeplugin":     scenarioNodePlugin,
 }
 
 // S is a running scenario: its log, its failures and its cleanups.

@@ -5,6 +5,7 @@ package main
 // fails leaves the next ones alone.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -365,4 +366,132 @@ func scenarioParsers(s *S) {
 	})
 	s.mustOK(err, "walk the capture")
 	s.step("captured the kernel's files (kernel %s) in out/capture; no secret in them", strings.TrimSpace(string(r)))
+}
+
+// 8. The node plugin as its own holder (docs/operating.md, "Two modes"):
+// a chain whose netns-pin entry has "links": [] and a rule for
+// csi-rbdplugin-* pods. The clients are made from inside the plugin pod's
+// netns by a process that then exits (the rbd sysfs write and mount -t ceph
+// each run by an nsenter that is gone when they return), as ceph-csi does
+// with its node plugin off the host network: nothing of the pod runs in the
+// netns afterwards. The pod's DEL is refused while the device and the mount
+// are in use; its replacement comes up with its own netns and clients; the
+// old pod's I/O continues past its netns path's removal; unmapped and
+// unmounted from the host (the guest's own netns), it is released.
+func scenarioNodePlugin(s *S) {
+	ch := newChain(s, "nodeplugin", true, s.first())
+	ch.asNodePlugin(s)
+	a := ch.addHolder(s, "csi-rbdplugin-a")
+	s.step("node plugin pod A (rook-ceph/csi-rbdplugin-a): %s, veth %s, pinned at %s", a.ip, a.veth, a.pinPath())
+	s.noLinks(ch)
+
+	opts := fmt.Sprintf("ms_mode=prefer-crc,osd_request_timeout=%d", cfg.OSDTimeout)
+	img1, img2 := s.image("nodeplugin"), s.image("nodeplugin-2")
+	id1 := s.rbdMap(a.nsPath, mon(), img1, opts)
+	s.check(clientIP(rbdAttr(id1, "client_addr")) == a.ip.String(), "rbd%d client_addr %s: want pod A's %s", id1, rbdAttr(id1, "client_addr"), a.ip)
+	dir := "/mnt/nodeplugin-a"
+	s.cephMount(a.nsPath, dir, true)
+	s.check(len(procsIn(a.nsID)) == 0, "processes left in pod A's netns after the map and the mount: %v", procsIn(a.nsID))
+	io := s.startIO(id1)
+	st := s.waitOps(io, ioStats{}, 20, "before pod A's DEL")
+	s.step("O_DIRECT write/read-back loop on /dev/rbd%d: %s", id1, st)
+
+	msg, _ := s.refusedDel(a, "DEL of node plugin pod A with rbd and CephFS clients it made")
+	s.contains("msg", msg, devRef(id1, img1), a.ip.String(), clusterNS+"/csi-rbdplugin-a", clusterNS+"/nodeplugin")
+	s.addrStays(a, a.pinPath())
+	r := ch.netnsPin("inuse", clusterNS+"/nodeplugin")
+	s.check(r.Err == nil, "netns-pin inuse: %s", r)
+	s.contains("netns-pin inuse", r.Stdout, devRef(id1, img1), "cephfs ")
+	s.step("netns-pin inuse %s/nodeplugin:\n%s", clusterNS, strings.TrimRight(r.Stdout, "\n"))
+
+	// the replacement: its own netns, its own clients
+	b := ch.addHolder(s, "csi-rbdplugin-b")
+	s.step("node plugin pod B: %s, veth %s", b.ip, b.veth)
+	s.noLinks(ch)
+	id2 := s.rbdMap(b.nsPath, mon(), img2, opts)
+	s.check(clientIP(rbdAttr(id2, "client_addr")) == b.ip.String(), "rbd%d client_addr %s: want pod B's %s", id2, rbdAttr(id2, "client_addr"), b.ip)
+	removal, removalAt := io.snapshot(), time.Now()
+	s.netnsDel(a)
+	s.step("ip netns del %s: pod A's runtime netns path is gone", a.ns)
+	st = removal
+	for try := 1; try <= 2; try++ {
+		st = s.waitOps(io, st, 10, fmt.Sprintf("before DEL retry %d", try))
+		msg, _ := s.refusedDel(a, fmt.Sprintf("DEL retry %d of pod A", try))
+		s.contains("msg", msg, devRef(id1, img1))
+	}
+	s.addrStays(a, a.pinPath())
+	window := time.Duration(2*cfg.OSDTimeout+3) * time.Second
+	ok := host.Poll(window+90*time.Second, 50*time.Millisecond, func() bool {
+		st = io.snapshot()
+		return time.Since(removalAt) > window && st.Ops >= removal.Ops+30
+	})
+	s.check(ok, "I/O after pod A's removal: %s", st)
+	f := filepath.Join(dir, "after-"+host.RandHex(6))
+	s.mustOK(os.WriteFile(f, []byte("netns-pin"), 0o644), "write through %s after pod A's removal", dir)
+	b2, err := os.ReadFile(f)
+	s.check(err == nil && string(b2) == "netns-pin", "read back through %s after pod A's removal: %q %v", dir, b2, err)
+	stopped := io.halt(30 * time.Second)
+	final := io.snapshot()
+	s.step("I/O loop on rbd%d, %.0fs after pod A's removal: %s (%d after the removal began)", id1, time.Since(removalAt).Seconds(), final, final.Ops-removal.Ops)
+	s.check(stopped, "the I/O loop did not stop")
+	s.check(final.Failed == 0 && final.Mismatches == 0, "the krbd device of pod A must not see a failed or corrupt operation: %s (%s)", final, final.FirstError)
+
+	// unmapped and unmounted from the host: released
+	s.must(s.rbdUnmap(id1, false), "unmap rbd%d", id1)
+	s.step("rbd unmap rbd%d from the guest's own netns", id1)
+	msg, _ = s.refusedDel(a, "DEL of pod A with its CephFS mount left")
+	s.contains("msg", msg, "cephfs ", a.ip.String())
+	s.cephUmount(dir)
+	s.delOK(a)
+	s.released(a)
+	s.must(s.rbdUnmap(id2, false), "unmap rbd%d", id2)
+	s.delOK(b)
+	s.released(b)
+}
+
+// asNodePlugin rewrites the chain's netns-pin entry as deploy/nodeplugin's:
+// no link, holders are the node plugin's pods.
+func (ch *chain) asNodePlugin(s *S) {
+	b, err := os.ReadFile(ch.confPath)
+	s.mustOK(err, "read %s", ch.confPath)
+	var list map[string]any
+	s.mustOK(json.Unmarshal(b, &list), "conflist")
+	plugins := list["plugins"].([]any)
+	pin := plugins[len(plugins)-1].(map[string]any)
+	pin["links"] = []string{}
+	pin["holders"] = []map[string]any{{"podNamespace": clusterNS, "podName": "csi-rbdplugin-*", "cluster": clusterNS + "/" + ch.cluster}}
+	b, err = json.MarshalIndent(list, "", "  ")
+	s.mustOK(err, "conflist")
+	s.mustOK(os.WriteFile(ch.confPath, b, 0o644), "conflist")
+}
+
+// noLinks checks that nothing under the chain's pinDir is a symlink.
+func (s *S) noLinks(ch *chain) {
+	var links []string
+	err := filepath.WalkDir(ch.pinDir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&os.ModeSymlink != 0 {
+			links = append(links, p)
+		}
+		return nil
+	})
+	s.mustOK(err, "walk %s", ch.pinDir)
+	s.check(len(links) == 0, "links: [] made links: %v", links)
+}
+
+// procsIn lists the pids of the processes in the netns id.
+func procsIn(id host.NSID) []string {
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if got, err := host.NSIDOf(filepath.Join("/proc", e.Name(), "ns", "net")); err == nil && got == id {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

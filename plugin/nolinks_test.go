@@ -1,0 +1,75 @@
+package main
+
+import (
+	"io/fs"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// A CSI node plugin as its own holder: a rule matches its pods and
+// "links": [] asks for no link. ADD pins with nothing else under pinDir;
+// DEL is refused while a client lives in the netns and releases after;
+// list and inuse find it by its cluster key.
+func TestNodePluginAsItsOwnHolder(t *testing.T) {
+	e := newVerbEnv(t, "1.0.0")
+	nodePlugin := "IgnoreUnknown=1;K8S_POD_NAMESPACE=rook-ceph;K8S_POD_NAME=csi-rbdplugin-x7k2p;K8S_POD_UID=1b9f4e0c-7d2a-4c11-8e6f-000000000037"
+	stdin := e.stdin(map[string]any{
+		"links":   []string{},
+		"holders": []map[string]any{{"podNamespace": "rook-ceph", "podName": "csi-rbdplugin-*", "cluster": "rook-ceph/my-cluster"}},
+	})
+	add := e.args(e.containerID, nodePlugin, stdin)
+	_, _, err := testutils.CmdAddWithArgs(add, func() error { return cmdAdd(add) })
+	require.NoError(t, err)
+	var pin, want unix.Stat_t
+	require.NoError(t, unix.Stat(e.pin(), &pin))
+	require.NoError(t, unix.Stat(e.netns.Path(), &want))
+	assert.Equal(t, want.Ino, pin.Ino, "the node plugin's netns is pinned")
+	assert.NoFileExists(t, e.link(), "no default link")
+	require.NoError(t, filepath.WalkDir(e.pinDir, func(p string, d fs.DirEntry, err error) error {
+		require.NoError(t, err)
+		assert.Zero(t, d.Type()&fs.ModeSymlink, "no link anywhere under pinDir: %s", p)
+		return nil
+	}))
+
+	flags := []string{"--pin-dir", e.pinDir, "--state-dir", e.stateDir, "--sysfs", e.sysfs, "--debugfs", filepath.Join(e.sysfs, "no-debugfs")}
+	out, _, code := runCLIT(t, append(flags, "list")...)
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `(?m)^rook-ceph/my-cluster\s+verbs-holder\.eth0\s+rook-ceph/csi-rbdplugin-x7k2p\s+active`, out)
+
+	// A client the node plugin made in its own netns: a process there
+	// stands for it (a kernel client holds the netns as well, and the
+	// in-use check finds either).
+	client := exec.Command("nsenter", "--net="+e.pin(), "--", "sleep", "600")
+	require.NoError(t, client.Start())
+	t.Cleanup(func() { _ = client.Process.Kill(); _ = client.Wait() })
+	require.Eventually(t, func() bool {
+		var st unix.Stat_t
+		return unix.Stat("/proc/"+itoa(client.Process.Pid)+"/ns/net", &st) == nil && st.Ino == want.Ino
+	}, 10e9, 5e6)
+
+	out, _, code = runCLIT(t, append(flags, "inuse", "rook-ceph/my-cluster")...)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "pod rook-ceph/csi-rbdplugin-x7k2p")
+	assert.Contains(t, out, "process "+itoa(client.Process.Pid))
+
+	del := e.args(e.containerID, nodePlugin, stdin)
+	err = testutils.CmdDelWithArgs(del, func() error { return cmdDel(del) })
+	assert.Equal(t, types.ErrTryAgainLater, cniCode(t, err), "%v", err)
+	assert.FileExists(t, e.pin(), "the pod's DEL is refused while its client lives")
+	assert.NoFileExists(t, e.link())
+
+	require.NoError(t, client.Process.Kill())
+	_ = client.Wait()
+	require.NoError(t, testutils.CmdDelWithArgs(del, func() error { return cmdDel(del) }))
+	assert.NoFileExists(t, e.pin(), "released once the client left")
+	_, errOut, code := runCLIT(t, append(flags, "inuse", "rook-ceph/my-cluster")...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "no pinned attachment or cluster")
+}
