@@ -71,6 +71,9 @@ PACKAGES=(
 	# unit tests under qemu-user
 	skopeo:skopeo
 	qemu-aarch64-static:qemu-user-static
+	# hack/kube/node.sh: the API server's port relayed into each extra
+	# node's network namespace
+	socat:socat
 )
 
 LOG_PREFIX="tools"

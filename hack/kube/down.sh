@@ -2,6 +2,7 @@
 # hack/kube/down.sh (make kube-down) - stop the cluster of hack/kube/up.sh
 # and put back what it and the kubelet changed on the host, also after a
 # failed or interrupted run:
+#   0. the extra nodes of hack/kube/node.sh, each killed and removed;
 #   1. while the API server answers: delete the workloads (DaemonSets, then
 #      pods, not waiting for holders that netns-pin keeps Terminating);
 #   2. stop the kubelet, the scheduler, the controller manager, the API
@@ -64,7 +65,7 @@ restore_host() {
 
 delete_links() {
 	local l
-	for l in "${BRIDGE}" "${STORAGE_MASTER}"; do
+	for l in "${BRIDGE}" "${STORAGE_MASTER}" npklab0; do
 		if ip link show "${l}" >/dev/null 2>&1; then
 			ip link del "${l}" || FAILED=1
 		fi
@@ -80,9 +81,14 @@ main() {
 		delete_links
 		exit "${FAILED}"
 	fi
+	local d
+	for d in "${KUBE_DIR}"-node[2-9]; do
+		[[ -d "${d}" ]] || continue
+		bash "${ROOT}/hack/kube/node.sh" down "${d##*-node}" || FAILED=1
+	done
 	delete_workloads
 	local c
-	for c in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "${c}"; done
+	for c in netns-pin-api-relay kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "${c}"; done
 	# teardown.sh removes the folder; keep what step 4 needs
 	cp "${KUBE_DIR}/host.orig" "${KUBE_CACHE}/.host.orig" 2>/dev/null
 	KEEP_DIR=0 bash "${ROOT}/hack/runtime/teardown.sh" "${KUBE_DIR}" || FAILED=1

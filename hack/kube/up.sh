@@ -43,6 +43,12 @@ API_URL="https://127.0.0.1:${API_PORT}"
 # The node's address: the default network's bridge carries it, so the
 # cluster needs no route to anywhere.
 NODE_IP="${POD_SUBNET%.0/24}.1"
+# The address the kubelet serves on and reports; hack/kube/node.sh gives
+# an extra node its lab address instead.
+KUBELET_IP="${KUBELET_IP:-${NODE_IP}}"
+# The cgroup under which the kubelet puts its pods: an extra node gets its
+# own, so no kubelet takes another's pods for orphans.
+CGROUP_ROOT="${CGROUP_ROOT:-/}"
 START_TIMEOUT=120
 
 # --- host: folders, links, sysctls to restore -------------------------
@@ -161,7 +167,7 @@ timeout: 60
 EOC
 	cat >"${KUBE_DIR}/env" <<EOC
 # Written by hack/kube/up.sh; source it.
-CGROUP_PARENT=/kubepods
+CGROUP_PARENT=${CGROUP_ROOT%/}/kubepods
 EOC
 }
 
@@ -182,7 +188,7 @@ EOC
 	# hack/runtime/teardown.sh (used by down.sh) reads these
 	cat >"${KUBE_DIR}/env" <<EOC
 # Written by hack/kube/up.sh; source it.
-CGROUP_PARENT=/kubepods
+CGROUP_PARENT=${CGROUP_ROOT%/}/kubepods
 EOC
 }
 
@@ -229,9 +235,10 @@ authentication: {anonymous: {enabled: false}, webhook: {enabled: true}, x509: {c
 authorization: {mode: Webhook}
 # cgroup v1 hosts without systemd
 cgroupDriver: cgroupfs
+cgroupRoot: ${CGROUP_ROOT}
 containerRuntimeEndpoint: unix://${RUNTIME_SOCK}
 failSwapOn: false
-address: ${NODE_IP}
+address: ${KUBELET_IP}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 clusterDomain: cluster.local
@@ -324,7 +331,7 @@ start_control_plane() {
 start_kubelet() {
 	start kubelet "${K8S_BIN}/kubelet" --config="${KUBE_DIR}/kubelet-config.yaml" \
 		--kubeconfig="${KUBE_DIR}/kubelet.kubeconfig" --root-dir="${KUBELET_DIR}" \
-		--cert-dir="${KUBELET_DIR}/pki" --hostname-override="${NODE_NAME}" --node-ip="${NODE_IP}"
+		--cert-dir="${KUBELET_DIR}/pki" --hostname-override="${NODE_NAME}" --node-ip="${KUBELET_IP}"
 	wait_until "${START_TIMEOUT}" "node ${NODE_NAME}" kubectl_ get node "${NODE_NAME}"
 	kubectl_ wait --for=condition=Ready "node/${NODE_NAME}" --timeout="${START_TIMEOUT}s" >/dev/null
 }
@@ -474,4 +481,7 @@ main() {
 	log "kubectl: ${KUBECTL} --kubeconfig ${ADMIN_KUBECONFIG}"
 }
 
-main "$@"
+# hack/kube/node.sh sources this file for its functions.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+	main "$@"
+fi

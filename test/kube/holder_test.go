@@ -63,7 +63,7 @@ func (c *cluster) deleteAndWait(t *testing.T, ns, kind, name, selector string) {
 	if selector == "" {
 		return
 	}
-	ok := host.Poll(releaseTimeout, 500*time.Millisecond, func() bool { return len(c.pods(t, ns, selector)) == 0 })
+	ok := host.Poll(releaseTimeout, 500*time.Millisecond, func() bool { return len(c.allPods(t, ns, selector)) == 0 })
 	if !ok {
 		c.dumpState(t, ns)
 	}
@@ -95,7 +95,7 @@ func (h *holderSet) waitHolder(t *testing.T, skip ...string) holder {
 // netns.
 func (h *holderSet) requireLinkTo(t *testing.T, ho holder) {
 	t.Helper()
-	assert.Equal(t, h.c.pinPath(ho.sb), linkTarget(h.link), "link %s", h.link)
+	assert.Equal(t, h.c.hostPath(h.c.pinPath(ho.sb)), linkTarget(h.link), "link %s", h.link)
 	assert.Equal(t, ho.sb.netns, hosttest.StatNS(t, h.link), "link %s does not lead into the netns of %s", h.link, ho.pod)
 }
 

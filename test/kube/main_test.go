@@ -53,6 +53,12 @@ type cluster struct {
 	pinDir     string // the NADs' pinDir: the kubelet's plugins folder, as on a real node
 	stateDir   string
 	owned      bool // up.sh started it: down.sh removes it at the end
+
+	// The node this view of the cluster looks at (pods, sandboxes,
+	// records, pins): node 1, the host, unless viewOf made it another.
+	nodeN    int
+	nodeName string
+	root     string // the node's files as the host reaches them; "" on node 1
 }
 
 // shared is the cluster every test uses.
@@ -61,7 +67,7 @@ var shared hosttest.Shared[cluster]
 // kubeEnvKeys are what hack/kube/up.sh writes to .cache/kube/env.
 var kubeEnvKeys = []string{"KUBECTL", "KUBECONFIG", "KUBE_DIR", "KUBELET_DIR", "KUBE_CNI_BIN_DIR", "KUBE_CRICTL_CONFIG",
 	"KUBE_STORAGE_MASTER", "KUBE_STORAGE_SUBNET", "KUBE_WHEREABOUTS_CONF", "KUBE_BUSYBOX_IMAGE",
-	"KUBE_IMAGE", "KUBE_IMAGE_BIN_DIR", "KUBE_UPGRADE_FROM", "KUBE_UPGRADE_FROM_IMAGE"}
+	"KUBE_IMAGE", "KUBE_IMAGE_BIN_DIR", "KUBE_UPGRADE_FROM", "KUBE_UPGRADE_FROM_IMAGE", "KUBE_NODE"}
 
 func TestMain(m *testing.M) {
 	shared.Main(m, "kube", func(c *cluster) error {
@@ -113,6 +119,7 @@ func newCluster() (*cluster, error) {
 	c.pinBin = filepath.Join(c.env["KUBE_CNI_BIN_DIR"], "netns-pin")
 	c.pinDir = filepath.Join(c.env["KUBELET_DIR"], "plugins", "netns-pin")
 	c.stateDir = filepath.Join(c.env["KUBE_DIR"], "lib", "cni", "netns-pin")
+	c.nodeN, c.nodeName = 1, c.env["KUBE_NODE"]
 	return c, host.CheckExecutable(c.pinBin)
 }
 

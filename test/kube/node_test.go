@@ -34,6 +34,9 @@ type pod struct {
 		Finalizers                 []string          `json:"finalizers"`
 		Annotations                map[string]string `json:"annotations"`
 	} `json:"metadata"`
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
 	Status struct {
 		Phase      string `json:"phase"`
 		Conditions []struct {
@@ -72,13 +75,31 @@ func (p pod) storageIP() string {
 	return ""
 }
 
-// pods lists the pods of a namespace matching a label selector.
+// pods lists the pods of a namespace matching a label selector that are
+// bound to the view's node (or to no node yet).
 func (c *cluster) pods(t *testing.T, ns, selector string) []pod {
+	t.Helper()
+	var mine []pod
+	for _, p := range c.allPods(t, ns, selector) {
+		if p.Spec.NodeName == "" || p.Spec.NodeName == c.nodeName {
+			mine = append(mine, p)
+		}
+	}
+	return mine
+}
+
+// allPods lists the pods of a namespace matching a label selector, on
+// every node.
+func (c *cluster) allPods(t *testing.T, ns, selector string) []pod {
 	t.Helper()
 	var list struct {
 		Items []pod `json:"items"`
 	}
-	c.getJSON(t, &list, "-n", ns, "get", "pods", "-l", selector)
+	args := []string{"-n", ns, "get", "pods"}
+	if selector != "" {
+		args = append(args, "-l", selector)
+	}
+	c.getJSON(t, &list, args...)
 	return list.Items
 }
 
@@ -159,16 +180,19 @@ func (c *cluster) sandboxOf(t *testing.T, p pod) sandbox {
 	require.NoError(t, r.Err, "%s", r)
 	st, err := host.ParseInspectp([]byte(r.Stdout))
 	require.NoError(t, err)
-	sb := sandbox{id: id, netnsPath: st.NetnsPath()}
-	require.NotEmpty(t, sb.netnsPath, "sandbox %s has no netns path", id)
+	require.NotEmpty(t, st.NetnsPath(), "sandbox %s has no netns path", id)
+	sb := sandbox{id: id, netnsPath: c.hostPath(st.NetnsPath())}
 	sb.netns = hosttest.StatNS(t, sb.netnsPath)
 	return sb
 }
 
+// recordPath is where the host reads the sandbox's record.
 func (c *cluster) recordPath(sb sandbox) string {
-	return filepath.Join(c.stateDir, "records", sb.id+"."+storageIf+".json")
+	return c.hostPath(filepath.Join(c.stateDir, "records", sb.id+"."+storageIf+".json"))
 }
 
+// pinPath is the sandbox's pin as the node names it (in its records);
+// the host reaches it at c.hostPath(c.pinPath(sb)).
 func (c *cluster) pinPath(sb sandbox) string {
 	return filepath.Join(c.pinDir, "pins", sb.id+"."+storageIf)
 }
@@ -191,7 +215,7 @@ func (c *cluster) requirePinned(t *testing.T, p pod, sb sandbox, clusterName, wa
 	assert.Equal(t, p.Metadata.Name, r.PodName)
 	assert.Equal(t, p.Metadata.UID, r.PodUID)
 	assert.Equal(t, c.pinPath(sb), r.PinPath)
-	assert.Equal(t, sb.netns, hosttest.StatNS(t, c.pinPath(sb)), "pin of %s", p)
+	assert.Equal(t, sb.netns, hosttest.StatNS(t, c.hostPath(c.pinPath(sb))), "pin of %s", p)
 	assert.Equal(t, sb.netns, r.NetnsID(), "record's netns identity of %s", p)
 	return r
 }
@@ -200,7 +224,7 @@ func (c *cluster) requirePinned(t *testing.T, p pod, sb sandbox, clusterName, wa
 // folders: no record, no pin.
 func (c *cluster) unpinned(sb sandbox) bool {
 	_, errR := os.Lstat(c.recordPath(sb))
-	_, errP := os.Lstat(c.pinPath(sb))
+	_, errP := os.Lstat(c.hostPath(c.pinPath(sb)))
 	return os.IsNotExist(errR) && os.IsNotExist(errP)
 }
 

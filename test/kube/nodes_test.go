@@ -1,0 +1,183 @@
+package kube
+
+// More nodes (hack/kube/node.sh): each its own kubelet and containerd in
+// network, mount and PID namespaces of its own, joined to the suite's API
+// server, whereabouts and netns-pin DaemonSets. A view of the cluster
+// (viewOf) looks at one node: its pods, its sandboxes through its
+// containerd, its records and pins through its mount namespace.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/internal/hosttest"
+)
+
+// nodeUpTimeout bounds hack/kube/node.sh up: a kubelet and a containerd
+// that imports the suite's images.
+const nodeUpTimeout = 5 * time.Minute
+
+// nodeScript runs hack/kube/node.sh.
+func (c *cluster) nodeScript(timeout time.Duration, args ...string) host.CmdResult {
+	return host.RunCmd(timeout, nil, nil, filepath.Join(c.repo, "hack", "kube", "node.sh"), args...)
+}
+
+// addNode starts node n for the test and removes it (its Node object
+// included) when the test ends; it returns once the node is Ready and the
+// DaemonSets of the suite (netns-pin's installer and agent, whereabouts'
+// controller) run on it.
+func (c *cluster) addNode(t *testing.T, n int) *cluster {
+	t.Helper()
+	r := c.nodeScript(nodeUpTimeout, "up", strconv.Itoa(n))
+	t.Logf("hack/kube/node.sh up %d:\n%s", n, host.Tail(r.Stderr, 5))
+	t.Cleanup(func() {
+		r := c.nodeScript(downTimeout, "down", strconv.Itoa(n))
+		assert.NoError(t, r.Err, "hack/kube/node.sh down %d: %s", n, r)
+	})
+	require.NoError(t, r.Err, "hack/kube/node.sh up %d: %s", n, r)
+	for _, ds := range []string{"netns-pin-installer", "netns-pin-agent", "whereabouts"} {
+		c.mustKubectl(t, "-n", "kube-system", "rollout", "status", "daemonset/"+ds, "--timeout="+podTimeout.String())
+	}
+	return c.viewOf(t, n)
+}
+
+// viewOf is the cluster as node n sees it.
+func (c *cluster) viewOf(t *testing.T, n int) *cluster {
+	t.Helper()
+	v := *c
+	v.nodeN, v.nodeName = n, fmt.Sprintf("netns-pin-node-%d", n)
+	r := c.nodeScript(cmdTimeout, "pid", strconv.Itoa(n))
+	require.NoError(t, r.Err, "node %d is not running: %s", n, r)
+	v.root = "/proc/" + strings.TrimSpace(r.Stdout) + "/root"
+	// The node's containerd socket is on its disk, which the host sees.
+	v.crictlConf = filepath.Join(t.TempDir(), "crictl.yaml")
+	sock := filepath.Join(c.env["KUBE_DIR"]+"-node"+strconv.Itoa(n), "containerd", "containerd.sock")
+	require.NoError(t, os.WriteFile(v.crictlConf,
+		[]byte("runtime-endpoint: unix://"+sock+"\nimage-endpoint: unix://"+sock+"\ntimeout: 60\n"), 0o600))
+	return &v
+}
+
+// hostPath is where the host reaches a path of the view's node.
+func (c *cluster) hostPath(p string) string {
+	if c.root == "" {
+		return p
+	}
+	return c.root + p
+}
+
+// on is the holder set as node v sees it.
+func (h *holderSet) on(v *cluster) *holderSet {
+	o := *h
+	o.c = v
+	o.link = v.hostPath(v.linkOf(h.cluster))
+	return &o
+}
+
+// owners maps each storage address to the pods that hold it: those whose
+// network-status names it, and those whose pinned netns (a record in a
+// node's store) still carries it.
+func owners(t *testing.T, views ...*cluster) map[string]map[string]bool {
+	t.Helper()
+	got := map[string]map[string]bool{}
+	add := func(ip, uid string) {
+		if got[ip] == nil {
+			got[ip] = map[string]bool{}
+		}
+		got[ip][uid] = true
+	}
+	for _, p := range views[0].allPods(t, pinNamespace, "") {
+		if ip := p.storageIP(); ip != "" {
+			add(ip, p.Metadata.UID)
+		}
+	}
+	for _, v := range views {
+		dir := v.hostPath(filepath.Join(v.stateDir, "records"))
+		entries, err := os.ReadDir(dir)
+		if os.IsNotExist(err) {
+			continue
+		}
+		require.NoError(t, err, "records of node %d", v.nodeN)
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".json") {
+				continue
+			}
+			r := hosttest.ReadRecord(t, filepath.Join(dir, e.Name()))
+			if r == nil {
+				continue
+			}
+			for _, cidr := range r.IPs {
+				add(strings.Split(cidr, "/")[0], r.PodUID)
+			}
+		}
+	}
+	return got
+}
+
+// requireNoAddressTwice fails the test when two pods hold one storage
+// address, on any of the nodes.
+func requireNoAddressTwice(t *testing.T, views ...*cluster) {
+	t.Helper()
+	for ip, uids := range owners(t, views...) {
+		require.Len(t, uids, 1, "address %s is held by more than one pod: %v", ip, uids)
+	}
+}
+
+// A holder DaemonSet on two nodes: each node pins its own holder in its
+// own store, with its own agent. A rollout while a client uses node 2's
+// holder releases node 1's old holder at once and keeps node 2's (object,
+// pin, address, lease) until its client leaves; whereabouts' controller is
+// live throughout and no address is ever held by two pods.
+func TestHolderRolloutOnTwoNodes(t *testing.T) {
+	c := requireCluster(t)
+	n2 := c.addNode(t, 2)
+	h := c.newHolderSet(t, "network-attachment-definition.yaml")
+	h2 := h.on(n2)
+
+	old1, old2 := h.waitHolder(t), h2.waitHolder(t)
+	h.requireLinkTo(t, old1)
+	h2.requireLinkTo(t, old2)
+	assert.NotEqual(t, old1.ip, old2.ip, "whereabouts gave both nodes' holders one address")
+	assert.Empty(t, c.readRecord(t, old2.sb), "node 1's store has a record of node 2's holder")
+	requireNoAddressTwice(t, c, n2)
+
+	cl := startClient(t, h2.link)
+	require.Equal(t, old2.sb.netns, cl.netns, "the client runs in node 2's holder netns")
+
+	c.mustKubectl(t, "-n", pinNamespace, "rollout", "restart", "daemonset/"+h.name)
+	next1 := h.waitHolder(t, old1.pod.Metadata.UID)
+	c.requireReleased(t, h.selector, old1.pod, old1.sb, 500*time.Millisecond, "node 1's old holder (no client) was not released")
+	next2 := h2.waitHolder(t, old2.pod.Metadata.UID)
+	h.requireLinkTo(t, next1)
+	h2.requireLinkTo(t, next2)
+	requireNoAddressTwice(t, c, n2)
+
+	// node 2's old holder drains: object, pin, address and lease stay
+	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
+		rec := n2.readRecord(t, old2.sb)
+		return rec != nil && rec.State == "draining"
+	}), "node 2's old holder did not turn draining")
+	p, ok := n2.podByUID(t, pinNamespace, h.selector, old2.pod.Metadata.UID)
+	require.True(t, ok, "node 2's old holder must stay while its client lives")
+	assert.NotNil(t, p.Metadata.DeletionTimestamp)
+	assert.Contains(t, p.Metadata.Finalizers, pinFinalizer)
+	assert.Equal(t, []string{old2.ip}, hosttest.AddrsIn(t, n2.hostPath(n2.pinPath(old2.sb)), storageIf))
+	assert.True(t, c.whereaboutsHas(t, old2.pod), "whereabouts keeps node 2's old holder's lease")
+	assert.NotEqual(t, old2.ip, next1.ip)
+	assert.NotEqual(t, old2.ip, next2.ip)
+	requireNoAddressTwice(t, c, n2)
+
+	cl.stop(t)
+	took := n2.requireReleased(t, h.selector, old2.pod, old2.sb, 500*time.Millisecond,
+		"node 2's old holder, its pin or its lease is still there after its client left")
+	t.Logf("node 2's old holder released %s after its client left", took.Round(time.Millisecond))
+	requireNoAddressTwice(t, c, n2)
+}
