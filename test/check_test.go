@@ -164,6 +164,7 @@ type healthyNode struct {
 	holder *attachment
 	csi    csiProcess
 	config string
+	sweep  *sweeper
 }
 
 func newHealthyNode(t *testing.T, csiPropagation string) healthyNode {
@@ -175,13 +176,13 @@ func newHealthyNode(t *testing.T, csiPropagation string) healthyNode {
 	holder := c.newAttachment(t, hosttest.NewNetns(t, "npe2e"), holderArgs(), false)
 	holder.mustAdd(t)
 	assertLinkTo(t, c.defaultLink(), holder)
-	startSweeper(t, c)
+	sw := startSweeper(t, c)
 	status := filepath.Join(c.stateDir, "sweeper.json")
 	require.True(t, host.Poll(30*time.Second, 20*time.Millisecond, func() bool {
 		_, err := os.Stat(status)
 		return err == nil
 	}), "the sweeper writes its status")
-	return healthyNode{c: c, old: old, holder: holder, csi: csi, config: writeCephCSIConfig(t, c, c.defaultLink(), c.defaultLink())}
+	return healthyNode{c: c, old: old, holder: holder, csi: csi, sweep: sw, config: writeCephCSIConfig(t, c, c.defaultLink(), c.defaultLink())}
 }
 
 func (n healthyNode) check(t *testing.T, extra ...string) checkRun {
@@ -239,6 +240,10 @@ func TestCheckFindsALinkToAReleasedPin(t *testing.T) {
 	n := newHealthyNode(t, "slave")
 	require.NoError(t, n.old.del())
 	assertReleased(t, n.old, n.old.netns.Path)
+	// The sweeper's next round settles the store and re-points the link by
+	// the rule (the fix the finding names): stopped first, so that both
+	// runs of check see what it must find.
+	n.sweep.stop(t)
 	// The link put back at the released pin, as a hand-made link or a
 	// restored backup would.
 	link := n.c.defaultLink()
@@ -252,9 +257,18 @@ func TestCheckFindsALinkToAReleasedPin(t *testing.T) {
 	assert.Contains(t, f.Fix, "netns-pin gc")
 	r.requireFinding(t, "cephCSI", "error", "rbd.netNamespaceFilePath", "does not lead to a network namespace")
 
-	// gc puts it right, and check says so.
+	// gc puts it right, and check says so (with its sweeper running again).
 	gc := pinCLI(n.c, "--conf", filepath.Join(n.c.netconfDir, n.c.name+".conflist"), "gc")
 	require.NoError(t, gc.Err, "%s", gc)
+	sw := startSweeper(t, n.c)
+	require.True(t, host.Poll(30*time.Second, 20*time.Millisecond, func() bool {
+		var st struct {
+			PID       int       `json:"pid"`
+			LastRound time.Time `json:"lastRound"`
+		}
+		b, err := os.ReadFile(filepath.Join(n.c.stateDir, "sweeper.json"))
+		return err == nil && json.Unmarshal(b, &st) == nil && st.PID == sw.cmd.Process.Pid && !st.LastRound.IsZero()
+	}), "the sweeper started again has not finished a round")
 	r = n.check(t, "--ceph-csi-config", n.config)
 	require.Equal(t, 0, r.code, "%v", r.errors())
 }

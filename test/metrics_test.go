@@ -40,9 +40,11 @@ type metricsSweeper struct {
 
 func startMetricsSweeper(t *testing.T, c *chain) *metricsSweeper {
 	t.Helper()
-	conflist := filepath.Join(c.netconfDir, c.name+".conflist")
 	startSweeper(t, c)
-	cmd := exec.Command(agentBinary(t), "--conf", conflist, "--store-only", "--interval", "100ms", "--status-dir", "-", "--listen-address", "127.0.0.1:0")
+	// The agent reads every store registered on the host (the chain's
+	// registered at its first ADD); those of earlier tests are gone with
+	// their folders.
+	cmd := exec.Command(agentBinary(t), "--host-root", "/", "--store-only", "--interval", "100ms", "--status-dir", "-", "--listen-address", "127.0.0.1:0")
 	cmd.Stdout = os.Stderr
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
