@@ -113,7 +113,7 @@ func TestAgentWithoutListRBACIsNotReady(t *testing.T) {
 		require.NoError(t, s.api.ensureAgentAccess(s.repo))
 		const sa = "netns-pin-agent-norights"
 		r := s.api.kubectl(nil, "-n", agentNamespace, "create", "serviceaccount", sa)
-		require.True(t, r.Err == nil || strings.Contains(r.Stderr, "AlreadyExists"), "%s", r)
+		require.True(t, r.Err == nil || strings.Contains(r.Stderr, "already exists"), "%s", r)
 		tok := s.api.kubectl(nil, "-n", agentNamespace, "create", "token", sa, "--duration=1h")
 		require.NoError(t, tok.Err, "%s", tok)
 		kc := filepath.Join(t.TempDir(), "norights.kubeconfig")
