@@ -390,13 +390,19 @@ install_netns_pin() {
 	# ServiceAccount token), reading every store registered on the node
 	# through the host's / at /host; it polls the stores every 1 s here. This API server listens on 127.0.0.1 only (no
 	# kube-proxy, no route from pods): the agent uses the host's network and
-	# is told the API's address, as the kubernetes Service would.
+	# is told the API's address, as the kubernetes Service would. This
+	# machine's / is a private mount (no systemd to make it shared), which
+	# the runtime refuses for HostToContainer: the host's / is bound as it
+	# is (None). The agent reads files (registrations, records), which that
+	# shows as they change; only a store on a file system mounted after the
+	# agent started would stay unseen, and the suite makes none.
 	kubectl_ create namespace rook-ceph --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
 	kubectl_ apply -f "${ROOT}/deploy/rbac.yaml" -f "${ROOT}/deploy/validating-admission-policy.yaml" >/dev/null
 	sed -E -e "s#^( *path: )/var/lib/cni/netns-pin#\1${KUBE_DIR}/lib/cni/netns-pin#" \
 		-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${NETNS_PIN_IMAGE}#" \
 		-e "s#- --listen-address=:9853#- --listen-address=:9853\n            - --status-dir=/var/lib/cni/netns-pin-agent\n            - --interval=1s#" \
 		-e "s#^      serviceAccountName: netns-pin-agent\$#&\n      hostNetwork: true#" \
+		-e "s#^( *mountPropagation: )HostToContainer\$#\1None#" \
 		-e "s#^( *)- name: NODE_NAME\$#\1- name: KUBERNETES_SERVICE_HOST\n\1  value: \"127.0.0.1\"\n\1- name: KUBERNETES_SERVICE_PORT\n\1  value: \"${API_PORT}\"\n&#" \
 		"${ROOT}/deploy/agent-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-agent --timeout=180s >/dev/null

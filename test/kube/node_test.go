@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -248,6 +249,7 @@ func linkTarget(link string) string {
 type client struct {
 	cmd   *exec.Cmd
 	netns host.NSID // the netns it runs in
+	group bool      // stopped by killing its process group (startNodeClient)
 }
 
 func startClient(t *testing.T, link string) *client {
@@ -258,6 +260,10 @@ func startClient(t *testing.T, link string) *client {
 
 func (cl *client) stop(t *testing.T) {
 	t.Helper()
+	if cl.group && cl.cmd.ProcessState == nil {
+		// nsenter forks into the node's PID namespace: the group holds both
+		require.NoError(t, syscall.Kill(-cl.cmd.Process.Pid, syscall.SIGKILL))
+	}
 	require.NoError(t, host.Stop(cl.cmd))
 }
 

@@ -9,9 +9,11 @@ package kube
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,6 +84,31 @@ func (h *holderSet) on(v *cluster) *holderSet {
 	return &o
 }
 
+// startNodeClient starts a client on node v, in the netns the link (as
+// the node names it) leads to: a process of the node's PID namespace, as
+// netns-pin on that node sees the processes of its own node only.
+func startNodeClient(t *testing.T, v *cluster, link string) *client {
+	t.Helper()
+	id := hosttest.StatNS(t, v.hostPath(link))
+	cmd := exec.Command(filepath.Join(v.repo, "hack", "kube", "node.sh"), "exec", strconv.Itoa(v.nodeN),
+		"nsenter", "--net="+link, "--", "sleep", "3600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, cmd.Start())
+	cl := &client{cmd: cmd, netns: id, group: true}
+	t.Cleanup(func() { cl.stop(t) })
+	// running once its netns is the link's
+	require.True(t, host.Poll(podTimeout, 100*time.Millisecond, func() bool {
+		out, err := exec.Command("pgrep", "-g", strconv.Itoa(cmd.Process.Pid), "-x", "sleep").Output()
+		if err != nil {
+			return false
+		}
+		pid := strings.TrimSpace(strings.Split(string(out), "\n")[0])
+		got, err := host.NSIDOf("/proc/" + pid + "/ns/net")
+		return err == nil && got == id
+	}), "the client on node %d did not start in %s", v.nodeN, link)
+	return cl
+}
+
 // owners maps each storage address to the pods that hold it: those whose
 // network-status names it, and those whose pinned netns (a record in a
 // node's store) still carries it.
@@ -149,7 +176,7 @@ func TestHolderRolloutOnTwoNodes(t *testing.T) {
 	assert.Empty(t, c.readRecord(t, old2.sb), "node 1's store has a record of node 2's holder")
 	requireNoAddressTwice(t, c, n2)
 
-	cl := startClient(t, h2.link)
+	cl := startNodeClient(t, n2, n2.linkOf(h.cluster))
 	require.Equal(t, old2.sb.netns, cl.netns, "the client runs in node 2's holder netns")
 
 	c.mustKubectl(t, "-n", pinNamespace, "rollout", "restart", "daemonset/"+h.name)
