@@ -10,7 +10,7 @@
 #   3. hack/runtime/teardown.sh on the run folder: sandboxes, containerd,
 #      shims, every mount below the folder (pins included), the kubepods
 #      cgroups, the folder itself;
-#   4. the host links, the sysctls the kubelet set and the folders it made
+#   4. the read-only bind of / that the agent reads on CRI-O, the host links, the sysctls the kubelet set and the folders it made
 #      at fixed places.
 # The build cache (.cache/kube) stays; admin.kubeconfig and env go.
 set -uo pipefail
@@ -92,6 +92,8 @@ main() {
 	# teardown.sh removes the folder; keep what step 4 needs
 	cp "${KUBE_DIR}/host.orig" "${KUBE_CACHE}/.host.orig" 2>/dev/null
 	KEEP_DIR=0 bash "${ROOT}/hack/runtime/teardown.sh" "${KUBE_DIR}" || FAILED=1
+	if mountpoint -q "${HOST_ROOT_BIND}"; then umount -l "${HOST_ROOT_BIND}" || FAILED=1; fi
+	if [[ -d "${HOST_ROOT_BIND}" ]]; then rmdir "${HOST_ROOT_BIND}" || FAILED=1; fi
 	mkdir -p "${KUBE_DIR}"
 	mv "${KUBE_CACHE}/.host.orig" "${KUBE_DIR}/host.orig" 2>/dev/null
 	restore_host

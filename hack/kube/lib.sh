@@ -54,6 +54,9 @@ CONTAINERD_SOCK="${KUBE_DIR}/containerd/containerd.sock"
 # every file of it under KUBE_DIR/crio).
 KUBE_RUNTIME="${NETNS_PIN_KUBE_RUNTIME:-containerd}"
 CRIO_SOCK="${KUBE_DIR}/crio/crio.sock"
+# On CRI-O, the agent's view of the host's / (hack/kube/up.sh
+# install_netns_pin): outside KUBE_DIR, so that removing it never walks it.
+HOST_ROOT_BIND="/run/netns-pin-kube-host-root"
 # Host links: the default network's bridge, and a veth pair whose end is
 # the storage network's macvlan master (this kernel has no dummy links).
 BRIDGE="npkbr0"

@@ -396,6 +396,21 @@ install_netns_pin() {
 	# is (None). The agent reads files (registrations, records), which that
 	# shows as they change; only a store on a file system mounted after the
 	# agent started would stay unseen, and the suite makes none.
+	# CRI-O turns a private hostPath that contains its storage root (/ does)
+	# into HostToContainer and then refuses it on a private /: on CRI-O the
+	# agent's host volume is a read-only, non-recursive bind of / outside
+	# the run folder (no pin or netns of a submount is copied; nothing that
+	# removes the run folder can reach through it), which shows the same
+	# files.
+	local host_root=/
+	if [[ "${KUBE_RUNTIME}" == crio ]]; then
+		host_root="${HOST_ROOT_BIND}"
+		mkdir -p "${host_root}"
+		if ! mountpoint -q "${host_root}"; then
+			mount --bind / "${host_root}" && mount -o remount,bind,ro "${host_root}" ||
+				die "cannot bind / read-only at ${host_root}"
+		fi
+	fi
 	kubectl_ create namespace rook-ceph --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
 	kubectl_ apply -f "${ROOT}/deploy/rbac.yaml" -f "${ROOT}/deploy/validating-admission-policy.yaml" >/dev/null
 	sed -E -e "s#^( *path: )/var/lib/cni/netns-pin#\1${KUBE_DIR}/lib/cni/netns-pin#" \
@@ -403,6 +418,7 @@ install_netns_pin() {
 		-e "s#- --listen-address=:9853#- --listen-address=:9853\n            - --status-dir=/var/lib/cni/netns-pin-agent\n            - --interval=1s#" \
 		-e "s#^      serviceAccountName: netns-pin-agent\$#&\n      hostNetwork: true#" \
 		-e "s#^( *mountPropagation: )HostToContainer\$#\1None#" \
+		-e "s#^( *path: )/\$#\1${host_root}#" \
 		-e "s#^( *)- name: NODE_NAME\$#\1- name: KUBERNETES_SERVICE_HOST\n\1  value: \"127.0.0.1\"\n\1- name: KUBERNETES_SERVICE_PORT\n\1  value: \"${API_PORT}\"\n&#" \
 		"${ROOT}/deploy/agent-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-agent --timeout=180s >/dev/null
