@@ -6,6 +6,7 @@ package runtime
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -86,15 +87,24 @@ func TestAgentWrongHostRootKeepsFinalizers(t *testing.T) {
 			code, body = get(t, "http://"+addr+"/readyz")
 			return code == http.StatusServiceUnavailable && strings.Contains(body, "store registry")
 		}), "not ready, saying why: %s", body)
-		// Several passes later the finalizer is still there.
-		deadline := time.Now().Add(3 * time.Second)
-		for time.Now().Before(deadline) {
+		// After each of several passes (a new heartbeat in the status file)
+		// the finalizer is still there.
+		var last time.Time
+		for range 5 {
+			require.True(t, host.Poll(30*time.Second, 20*time.Millisecond, func() bool {
+				b, err := os.ReadFile(filepath.Join(status, agent.StatusFile))
+				var st agent.Status
+				if err != nil || json.Unmarshal(b, &st) != nil || !st.Heartbeat.After(last) {
+					return false
+				}
+				last = st.Heartbeat
+				return true
+			}), "the agent makes passes")
 			p, err := s.api.getPod(nadNamespace, name, uid)
 			require.NoError(t, err)
 			require.NotNil(t, p, "the holder's object is kept")
 			require.Contains(t, p.Finalizers, agent.Finalizer)
 			require.NotNil(t, p.DeletionTimestamp)
-			time.Sleep(200 * time.Millisecond) // the agent's interval: one pass between looks
 		}
 		_, metrics := get(t, "http://"+addr+"/metrics")
 		assert.Contains(t, metrics, "netns_pin_agent_ready 0")
