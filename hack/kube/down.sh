@@ -10,8 +10,9 @@
 #   3. hack/runtime/teardown.sh on the run folder: sandboxes, containerd,
 #      shims, every mount below the folder (pins included), the kubepods
 #      cgroups, the folder itself;
-#   4. the read-only bind of / that the agent reads on CRI-O, the host links, the sysctls the kubelet set and the folders it made
-#      at fixed places.
+#   4. the read-only bind of / that the agent reads on CRI-O, the host
+#      links, the sysctls the kubelet set and the folders it made at fixed
+#      places.
 # The build cache (.cache/kube) stays; admin.kubeconfig and env go.
 set -uo pipefail
 # shellcheck source=hack/kube/lib.sh

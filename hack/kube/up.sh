@@ -395,7 +395,11 @@ install_netns_pin() {
 	# the runtime refuses for HostToContainer: the host's / is bound as it
 	# is (None). The agent reads files (registrations, records), which that
 	# shows as they change; only a store on a file system mounted after the
-	# agent started would stay unseen, and the suite makes none.
+	# agent started would stay unseen, and the suite makes none. The price,
+	# why docs/operating.md tells users to make / shared instead: the
+	# agent's container keeps a copy of every mount below /, pins included,
+	# so a released holder's netns lives on until the agent goes; the
+	# suite asserts pins and records, not the netns' end.
 	# CRI-O turns a private hostPath that contains its storage root (/ does)
 	# into HostToContainer and then refuses it on a private /: on CRI-O the
 	# agent's host volume is a read-only, non-recursive bind of / outside
