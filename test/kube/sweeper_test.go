@@ -232,13 +232,19 @@ func TestSweeperRunsWithItsCapabilitiesOnly(t *testing.T) {
 	// released while the kubelet stood still: by the sweeper (its log, read
 	// through the kubelet, says so too)
 	c.releaseKubelet(t)
-	logs := c.mustKubectl(t, "-n", "kube-system", "logs", "daemonset/netns-pin-installer", "-c", "sweep")
-	var finished string
-	for _, l := range strings.Split(logs, "\n") {
-		if strings.Contains(l, `"msg":"finished abandoned teardown"`) && strings.Contains(l, old.sb.id) {
-			finished = l
+	// The sweeper logs after it released, and the runtime copies the line
+	// to the container log on its own: the pin can be gone before the line
+	// is readable.
+	var logs, finished string
+	host.Poll(podTimeout, 250*time.Millisecond, func() bool {
+		logs = c.mustKubectl(t, "-n", "kube-system", "logs", "daemonset/netns-pin-installer", "-c", "sweep")
+		for _, l := range strings.Split(logs, "\n") {
+			if strings.Contains(l, `"msg":"finished abandoned teardown"`) && strings.Contains(l, old.sb.id) {
+				finished = l
+			}
 		}
-	}
+		return finished != ""
+	})
 	require.NotEmpty(t, finished, "the sweeper's log:\n%s", logs)
 	t.Logf("sweep container: %s", finished)
 	assert.Contains(t, finished, `"ipamReleased":true`)
