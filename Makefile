@@ -43,6 +43,9 @@ E2E_FLAGS ?=
 # The scenarios of test/kube that run a second time with the kubelet on
 # CRI-O (docs/operating.md, "Runtime matrix").
 KUBE_CRIO_RUN ?= ^(TestInstalledByDaemonSet|TestHolderDaemonSetRollout|TestRookStyleHolder|TestWhereaboutsControllerAndReconcilerRun)$$
+# The scenario of test/kube that runs a third time, with Multus thick
+# deployed as upstream ships it (docs/operating.md, "Multus thick mode").
+KUBE_THICK_RUN ?= ^TestNodePluginAsItsOwnHolder$$
 
 # What the e2e suite (package test/) reads to find the binaries.
 E2E_ENV := NETNS_PIN_CNI_PATH=$(CNI_PATH) NETNS_PIN_CNITOOL=$(CNITOOL)
@@ -190,6 +193,7 @@ e2e-run:
 	$(call step,go test ./test/... (e2e),$(E2E_ENV) $(GO) test -p 1 -count=1 -timeout 15m -run '$(E2E_RUN)' $(E2E_FLAGS) $$($(GO) list ./test/... | grep -v -e '/test/ceph$$' -e '/test/kube$$' -e '/test/kernel\(/\|$$\)'))
 	$(call beside,go test ./test/kernel (krbd and CephFS kernel clients in qemu guests with Debian's 6.1 and 6.12 kernels$(comma) booted at once; hack/vm/build.sh builds them on first use)$(if $(E2E_BESIDE_AFTER), then make $(E2E_BESIDE_AFTER)),rc=0; $(E2E_ENV) $(GO) test -count=1 -timeout 25m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kernel/ || rc=$$?; $(if $(E2E_BESIDE_AFTER),$(MAKE) --no-print-directory $(E2E_BESIDE_AFTER) || rc=1;) exit $$rc,$(CACHE)/kernel-suite.out,go test ./test/kube (real one-node Kubernetes; hack/kube/up.sh builds it on first use),$(E2E_ENV) $(GO) test -count=1 -timeout 45m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/kube with the kubelet on CRI-O,NETNS_PIN_KUBE_RUNTIME=crio $(E2E_ENV) $(GO) test -count=1 -timeout 20m -v -run '$(KUBE_CRIO_RUN)' $(E2E_FLAGS) ./test/kube/)
+	$(call step,go test ./test/kube with Multus thick,NETNS_PIN_KUBE_MULTUS=thick $(E2E_ENV) $(GO) test -count=1 -timeout 20m -v -run '$(KUBE_THICK_RUN)' $(E2E_FLAGS) ./test/kube/)
 	$(call step,go test ./test/ceph (real Ceph cluster; prints the side-by-side table),$(E2E_ENV) $(GO) test -count=1 -timeout 10m -v -run '$(E2E_RUN)' $(E2E_FLAGS) ./test/ceph/)
 
 # Both demos run as part of make test: a demo that stops working fails CI.

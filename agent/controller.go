@@ -337,19 +337,24 @@ func (a *Agent) readStores() (View, error) {
 }
 
 // readStore adds one registered store's records to v and takes in its
-// events and sweeper status. A stateDir that is gone, with its pinDir,
-// holds no pin (a pin is a mount in pinDir, which cannot be removed
-// while mounted); a stateDir gone while its pinDir is there may leave a
-// pin without its record, and is an error.
+// events and sweeper status. A pin is a mount on a file of pinDir's pins
+// folder, and a file cannot be removed while mounted on: a stateDir that
+// is gone while that folder has no file (or is gone too, as when pinDir
+// was made before the store's first use, by a hostPath volume) holds no
+// pin; a stateDir gone while a file is there may leave a pin without its
+// record, and is an error.
 func (a *Agent) readStore(v *View, reg netnsstore.Registration) error {
 	stateDir := filepath.Join(a.cfg.HostRoot, reg.StateDir)
 	if _, err := os.Lstat(stateDir); errors.Is(err, os.ErrNotExist) {
-		if _, perr := os.Lstat(filepath.Join(a.cfg.HostRoot, reg.PinDir)); errors.Is(perr, os.ErrNotExist) {
+		pins := filepath.Join(a.cfg.HostRoot, reg.PinDir, netnsstore.PinsSubdir)
+		names, perr := os.ReadDir(pins)
+		switch {
+		case errors.Is(perr, os.ErrNotExist) || perr == nil && len(names) == 0:
 			return nil
-		} else if perr != nil {
-			return fmt.Errorf("its stateDir is gone, and its pinDir %s cannot be looked at: %w", reg.PinDir, perr)
+		case perr != nil:
+			return fmt.Errorf("its stateDir is gone, and the pins of its pinDir %s cannot be looked at: %w", reg.PinDir, perr)
 		}
-		return fmt.Errorf("its stateDir is gone while its pinDir %s is there: a pin may have lost its record", reg.PinDir)
+		return fmt.Errorf("its stateDir is gone while its pinDir %s has pins (%s): a pin may have lost its record", reg.PinDir, names[0].Name())
 	} else if err != nil {
 		return fmt.Errorf("look at its stateDir: %w", err)
 	}

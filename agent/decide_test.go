@@ -181,15 +181,26 @@ func TestReadStoresAndMetrics(t *testing.T) {
 	plan := Decide([]Pod{{Namespace: "ns", Name: "h-9", UID: "u9", Finalizer: true, Deleting: true}}, v)
 	assert.Empty(t, plan.Lift, "a pod pinned in the second store keeps its finalizer")
 
-	// A store whose stateDir is gone with its pinDir holds nothing; one
-	// whose stateDir is gone while its pinDir is there blocks every lift.
-	registerStore(t, root, "/gone/state", "/gone/pins")
+	// A store whose stateDir is gone with its pinDir holds nothing, and so
+	// does one whose pinDir is there without a pin (made before the
+	// store's first use, as a hostPath volume makes it); one whose
+	// stateDir is gone while a pin file is there blocks every lift.
+	registerStore(t, root, "/gone/state", "/gone/pindir")
 	v, err = a.readStores()
 	require.NoError(t, err)
 	assert.Empty(t, Decide(nil, v).Blocked)
-	require.NoError(t, os.MkdirAll(filepath.Join(root, "gone", "pins"), 0o755))
+	pins := filepath.Join(root, "gone", "pindir", netnsstore.PinsSubdir)
+	require.NoError(t, os.MkdirAll(filepath.Dir(pins), 0o755))
+	v, err = a.readStores()
+	require.NoError(t, err, "a pinDir without a pins folder")
+	require.NoError(t, os.MkdirAll(pins, 0o755))
+	v, err = a.readStores()
+	require.NoError(t, err, "an empty pins folder")
+	assert.Empty(t, Decide(nil, v).Blocked)
+	require.NoError(t, os.WriteFile(filepath.Join(pins, "c1.net1"), nil, 0o600))
 	v, err = a.readStores()
 	require.Error(t, err)
+	assert.Contains(t, err.Error(), "has pins (c1.net1)")
 	assert.Len(t, v.UnreadStores, 1)
 	plan = Decide([]Pod{{Namespace: "ns", Name: "x", UID: "ux", Finalizer: true, Deleting: true}}, v)
 	assert.Empty(t, plan.Lift)

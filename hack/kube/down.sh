@@ -60,8 +60,19 @@ restore_host() {
 		case "${what}" in
 		sysctl) sysctl -qw "${a}=${b}" || FAILED=1 ;;
 		created) rm -rf --one-file-system "${a}" || FAILED=1 ;;
+		propagation) mount --make-"${b}" "${a}" || FAILED=1 ;;
 		esac
 	done <"${f}"
+}
+
+# unregister_stores drops the node's stores from the host's registry of
+# netns-pin stores, as netns-pin uninstall does for the store it removes.
+unregister_stores() {
+	local f
+	for f in /var/lib/netns-pin/stores/*.json; do
+		[[ -f "${f}" ]] || continue
+		[[ "$(jq -r .stateDir "${f}" 2>/dev/null)" != "${KUBE_DIR}"/* ]] || rm -f "${f}" || FAILED=1
+	done
 }
 
 delete_links() {
@@ -98,6 +109,7 @@ main() {
 	mkdir -p "${KUBE_DIR}"
 	mv "${KUBE_CACHE}/.host.orig" "${KUBE_DIR}/host.orig" 2>/dev/null
 	restore_host
+	unregister_stores
 	rm -rf "${KUBE_DIR}"
 	delete_links
 	rm -f "${ADMIN_KUBECONFIG}" "${KUBE_CACHE}/env"

@@ -54,6 +54,12 @@ CONTAINERD_SOCK="${KUBE_DIR}/containerd/containerd.sock"
 # every file of it under KUBE_DIR/crio).
 KUBE_RUNTIME="${NETNS_PIN_KUBE_RUNTIME:-containerd}"
 CRIO_SOCK="${KUBE_DIR}/crio/crio.sock"
+# The node's Multus: thin (the multus binary the runtime execs), or thick
+# (NETNS_PIN_KUBE_MULTUS=thick: upstream's multus-daemonset-thick.yml, its
+# daemon in a pod, multus-shim in the CNI bin folder).
+KUBE_MULTUS="${NETNS_PIN_KUBE_MULTUS:-thin}"
+MULTUS_DAEMON_IMAGE="$(sed -n 's/^MULTUS_DAEMON_IMAGE="\(.*\)"$/\1/p' "${ROOT}/hack/runtime/setup.sh" | sed "s/\${MULTUS_VERSION}/${MULTUS_VERSION}/")"
+MULTUS_DAEMON_ARCHIVE="${CACHE}/runtime/multus-daemon.tar"
 # On CRI-O, the agent's view of the host's / (hack/kube/up.sh
 # install_netns_pin): outside KUBE_DIR, so that removing it never walks it.
 HOST_ROOT_BIND="/run/netns-pin-kube-host-root"

@@ -9,7 +9,9 @@
 #      kubelet, each started in the background with its PID recorded
 #   3. the node's CNI: Multus (thin) as the only configuration, with a
 #      kubeconfig of its own and the default network (bridge + host-local)
-#      as its delegate; the reference plugins and whereabouts in the CNI bin
+#      as its delegate (with NETNS_PIN_KUBE_MULTUS=thick: the default
+#      network's own configuration, and Multus thick as its users deploy
+#      it, upstream's DaemonSet with deploy/multus-thick-patch.yaml); the reference plugins and whereabouts in the CNI bin
 #      folder; the NetworkAttachmentDefinition CRD from Multus' sources and
 #      whereabouts' CRDs from its own; whereabouts' controller
 #      (ip-control-loop, hack/kube/whereabouts.sh) as its DaemonSet runs it
@@ -27,7 +29,8 @@
 # works; .cache/kube/env has the paths for scripts and tests. Stop it with
 # hack/kube/down.sh (make kube-down). Environment: NETNS_PIN_KUBE_DIR (the
 # run folder, default /var/lib/netns-pin-kube), NETNS_PIN_KUBE_RUNTIME
-# (containerd, the default, or crio; a cluster that is up keeps its own).
+# (containerd, the default, or crio; a cluster that is up keeps its own),
+# NETNS_PIN_KUBE_MULTUS (thin, the default, or thick; the same).
 set -euo pipefail
 # shellcheck source=hack/kube/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -149,6 +152,12 @@ check_runtime() {
 		die "the cluster in ${KUBE_DIR} runs on ${have}, not ${KUBE_RUNTIME}: hack/kube/down.sh first"
 	[[ "${KUBE_RUNTIME}" == containerd || "${KUBE_RUNTIME}" == crio ]] || die "unknown NETNS_PIN_KUBE_RUNTIME ${KUBE_RUNTIME} (containerd|crio)"
 	echo "${KUBE_RUNTIME}" >"${KUBE_DIR}/runtime"
+	have=""
+	[[ -f "${KUBE_DIR}/multus" ]] && have="$(cat "${KUBE_DIR}/multus")"
+	[[ -z "${have}" || "${have}" == "${KUBE_MULTUS}" ]] ||
+		die "the cluster in ${KUBE_DIR} runs Multus ${have}, not ${KUBE_MULTUS}: hack/kube/down.sh first"
+	[[ "${KUBE_MULTUS}" == thin || "${KUBE_MULTUS}" == thick ]] || die "unknown NETNS_PIN_KUBE_MULTUS ${KUBE_MULTUS} (thin|thick)"
+	echo "${KUBE_MULTUS}" >"${KUBE_DIR}/multus"
 }
 
 # write_crio_config: the CRI-O of the runtime suite (hack/runtime/crio.sh),
@@ -192,33 +201,45 @@ CGROUP_PARENT=${CGROUP_ROOT%/}/kubepods
 EOC
 }
 
-# The node's CNI: Multus as the only configuration, the default network
-# inline as its delegate (Multus v4.2.3 caches a "clusterNetwork" given as a
-# file path without the plugins' own fields). retryDeleteOnError keeps a
-# pod's delegate cache while a DEL fails, so the kubelet's retries DEL the
-# same networks.
+# default_network prints the cluster's default network (bridge +
+# host-local), as its own configuration list.
+default_network() {
+	jq -n --arg dir "${KUBE_DIR}" --arg br "${BRIDGE}" --arg subnet "${POD_SUBNET}" --arg gw "${NODE_IP}" '{
+		cniVersion: "1.0.0", name: "default-net",
+		plugins: [{type: "bridge", bridge: $br, isGateway: true,
+			ipam: {type: "host-local", dataDir: ($dir + "/lib/cni/host-local"),
+				ranges: [[{subnet: $subnet, gateway: $gw}]], routes: [{dst: "0.0.0.0/0"}]}}]
+	}'
+}
+
+# The node's CNI. Thin: Multus as the only configuration, the default
+# network inline as its delegate (Multus v4.2.3 caches a "clusterNetwork"
+# given as a file path without the plugins' own fields); retryDeleteOnError
+# keeps a pod's delegate cache while a DEL fails, so the kubelet's retries
+# DEL the same networks. Thick: the default network's own configuration,
+# from which multus-daemon ("multusConfigFile": "auto") makes its shim's
+# 00-multus.conf (install_multus_thick); the runtime uses it until then.
 write_cni() {
 	mkdir -p "${CNI_BIN_DIR}" "${CNI_CONF_DIR}" "${KUBE_DIR}/multus.d" "${KUBE_DIR}/lib/cni"
 	local p
 	for p in bridge macvlan host-local loopback; do
 		install -m 0755 "${CACHE}/cni/bin/${p}" "${CNI_BIN_DIR}/${p}"
 	done
-	install -m 0755 "${CACHE}/runtime/bin/multus" "${CNI_BIN_DIR}/multus"
 	install -m 0755 "${WHEREABOUTS_BIN}/whereabouts" "${CNI_BIN_DIR}/whereabouts"
-	jq -n --arg kc "${KUBE_DIR}/multus.kubeconfig" --arg dir "${KUBE_DIR}" --arg bin "${CNI_BIN_DIR}" \
-		--arg br "${BRIDGE}" --arg subnet "${POD_SUBNET}" --arg gw "${NODE_IP}" '{
-		cniVersion: "1.0.0", name: "multus-cni-network", type: "multus",
-		kubeconfig: $kc, confDir: ($dir + "/multus.d"), cniDir: ($dir + "/lib/cni/multus"),
-		binDir: $bin, logFile: ($dir + "/logs/multus.log"), logLevel: "verbose",
-		retryDeleteOnError: true, multusNamespace: "kube-system", systemNamespaces: ["kube-system"],
-		delegates: [{
-			cniVersion: "1.0.0", name: "default-net",
-			plugins: [{type: "bridge", bridge: $br, isGateway: true,
-				ipam: {type: "host-local", dataDir: ($dir + "/lib/cni/host-local"),
-					ranges: [[{subnet: $subnet, gateway: $gw}]], routes: [{dst: "0.0.0.0/0"}]}}]
-		}]
-	}' >"${CNI_CONF_DIR}/.00-multus.conf.tmp"
-	mv "${CNI_CONF_DIR}/.00-multus.conf.tmp" "${CNI_CONF_DIR}/00-multus.conf"
+	if [[ "${KUBE_MULTUS}" == thick ]]; then
+		default_network >"${CNI_CONF_DIR}/.10-default.conflist.tmp"
+		mv "${CNI_CONF_DIR}/.10-default.conflist.tmp" "${CNI_CONF_DIR}/10-default.conflist"
+	else
+		install -m 0755 "${CACHE}/runtime/bin/multus" "${CNI_BIN_DIR}/multus"
+		default_network | jq --arg kc "${KUBE_DIR}/multus.kubeconfig" --arg dir "${KUBE_DIR}" --arg bin "${CNI_BIN_DIR}" '{
+			cniVersion: "1.0.0", name: "multus-cni-network", type: "multus",
+			kubeconfig: $kc, confDir: ($dir + "/multus.d"), cniDir: ($dir + "/lib/cni/multus"),
+			binDir: $bin, logFile: ($dir + "/logs/multus.log"), logLevel: "verbose",
+			retryDeleteOnError: true, multusNamespace: "kube-system", systemNamespaces: ["kube-system"],
+			delegates: [.]
+		}' >"${CNI_CONF_DIR}/.00-multus.conf.tmp"
+		mv "${CNI_CONF_DIR}/.00-multus.conf.tmp" "${CNI_CONF_DIR}/00-multus.conf"
+	fi
 	# whereabouts reads its datastore from a flat file, where its
 	# DaemonSet would install it (NADs name it with configuration_path)
 	mkdir -p "${CNI_CONF_DIR}/whereabouts.d"
@@ -273,8 +294,9 @@ start() {
 start_containerd() {
 	start containerd containerd --config "${KUBE_DIR}/containerd/config.toml"
 	wait_until 60 "containerd" ctr --address "${CONTAINERD_SOCK}" version
-	local img
-	for img in "${IMAGES}/pause.tar" "${IMAGES}/busybox.tar" "${IMAGES}/whereabouts.tar" "${IMAGE_ARCHIVE}" "${UPGRADE_FROM_ARCHIVE}"; do
+	local img imgs=("${IMAGES}/pause.tar" "${IMAGES}/busybox.tar" "${IMAGES}/whereabouts.tar" "${IMAGE_ARCHIVE}" "${UPGRADE_FROM_ARCHIVE}")
+	[[ "${KUBE_MULTUS}" != thick ]] || imgs+=("${MULTUS_DAEMON_ARCHIVE}")
+	for img in "${imgs[@]}"; do
 		ctr --address "${CONTAINERD_SOCK}" -n k8s.io images import "${img}" >/dev/null
 	done
 }
@@ -296,6 +318,7 @@ start_crio() {
 		# linux/amd64 one of make image's index)
 		crio_import_image "${KUBE_DIR}" "${IMAGE_ARCHIVE}" "${NETNS_PIN_IMAGE}"
 		crio_import_image "${KUBE_DIR}" "${UPGRADE_FROM_ARCHIVE}" "${UPGRADE_FROM_IMAGE}"
+		[[ "${KUBE_MULTUS}" != thick ]] || crio_import_image "${KUBE_DIR}" "${MULTUS_DAEMON_ARCHIVE}" "${MULTUS_DAEMON_IMAGE}"
 	fi
 	start crio "${CRIO_BIN}/crio" --config "${KUBE_DIR}/crio/crio.conf" --config-dir "${KUBE_DIR}/crio/crio.conf.d"
 	wait_until 60 "crio" "${CACHE}/runtime/bin/crictl" --config "${KUBE_DIR}/crictl.yaml" version
@@ -371,6 +394,114 @@ apply_crds() {
 		crd/overlappingrangeipreservations.whereabouts.cni.cncf.io >/dev/null
 }
 
+# share_root: Multus thick's volumes (HostToContainer, Bidirectional) need
+# / to be a shared mount, as it is on a node that systemd runs; this
+# machine's is private. Shared while the cluster runs; down.sh makes it
+# private again.
+share_root() {
+	[[ "$(findmnt -n -o PROPAGATION /)" == shared ]] && return 0
+	mount --make-shared /
+	echo "propagation / private" >>"${KUBE_DIR}/host.orig"
+}
+
+# install_multus_thick deploys Multus thick as its users do: upstream's
+# deployments/multus-daemonset-thick.yml through kustomize, with
+# deploy/multus-thick-patch.yaml for this node's pinDir (the two paths the
+# patch says to change) and a patch for this node's folders (where upstream
+# names /etc/cni/net.d, /opt/cni/bin, /run, /var/lib/cni/multus and
+# /var/lib/kubelet) and its API server (127.0.0.1, no kube-proxy); the image
+# is hack/runtime/setup.sh's, laid out as upstream's. The daemon keeps its
+# delegates' libcni cache in /var/lib/cni/multus, here
+# KUBE_DIR/lib/cni/multus. Then waits for the daemon's 00-multus.conf.
+install_multus_thick() {
+	local dir="${KUBE_DIR}/multus-thick" mdir pins="${KUBELET_DIR}/plugins/netns-pin"
+	local netns_dir="${KUBE_DIR}/containerd/state/io.containerd.grpc.v1.cri/netns"
+	[[ "${KUBE_RUNTIME}" != crio ]] || netns_dir="${KUBE_DIR}/crio/ns"
+	mkdir -p "${dir}" "${KUBE_DIR}/run" "${KUBE_DIR}/lib/cni/multus" "${KUBE_DIR}/multus-conf.d" "${pins}"
+	mdir="$(cd / && go mod download -json "${MULTUS_MODULE}@${MULTUS_VERSION}" | jq -r .Dir)"
+	cp "${mdir}/deployments/multus-daemonset-thick.yml" "${dir}/multus-daemonset-thick.yml"
+	chmod 0644 "${dir}/multus-daemonset-thick.yml"
+	sed "s#/var/lib/kubelet/plugins/netns-pin#${pins}#" "${ROOT}/deploy/multus-thick-patch.yaml" >"${dir}/netns-pin-patch.yaml"
+	jq -n --arg bin "${CNI_BIN_DIR}" --arg sock "${KUBE_DIR}/run/multus" '{
+		chrootDir: "/hostroot", cniVersion: "0.3.1", logLevel: "verbose", logToStderr: true,
+		cniConfigDir: "/host/etc/cni/net.d", multusAutoconfigDir: "/host/etc/cni/net.d",
+		multusConfigFile: "auto", socketDir: "/host/run/multus/",
+		binDir: $bin, daemonSocketDir: $sock
+	}' >"${dir}/daemon-config.json"
+	cat >"${dir}/node-patch.yaml" <<EOC
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-multus-ds
+  namespace: kube-system
+spec:
+  template:
+    spec:
+      containers:
+        - name: kube-multus
+          imagePullPolicy: Never
+          volumeMounts:
+            # "cnibin path must be identical between pod and container
+            # host" (upstream's comment): libcni looks the delegates up there
+            - name: cnibin
+              mountPath: ${CNI_BIN_DIR}
+            # the runtime's netns folder, where upstream mounts /run/netns:
+            # the daemon looks at the pod's netns before its delegates do
+            - name: runtime-netns
+              mountPath: ${netns_dir}
+              mountPropagation: HostToContainer
+          env:
+            - name: KUBERNETES_SERVICE_HOST
+              value: "127.0.0.1"
+            - name: KUBERNETES_SERVICE_PORT
+              value: "${API_PORT}"
+      initContainers:
+        - name: install-multus-binary
+          imagePullPolicy: Never
+      volumes:
+        - name: cni
+          hostPath: {path: ${CNI_CONF_DIR}}
+        - name: cnibin
+          hostPath: {path: ${CNI_BIN_DIR}}
+        - name: host-run
+          hostPath: {path: ${KUBE_DIR}/run}
+        - name: host-var-lib-cni-multus
+          hostPath: {path: ${KUBE_DIR}/lib/cni/multus}
+        - name: host-var-lib-kubelet
+          hostPath: {path: ${KUBELET_DIR}}
+        - name: host-run-k8s-cni-cncf-io
+          hostPath: {path: ${KUBE_DIR}/run/k8s.cni.cncf.io}
+        - name: multus-conf-dir
+          hostPath: {path: ${KUBE_DIR}/multus-conf.d}
+        - name: runtime-netns
+          hostPath: {path: ${netns_dir}, type: DirectoryOrCreate}
+EOC
+	cat >"${dir}/kustomization.yaml" <<EOC
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - multus-daemonset-thick.yml
+images:
+  - name: ghcr.io/k8snetworkplumbingwg/multus-cni
+    newName: ${MULTUS_DAEMON_IMAGE%:*}
+    newTag: ${MULTUS_DAEMON_IMAGE##*:}
+configMapGenerator:
+  - name: multus-daemon-config
+    namespace: kube-system
+    behavior: replace
+    files:
+      - daemon-config.json
+generatorOptions:
+  disableNameSuffixHash: true
+patches:
+  - path: netns-pin-patch.yaml
+  - path: node-patch.yaml
+EOC
+	kubectl_ apply -k "${dir}" >/dev/null
+	kubectl_ -n kube-system rollout status daemonset/kube-multus-ds --timeout=180s >/dev/null
+	wait_until 60 "multus-daemon's ${CNI_CONF_DIR}/00-multus.conf" grep -q '"multus-shim"' "${CNI_CONF_DIR}/00-multus.conf"
+}
+
 # install_netns_pin applies deploy/installer-daemonset.yaml as it is but
 # for its CNI bin folder setting, and waits for the copy.
 install_netns_pin() {
@@ -381,9 +512,16 @@ install_netns_pin() {
 	# NetworkAttachmentDefinitions name them), as an operator's --conf would,
 	# and rounds every 2 s instead of 10 s, so that the suite's metrics
 	# (updated each round) and abandoned teardowns are not waited for.
+	# Under Multus thick only the sweeper finishes a refused teardown
+	# (multus-shim answers every DEL with success), and whereabouts' DEL in
+	# its chain needs this API server on 127.0.0.1: the sweeper gets the
+	# host's network, as the agent does.
+	local installer_net=""
+	[[ "${KUBE_MULTUS}" != thick ]] || installer_net="s#^      hostPID: true\$#&\n      hostNetwork: true#"
 	sed -E -e "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#" \
 		-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${NETNS_PIN_IMAGE}#" \
 		-e "s#^( *- )--interval=10s\$#\1--interval=2s\n\1--pin-dir=${KUBELET_DIR}/plugins/netns-pin\n\1--state-dir=${KUBE_DIR}/lib/cni/netns-pin#" \
+		${installer_net:+-e "${installer_net}"} \
 		"${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
 	# The node agent as deployed (its RBAC, its node policy, its in-cluster
@@ -451,6 +589,7 @@ KUBE_NODE_IP=${NODE_IP}
 KUBELET_DIR=${KUBELET_DIR}
 KUBE_CNI_BIN_DIR=${CNI_BIN_DIR}
 KUBE_RUNTIME=${KUBE_RUNTIME}
+KUBE_MULTUS=${KUBE_MULTUS}
 KUBE_RUNTIME_SOCK=${RUNTIME_SOCK}
 KUBE_CONTAINERD_SOCK=${CONTAINERD_SOCK}
 KUBE_CRICTL_CONFIG=${KUBE_DIR}/crictl.yaml
@@ -483,6 +622,7 @@ main() {
 	chmod 0711 "${KUBE_DIR}"
 	check_runtime
 	remember_host
+	[[ "${KUBE_MULTUS}" != thick ]] || share_root
 	make_links
 	make_pki
 	if [[ "${KUBE_RUNTIME}" == crio ]]; then
@@ -500,6 +640,7 @@ main() {
 	apply_rbac
 	apply_crds
 	start_kubelet
+	[[ "${KUBE_MULTUS}" != thick ]] || install_multus_thick
 	whereabouts_controller_up "${API_PORT}"
 	install_netns_pin
 	write_env

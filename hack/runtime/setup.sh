@@ -90,24 +90,29 @@ build_crictl() {
 # Multus: `go install pkg@version` asks the proxy for the module's version
 # list (deprecation check), which the proxy refuses for this module. Download
 # exactly the named version and build its thin plugin (cmd/multus) and the
-# thick plugin's shim and daemon in the module cache with the module's own
-# go.sum; the daemon goes into an image, as upstream ships it.
+# thick plugin's commands in the module cache with the module's own go.sum;
+# the thick ones go into an image laid out as upstream's (its Dockerfile:
+# /usr/src/multus-cni/bin/, which deployments/multus-daemonset-thick.yml
+# runs the daemon and the shim's installer from).
 build_multus() {
-	stamp_ok multus "${MULTUS_VERSION}-thick2" "${RT_BIN}/multus" && [[ -f "${RT_CACHE}/multus-daemon.tar" ]] && return 0
-	log "go mod download ${MULTUS_MODULE}@${MULTUS_VERSION}; go build ./cmd/multus ./cmd/multus-shim ./cmd/multus-daemon"
+	stamp_ok multus "${MULTUS_VERSION}-thick3" "${RT_BIN}/multus" && [[ -f "${RT_CACHE}/multus-daemon.tar" ]] && return 0
+	log "go mod download ${MULTUS_MODULE}@${MULTUS_VERSION}; go build ./cmd/multus ./cmd/multus-shim ./cmd/multus-daemon ./cmd/install_multus ./cmd/passthru-cni"
 	local dir cmd
 	dir="$(cd / && go mod download -json "${MULTUS_MODULE}@${MULTUS_VERSION}" | jq -r .Dir)"
 	[[ -d "${dir}" ]] || die "multus module not downloaded (${dir})"
-	for cmd in multus multus-shim multus-daemon; do
+	for cmd in multus multus-shim multus-daemon install_multus passthru-cni; do
 		(cd "${dir}" && CGO_ENABLED=0 go build -mod=readonly -trimpath -o "${RT_BIN}/.${cmd}.tmp" "./cmd/${cmd}")
 		mv -f "${RT_BIN}/.${cmd}.tmp" "${RT_BIN}/${cmd}"
 	done
 	# multus-daemon checks that it runs as root with os/user, which needs
 	# /etc/passwd in a static build.
 	printf 'root:x:0:0:root:/root:/sbin/nologin\n' >"${RT_CACHE}/passwd"
-	(cd "${ROOT}" && go run ./hack/runtime/ociimage -bin "${RT_BIN}/multus-daemon" -add "/etc/passwd=${RT_CACHE}/passwd" \
+	local src=/usr/src/multus-cni/bin
+	(cd "${ROOT}" && go run ./hack/runtime/ociimage -bin "${RT_BIN}/multus-daemon" -name "${src}/multus-daemon" \
+		-add "${src}/multus-shim=${RT_BIN}/multus-shim" -add "${src}/install_multus=${RT_BIN}/install_multus" \
+		-add "${src}/passthru=${RT_BIN}/passthru-cni" -add "/etc/passwd=${RT_CACHE}/passwd" \
 		-ref "${MULTUS_DAEMON_IMAGE}" -o "${RT_CACHE}/multus-daemon.tar")
-	stamp_set multus "${MULTUS_VERSION}-thick2"
+	stamp_set multus "${MULTUS_VERSION}-thick3"
 }
 
 build_pause_image() {

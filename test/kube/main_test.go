@@ -67,7 +67,7 @@ var shared hosttest.Shared[cluster]
 // kubeEnvKeys are what hack/kube/up.sh writes to .cache/kube/env.
 var kubeEnvKeys = []string{"KUBECTL", "KUBECONFIG", "KUBE_DIR", "KUBELET_DIR", "KUBE_CNI_BIN_DIR", "KUBE_CRICTL_CONFIG",
 	"KUBE_STORAGE_MASTER", "KUBE_STORAGE_SUBNET", "KUBE_WHEREABOUTS_CONF", "KUBE_BUSYBOX_IMAGE",
-	"KUBE_IMAGE", "KUBE_IMAGE_BIN_DIR", "KUBE_UPGRADE_FROM", "KUBE_UPGRADE_FROM_IMAGE", "KUBE_NODE"}
+	"KUBE_IMAGE", "KUBE_IMAGE_BIN_DIR", "KUBE_UPGRADE_FROM", "KUBE_UPGRADE_FROM_IMAGE", "KUBE_NODE", "KUBE_MULTUS"}
 
 func TestMain(m *testing.M) {
 	shared.Main(m, "kube", func(c *cluster) error {
@@ -175,6 +175,10 @@ func (c *cluster) getJSON(t *testing.T, v any, args ...string) {
 func (c *cluster) crictlRun(args ...string) host.CmdResult {
 	return host.RunCmd(cmdTimeout, nil, nil, c.crictl, append([]string{"--config", c.crictlConf}, args...)...)
 }
+
+// thick reports whether the node's Multus is thick (hack/kube/up.sh with
+// NETNS_PIN_KUBE_MULTUS=thick): multus-shim answers every DEL with success.
+func (c *cluster) thick() bool { return c.env["KUBE_MULTUS"] == "thick" }
 
 // get and str read a field of an object (deploy.Field, deploy.String).
 var get, str = deploy.Field, deploy.String

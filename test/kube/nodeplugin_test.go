@@ -51,6 +51,9 @@ func (c *cluster) newNodePluginSet(t *testing.T) *nodePluginSet {
 		for _, r := range pin["holders"].([]any) {
 			r.(map[string]any)["podNamespace"] = pinNamespace
 		}
+		// Multus' libcni cache: under thick the sweeper finishes the
+		// teardown from it
+		pin["cacheDirs"] = []any{c.multusCacheDir()}
 	})
 	np.nad.object["metadata"].(map[string]any)["namespace"] = pinNamespace
 	annots := get(ds, "spec", "template", "metadata", "annotations").(map[string]any)
@@ -186,6 +189,36 @@ func (c *cluster) requireOneHolderPerAddress(t *testing.T, pinned ...holder) {
 	}
 }
 
+// requireRefused waits for the node plugin's DEL to be refused while its
+// client lives. Under Multus thin the kubelet's KillPod fails with
+// netns-pin's refusal, and it retries. Under Multus thick multus-shim
+// answers every DEL with success: the runtime drops its netns handle and
+// nothing will DEL again; the refusal captured the teardown (Multus
+// daemon's libcni cache entry of the chain) and the sweeper marks it
+// abandoned, to finish it once the client is gone.
+func (np *nodePluginSet) requireRefused(t *testing.T, h holder) {
+	t.Helper()
+	c := np.c
+	if !c.thick() {
+		require.True(t, host.Poll(releaseTimeout, time.Second, func() bool {
+			return len(c.eventsOf(t, h.pod, "FailedKillPod")) > 0
+		}), "no FailedKillPod event for the node plugin %s", h.pod)
+		evs := c.eventsOf(t, h.pod, "FailedKillPod")
+		assert.Contains(t, evs[0].Message, "netns-pin: cluster "+np.cluster+": holder pod "+h.pod.String()+" is still in use by")
+		t.Logf("FailedKillPod: %s", evs[0].Message)
+		return
+	}
+	var raw map[string]any
+	require.True(t, host.Poll(releaseTimeout, 250*time.Millisecond, func() bool {
+		raw = readRawRecord(t, c.recordPath(h.sb))
+		return raw != nil && raw["state"] == "draining" && raw["abandoned"] == true
+	}), "the node plugin's DEL was not refused and then marked abandoned by the sweeper: %v", raw)
+	assert.Equal(t, filepath.Join(c.multusCacheDir(), "results", np.nad.name+"-"+h.sb.id+"-"+storageIf), str(raw, "teardown", "cacheFile"),
+		"the refusal captured multus-daemon's cache entry of the chain")
+	assert.Empty(t, c.eventsOf(t, h.pod, "FailedKillPod"), "multus-shim reports every DEL a success")
+	t.Logf("%s: refused, its teardown captured (%s), abandoned by the runtime", h.pod, str(raw, "teardown", "cacheFile"))
+}
+
 // The node plugin rolled, and deleted outright, while a client it made
 // lives in its netns: `kubectl rollout restart` brings the new pod up
 // (Ready) while the old pod's netns, address and object stay (whereabouts'
@@ -212,12 +245,7 @@ func TestNodePluginAsItsOwnHolder(t *testing.T) {
 		p, ok := c.podByUID(t, pinNamespace, np.selector, old.pod.Metadata.UID)
 		return ok && p.Metadata.DeletionTimestamp != nil
 	}), "the old node plugin %s was not deleted after the new one was Ready", old.pod)
-	require.True(t, host.Poll(releaseTimeout, time.Second, func() bool {
-		return len(c.eventsOf(t, old.pod, "FailedKillPod")) > 0
-	}), "no FailedKillPod event for the old node plugin %s", old.pod)
-	evs := c.eventsOf(t, old.pod, "FailedKillPod")
-	assert.Contains(t, evs[0].Message, "netns-pin: cluster "+np.cluster+": holder pod "+old.pod.String()+" is still in use by")
-	t.Logf("FailedKillPod: %s", evs[0].Message)
+	np.requireRefused(t, old)
 
 	p, ok := c.podByUID(t, pinNamespace, np.selector, old.pod.Metadata.UID)
 	require.True(t, ok, "the old node plugin's object must stay while its client lives")
@@ -244,6 +272,9 @@ func TestNodePluginAsItsOwnHolder(t *testing.T) {
 	require.Equal(t, next.sb.netns, cl.netns)
 	c.mustKubectl(t, "-n", pinNamespace, "delete", "pod", next.pod.Metadata.Name, "--force", "--grace-period=0", "--wait=false")
 	third := np.waitPlugin(t, old.pod.Metadata.UID, next.pod.Metadata.UID)
+	if c.thick() {
+		np.requireRefused(t, next)
+	}
 	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
 		rec := c.readRecord(t, next.sb)
 		return rec != nil && rec.State == "draining"

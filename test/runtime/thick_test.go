@@ -219,7 +219,7 @@ func (s *suite) startThickMultusOn(t *testing.T, node, pinDir, cache string) *th
 		daemonEnv["MULTUS_NODE_NAME"] = node
 	}
 	c := s.startHostContainer(t, "kube-multus-"+host.RandHex(4), env["MULTUS_DAEMON_IMAGE"],
-		[]string{"/multus-daemon", "-config", "/etc/cni/net.d/multus.d/daemon-config.json"}, daemonEnv, mounts)
+		[]string{"/usr/src/multus-cni/bin/multus-daemon", "-config", "/etc/cni/net.d/multus.d/daemon-config.json"}, daemonEnv, mounts)
 	sock := filepath.Join(socketDir, "multus.sock")
 	require.True(t, host.Poll(readyTimeout, 50*time.Millisecond, func() bool { _, err := os.Stat(sock); return err == nil }),
 		"multus-daemon made no socket %s:\n%s", sock, s.crictlRun("logs", c.ctrID))
