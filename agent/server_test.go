@@ -131,7 +131,9 @@ func TestEndpointUnderFlood(t *testing.T) {
 	require.NoError(t, scrape(addr), "scraped after the flood")
 	peak := procStatus(t, pid, "VmHWM")
 	t.Logf("header flood: peak resident %.1f MiB (%.1f MiB before), at most %d descriptors (%d before)", float64(peak)/(1<<20), float64(baseRSS)/(1<<20), maxFds.Load(), baseFds)
-	assert.Less(t, peak, int64(32<<20), "resident memory under the header flood")
+	// 64 MiB of headers buffered would show; the binary's own size (larger
+	// with the race detector) is not what is measured.
+	assert.Less(t, peak-baseRSS, int64(16<<20), "resident memory growth under the header flood")
 
 	// Idle connections, each after one request kept alive: the agent
 	// closes them, its cap keeps the rest waiting in the listen queue.
