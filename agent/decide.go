@@ -25,7 +25,7 @@ import (
 
 // Finalizer is what keeps a holder's object in the API until its pin is
 // released.
-const Finalizer = "netns-pin.io/pin"
+const Finalizer = netnsstore.PodFinalizer
 
 // Pod is what a decision needs of a pod object.
 type Pod struct {

@@ -21,6 +21,11 @@ import (
 // PinsSubdir is the folder under pinDir that holds the pins.
 const PinsSubdir = "pins"
 
+// PodFinalizer is the finalizer a holder's pod object carries (its
+// template's), so that the object and its IPAM lease stay while its pin
+// does; the node agent lifts it once no record names the pod.
+const PodFinalizer = "netns-pin.io/pin"
+
 // bootIDPath identifies the running boot; records of another boot describe
 // mounts that no longer exist.
 const bootIDPath = "/proc/sys/kernel/random/boot_id"

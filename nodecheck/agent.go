@@ -33,6 +33,34 @@ type agentStatus struct {
 	} `json:"finalizers"`
 }
 
+// AgentStatusFile is the node agent's status file in dir, the agent's
+// status folder (<stateDir>-agent).
+func AgentStatusFile(dir string) string { return filepath.Join(dir, "status.json") }
+
+// FinalizerPods reads the node agent's status in dir and returns the pods
+// of the node ("namespace/name") that carried the finalizer
+// netns-pin.io/pin at the agent's last pass. No status file: no agent ever
+// ran there, and nil. A status that cannot be read is an error: the pods
+// are unknown.
+func FinalizerPods(dir string) ([]string, error) {
+	data, err := smallfile.ReadIn(dir, "status.json", 1<<20)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the node agent's status %s: %w", AgentStatusFile(dir), err)
+	}
+	var st agentStatus
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("the node agent's status %s is not JSON: %w", AgentStatusFile(dir), err)
+	}
+	pods := make([]string, 0, len(st.Finalizers))
+	for _, p := range st.Finalizers {
+		pods = append(pods, p.Namespace+"/"+p.Name)
+	}
+	return pods, nil
+}
+
 // agent reports the node agent: running or not, and the pods that carry
 // the finalizer without a pin (being deleted: waiting for the agent).
 func (c *checker) agent() {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/smallfile"
 	"github.com/netns-pin/netns-pin/netnsstore"
+	"github.com/netns-pin/netns-pin/nodecheck"
 )
 
 // storeLockFile is the store's lock in stateDir (netnsstore's lock.go):
@@ -33,7 +35,9 @@ const uninstallLockTimeout = 30 * time.Second
 type remain struct {
 	// Kind: "record" (a pinned attachment's record), "pin" (a pin under
 	// pinDir/pins) or "attachment" (a pod whose runtime or Multus cache
-	// still lists netns-pin in its chain: its DEL will run netns-pin).
+	// still lists netns-pin in its chain: its DEL will run netns-pin) or
+	// "finalizer" (a pod of the node that carried netns-pin.io/pin at the
+	// node agent's last pass: once deleted, only the agent lets it go).
 	Kind string `json:"kind"`
 	Name string `json:"name"`
 	Pod  string `json:"pod,omitempty"`
@@ -76,6 +80,13 @@ func runUninstall(c *conf.Config, cf commandFlags, jsonOut bool, stdout, stderr 
 			fmt.Fprintf(stderr, "netns-pin uninstall: refused: %d thing(s) on this node still need netns-pin (above); "+
 				"remove it from the NetworkAttachmentDefinitions, wait until these pods are gone, then run it again (docs/operating.md, \"Removing netns-pin\")\n",
 				len(rep.Remains))
+			if slices.ContainsFunc(rep.Remains, func(r remain) bool { return r.Kind == "finalizer" }) {
+				fmt.Fprintf(stderr, "netns-pin uninstall: pods of this node carried the finalizer %s at the node agent's last pass: "+
+					"take it out of their template (or delete the holder DaemonSet) and wait, with the agent still running, until they are gone; "+
+					"the agent lets them go and its next pass drops them from its status. "+
+					"If the agent is already gone: put it back, or check with kubectl that none of them is left and remove its status file\n",
+					netnsstore.PodFinalizer)
+			}
 		}
 		return 1
 	}
@@ -207,12 +218,44 @@ func remains(c *conf.Config) ([]remain, error) {
 	for _, n := range names {
 		out = append(out, remain{Kind: "pin", Name: n, Path: filepath.Join(pinsDir, n)})
 	}
+	found, err := finalizerPods(c.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, found...)
 	for _, dir := range c.CacheDirs {
 		found, err := cachedAttachments(dir)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, found...)
+	}
+	return out, nil
+}
+
+// defaultAgentStatusDir is the node agent's status folder unless it is
+// told another (cmd/netns-pin-agent --status-dir).
+var defaultAgentStatusDir = conf.DefaultStateDir + "-agent"
+
+// finalizerPods lists the pods the node agent last saw carrying the
+// finalizer, from its status folder beside stateDir and beside the default
+// stateDir (where the agent writes it unless told otherwise). Removed
+// before they are gone, the agent would leave each of them Terminating
+// once deleted.
+func finalizerPods(stateDir string) ([]remain, error) {
+	dirs := []string{strings.TrimSuffix(stateDir, "/") + "-agent"}
+	if defaultAgentStatusDir != dirs[0] {
+		dirs = append(dirs, defaultAgentStatusDir)
+	}
+	var out []remain
+	for _, dir := range dirs {
+		pods, err := nodecheck.FinalizerPods(dir)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pods {
+			out = append(out, remain{Kind: "finalizer", Name: netnsstore.PodFinalizer, Pod: p, Path: nodecheck.AgentStatusFile(dir)})
+		}
 	}
 	return out, nil
 }

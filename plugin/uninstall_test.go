@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -40,6 +41,10 @@ func newUninstallNode(t *testing.T) *uninstallNode {
 	} {
 		require.NoError(t, os.WriteFile(name, []byte(content), 0o600))
 	}
+	// the node agent's default status folder is this node's, not the host's
+	def := defaultAgentStatusDir
+	defaultAgentStatusDir = filepath.Join(root, "var/lib/cni/netns-pin-default-agent")
+	t.Cleanup(func() { defaultAgentStatusDir = def })
 	require.NoError(t, unix.Mount(n.pins, n.pins, "", unix.MS_BIND, ""))
 	t.Cleanup(func() {
 		for unix.Unmount(n.pins, unix.MNT_DETACH) == nil {
@@ -159,4 +164,49 @@ func TestUninstallLogFileAndUsage(t *testing.T) {
 	errOut.Reset()
 	assert.Equal(t, 2, runCLI([]string{"uninstall"}, &out, &errOut))
 	assert.Contains(t, errOut.String(), "usage: netns-pin uninstall --cni-bin-dir DIR")
+}
+
+// The node agent's status names pods of the node that carry the finalizer
+// (in its own folder beside stateDir, or in its default one): uninstall
+// refuses, naming each pod and saying what to do, and removes nothing; an
+// empty list, a missing status or one the agent rewrote without them lets
+// it go on. A status that cannot be read refuses too.
+func TestUninstallRefusesWhilePodsCarryTheFinalizer(t *testing.T) {
+	n := newUninstallNode(t)
+	status := func(dir string, pods ...string) {
+		t.Helper()
+		fin := []map[string]any{}
+		for _, p := range pods {
+			ns, name, _ := strings.Cut(p, "/")
+			fin = append(fin, map[string]any{"namespace": ns, "name": name, "uid": "u-" + name})
+		}
+		b, err := json.Marshal(map[string]any{"node": "n1", "pid": 7, "finalizers": fin})
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "status.json"), b, 0o644))
+	}
+	beside := n.state + "-agent"
+	for _, dir := range []string{beside, defaultAgentStatusDir} {
+		status(dir, "rook-ceph/csi-holder-a", "ceph-csi/csi-rbdplugin-b")
+		rc, out, errOut := n.run()
+		assert.Equal(t, 1, rc, "uninstall while pods carry the finalizer (status in %s)", dir)
+		for _, p := range []string{"rook-ceph/csi-holder-a", "ceph-csi/csi-rbdplugin-b"} {
+			assert.Contains(t, out, "remains: finalizer netns-pin.io/pin pod "+p+" ("+filepath.Join(dir, "status.json")+")")
+		}
+		assert.Contains(t, errOut, "carried the finalizer netns-pin.io/pin at the node agent's last pass")
+		assert.Contains(t, errOut, "take it out of their template")
+		assert.FileExists(t, filepath.Join(n.bin, "netns-pin"), "nothing removed")
+		assert.DirExists(t, n.state)
+		status(dir) // the agent's next pass: none left
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(beside, "status.json"), []byte("{"), 0o644))
+	rc, _, errOut := n.run()
+	assert.Equal(t, 1, rc, "a status that cannot be read")
+	assert.Contains(t, errOut, "is not JSON")
+	assert.FileExists(t, filepath.Join(n.bin, "netns-pin"))
+
+	require.NoError(t, os.Remove(filepath.Join(beside, "status.json")))
+	rc, out, errOut := n.run()
+	require.Equal(t, 0, rc, "no pod carries the finalizer: %s%s", out, errOut)
+	assert.NoFileExists(t, filepath.Join(n.bin, "netns-pin"))
 }

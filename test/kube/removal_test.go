@@ -120,6 +120,8 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 	assert.Contains(t, r.Stdout, "remains: pin "+att)
 	assert.Contains(t, r.Stdout, "pod "+app.String()+" (", "the pod that is no holder is attached through netns-pin")
 	assert.Contains(t, r.Stdout, "container "+appSB.id+" (Multus delegates)")
+	assert.Contains(t, r.Stdout, "remains: finalizer "+pinFinalizer+" pod "+ho.pod.String()+" (",
+		"the holder carries the finalizer, by the node agent's status")
 	assert.Contains(t, r.Stderr, "refused")
 	assert.FileExists(t, c.pinBin)
 
@@ -153,8 +155,11 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 			assert.NotContains(t, e.Message, "failed to find plugin", "the DEL of %s found netns-pin", p)
 		}
 	}
-	r = host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs("--dry-run")...)
-	require.NoError(t, r.Err, "uninstall --dry-run once the pods attached before are gone: %s", r)
+	// the agent's next pass (every 1 s here) drops the holder from its status
+	require.True(t, host.Poll(30*time.Second, 500*time.Millisecond, func() bool {
+		r = host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs("--dry-run")...)
+		return r.Err == nil
+	}), "uninstall --dry-run once the pods attached before are gone: %s", r)
 	assert.Contains(t, r.Stdout, "would remove "+c.pinBin+"\n")
 
 	// 4. the DaemonSets, then uninstall from the image
