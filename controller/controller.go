@@ -94,11 +94,45 @@ func slimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil // a tombstone
 	}
-	return &corev1.Pod{
+	out := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
 			DeletionTimestamp: p.DeletionTimestamp, Finalizers: p.Finalizers},
 		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName},
-	}, nil
+	}
+	if isAgent(p) {
+		out.Labels = map[string]string{AgentLabel: p.Labels[AgentLabel]}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady {
+				out.Status.Conditions = []corev1.PodCondition{{Type: cond.Type, Status: cond.Status}}
+			}
+		}
+	}
+	return out, nil
+}
+
+// AgentLabel and AgentName: the label by which the node agent's pods are
+// known (deploy/agent-daemonset.yaml).
+const (
+	AgentLabel = "app.kubernetes.io/name"
+	AgentName  = "netns-pin-agent"
+)
+
+func isAgent(p *corev1.Pod) bool { return p.Labels[AgentLabel] == AgentName }
+
+// readyAgents are the nodes on which a pod of the node agent is Ready.
+func readyAgents(pods []*corev1.Pod) map[string]bool {
+	ready := map[string]bool{}
+	for _, p := range pods {
+		if !isAgent(p) || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				ready[p.Spec.NodeName] = true
+			}
+		}
+	}
+	return ready
 }
 
 func slimNode(obj any) (any, error) {
@@ -209,6 +243,7 @@ func (c *Controller) pass(ctx context.Context) (recheck time.Time) {
 		return now.Add(c.cfg.Interval) // a lister of an informer's cache does not fail
 	}
 	seen := map[string]bool{}
+	agents := readyAgents(pods)
 	var waiting []waitingHolder
 	live := map[string]Node{} // nodes read from the API server in this pass
 	for _, obj := range pods {
@@ -217,6 +252,7 @@ func (c *Controller) pass(ctx context.Context) (recheck time.Time) {
 			continue
 		}
 		n := c.cachedNode(p.Node, now)
+		n.AgentReady = agents[p.Node]
 		seen[p.Node] = true
 		d := Decide(p, n, now, c.cfg.Quarantine)
 		if d.Lift {

@@ -46,6 +46,10 @@ const (
 	// WaitReleasePending: the node is there and Ready; its agent lifts the
 	// finalizer once the pin is released.
 	WaitReleasePending = "released_pending"
+	// WaitAgentNotReady: the node is Ready but no Ready node agent pod
+	// runs on it: nothing lifts the finalizer after the release until
+	// one does.
+	WaitAgentNotReady = "agent_not_ready"
 	// WaitNodeUnreachable: the node is NotReady or Unknown (a partition,
 	// a reboot): its pins may still carry clients.
 	WaitNodeUnreachable = "node_unreachable"
@@ -86,6 +90,8 @@ type Node struct {
 	Ready corev1.ConditionStatus
 	// OutOfService: the node carries the out-of-service taint.
 	OutOfService bool
+	// AgentReady: a pod of the node agent on the node is Ready.
+	AgentReady bool
 }
 
 // Decision is what to do about one pod.
@@ -126,6 +132,8 @@ func Decide(p Pod, n Node, now time.Time, quarantine time.Duration) Decision {
 		return Decision{Lift: true, Reason: ReasonNodeOutOfService, Message: fmt.Sprintf(
 			"node %s carries the taint %s and is not Ready (%s): it is off, its pins went with it; finalizer netns-pin.io/pin lifted by netns-pin-controller",
 			p.Node, TaintOutOfService, readyString(n.Ready))}
+	case n.Ready == corev1.ConditionTrue && !n.AgentReady:
+		return Decision{Waiting: WaitAgentNotReady}
 	case n.Ready == corev1.ConditionTrue:
 		return Decision{Waiting: WaitReleasePending}
 	default:

@@ -7,13 +7,14 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestDecide(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	q := DefaultQuarantine
 	holder := Pod{Namespace: "rook-ceph", Name: "holder-x", UID: "u1", Node: "n1", Finalizer: true, Deleting: true}
-	ready := Node{Present: true, Ready: corev1.ConditionTrue}
+	ready := Node{Present: true, Ready: corev1.ConditionTrue, AgentReady: true}
 	for _, tc := range []struct {
 		name    string
 		pod     Pod
@@ -34,8 +35,10 @@ func TestDecide(t *testing.T) {
 			lift: true, reason: ReasonNodeOutOfService},
 		{name: "out of service without a Ready condition", pod: holder, node: Node{Present: true, OutOfService: true},
 			lift: true, reason: ReasonNodeOutOfService},
-		{name: "out of service but Ready", pod: holder, node: Node{Present: true, OutOfService: true, Ready: corev1.ConditionTrue},
+		{name: "out of service but Ready", pod: holder, node: Node{Present: true, OutOfService: true, Ready: corev1.ConditionTrue, AgentReady: true},
 			waiting: WaitReleasePending},
+		{name: "Ready, its agent not", pod: holder, node: Node{Present: true, Ready: corev1.ConditionTrue}, waiting: WaitAgentNotReady},
+		{name: "unreachable, its agent not ready", pod: holder, node: Node{Present: true, Ready: corev1.ConditionUnknown}, waiting: WaitNodeUnreachable},
 		{name: "NotReady only", pod: holder, node: Node{Present: true, Ready: corev1.ConditionFalse}, waiting: WaitNodeUnreachable},
 		{name: "Unknown only", pod: holder, node: Node{Present: true, Ready: corev1.ConditionUnknown}, waiting: WaitNodeUnreachable},
 		{name: "no Ready condition, no taint", pod: holder, node: Node{Present: true}, waiting: WaitNodeUnreachable},
@@ -77,4 +80,28 @@ func TestNodeOf(t *testing.T) {
 	})
 	assert.Equal(t, Node{Present: true, OutOfService: true, Ready: corev1.ConditionUnknown}, n)
 	assert.Equal(t, Node{Present: true}, NodeOf(&corev1.Node{}))
+}
+
+// The nodes with a Ready agent pod: by the agent's label, Ready, not
+// being deleted; other pods and agents not Ready do not count.
+func TestReadyAgents(t *testing.T) {
+	pod := func(name, node, label string, ready corev1.ConditionStatus, deleting bool) *corev1.Pod {
+		p := &corev1.Pod{}
+		p.Name, p.Spec.NodeName = name, node
+		p.Labels = map[string]string{AgentLabel: label}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
+		slim, err := slimPod(p)
+		assert.NoError(t, err)
+		return slim.(*corev1.Pod)
+	}
+	got := readyAgents([]*corev1.Pod{
+		pod("a1", "n1", AgentName, corev1.ConditionTrue, false),
+		pod("a2", "n2", AgentName, corev1.ConditionFalse, false),
+		pod("a3", "n3", AgentName, corev1.ConditionTrue, true),
+		pod("h4", "n4", "csi-holder", corev1.ConditionTrue, false),
+	})
+	assert.Equal(t, map[string]bool{"n1": true}, got)
 }

@@ -11,14 +11,15 @@
 #      kubeconfig of its own and the default network (bridge + host-local)
 #      as its delegate (with NETNS_PIN_KUBE_MULTUS=thick: the default
 #      network's own configuration, and Multus thick as its users deploy
-#      it, upstream's DaemonSet with deploy/multus-thick-patch.yaml); the reference plugins and whereabouts in the CNI bin
-#      folder; the NetworkAttachmentDefinition CRD from Multus' sources and
+#      it, upstream's DaemonSet with deploy/multus-thick-patch.yaml); the
+#      reference plugins and whereabouts in the CNI bin folder; the NetworkAttachmentDefinition CRD from Multus' sources and
 #      whereabouts' CRDs from its own; whereabouts' controller
 #      (ip-control-loop, hack/kube/whereabouts.sh) as its DaemonSet runs it
 #   4. netns-pin: the archive of make image (.cache/image/netns-pin.oci.tar)
 #      imported into the node's image store as it is, beside the image of
 #      the earlier commit of hack/kube/upgrade-from (the upgrade scenario's);
-#      deploy/installer-daemonset.yaml and deploy/agent-daemonset.yaml
+#      deploy/installer-daemonset.yaml, deploy/agent-daemonset.yaml and
+#      deploy/controller.yaml (with their RBAC and admission policies)
 #      applied with the archive's reference for deploy/'s placeholder, as an
 #      operator sets the pushed one (the installer's host path pointed at
 #      this node's CNI bin folder), and waited for until the binary is in
@@ -329,7 +330,19 @@ start_control_plane() {
 		--listen-client-urls "http://127.0.0.1:${ETCD_PORT}" --advertise-client-urls "http://127.0.0.1:${ETCD_PORT}" \
 		--listen-peer-urls http://127.0.0.1:12380 --initial-advertise-peer-urls http://127.0.0.1:12380 \
 		--initial-cluster netns-pin=http://127.0.0.1:12380 --listen-metrics-urls http://127.0.0.1:12381
+	# The requests of netns-pin's agent and controller are audited (their
+	# users only, metadata, one line each): test/kube counts them per node.
+	cat >"${KUBE_DIR}/audit-policy.yaml" <<EOC
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+    users: ["system:serviceaccount:kube-system:netns-pin-agent", "system:serviceaccount:kube-system:netns-pin-controller"]
+  - level: None
+EOC
 	start kube-apiserver "${K8S_BIN}/kube-apiserver" --etcd-servers="http://127.0.0.1:${ETCD_PORT}" \
+		--audit-policy-file="${KUBE_DIR}/audit-policy.yaml" --audit-log-path="${KUBE_DIR}/logs/audit.log" \
 		--bind-address=127.0.0.1 --secure-port="${API_PORT}" --advertise-address="${NODE_IP}" \
 		--service-cluster-ip-range="${SERVICE_SUBNET}" --client-ca-file="${PKI}/ca.crt" \
 		--tls-cert-file="${PKI}/apiserver.crt" --tls-private-key-file="${PKI}/apiserver.key" \
@@ -564,6 +577,7 @@ install_netns_pin() {
 		-e "s#^( *)- name: NODE_NAME\$#\1- name: KUBERNETES_SERVICE_HOST\n\1  value: \"127.0.0.1\"\n\1- name: KUBERNETES_SERVICE_PORT\n\1  value: \"${API_PORT}\"\n&#" \
 		"${ROOT}/deploy/agent-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-agent --timeout=180s >/dev/null
+	install_controller
 	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
 	if ! cmp -s "${CNI_BIN_DIR}/netns-pin" "${IMAGE_BIN_DIR}/netns-pin"; then
 		# the plugin was rebuilt since (an image of a dirty tree, re-imported
@@ -576,6 +590,22 @@ install_netns_pin() {
 		kubectl_ -n kube-system rollout restart daemonset/netns-pin-agent >/dev/null
 		kubectl_ -n kube-system rollout status daemonset/netns-pin-agent --timeout=180s >/dev/null
 	fi
+}
+
+# install_controller applies the cluster controller as deployed (two
+# replicas, its RBAC and admission policy), with the host's network and the
+# API's address as the agent has them. Its metrics port is then a host port:
+# on one node the second replica stays Pending until another node joins
+# (hack/kube/node.sh), where the scheduler puts it, as the Deployment's
+# anti-affinity asks. Waits for one ready replica.
+install_controller() {
+	kubectl_ apply -f "${ROOT}/deploy/controller-rbac.yaml" -f "${ROOT}/deploy/controller-admission-policy.yaml" >/dev/null
+	sed -E -e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${NETNS_PIN_IMAGE}#" \
+		-e "s#^      serviceAccountName: netns-pin-controller\$#&\n      hostNetwork: true#" \
+		-e "s#^( *)- name: POD_NAME\$#\1- name: KUBERNETES_SERVICE_HOST\n\1  value: \"127.0.0.1\"\n\1- name: KUBERNETES_SERVICE_PORT\n\1  value: \"${API_PORT}\"\n&#" \
+		"${ROOT}/deploy/controller.yaml" | kubectl_ apply -f - >/dev/null
+	kubectl_ -n kube-system wait deployment/netns-pin-controller --for=jsonpath='{.status.readyReplicas}'=1 --timeout=180s >/dev/null ||
+		die "the controller has no ready replica"
 }
 
 write_env() {

@@ -159,10 +159,10 @@ func requireNoAddressTwice(t *testing.T, views ...*cluster) {
 }
 
 // A holder DaemonSet on two nodes: each node pins its own holder in its
-// own store, with its own agent. A rollout while a client uses node 2's
-// holder releases node 1's old holder at once and keeps node 2's (object,
-// pin, address, lease) until its client leaves; whereabouts' controller is
-// live throughout and no address is ever held by two pods.
+// own store, with its own agent. A rollout while a client uses each node's
+// holder keeps each old holder (object, pin, address, lease) until its own
+// node's client leaves, node 1's first; whereabouts' controller is live
+// throughout and no address is ever held by two pods.
 func TestHolderRolloutOnTwoNodes(t *testing.T) {
 	c := requireCluster(t)
 	n2 := c.addNode(t, 2)
@@ -178,11 +178,22 @@ func TestHolderRolloutOnTwoNodes(t *testing.T) {
 
 	cl := startNodeClient(t, n2, n2.linkOf(h.cluster))
 	require.Equal(t, old2.sb.netns, cl.netns, "the client runs in node 2's holder netns")
+	cl1 := startClient(t, h.link)
+	require.Equal(t, old1.sb.netns, cl1.netns, "the client runs in node 1's holder netns")
 
 	c.mustKubectl(t, "-n", pinNamespace, "rollout", "restart", "daemonset/"+h.name)
 	next1 := h.waitHolder(t, old1.pod.Metadata.UID)
-	c.requireReleased(t, h.selector, old1.pod, old1.sb, 500*time.Millisecond, "node 1's old holder (no client) was not released")
 	next2 := h2.waitHolder(t, old2.pod.Metadata.UID)
+	requireNoAddressTwice(t, c, n2)
+	// node 1's old holder drains too, until its own client leaves
+	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
+		rec := c.readRecord(t, old1.sb)
+		return rec != nil && rec.State == "draining"
+	}), "node 1's old holder did not turn draining")
+	c.requireKept(t, old1, "node 1's old holder in use")
+	cl1.stop(t)
+	took1 := c.requireReleased(t, h.selector, old1.pod, old1.sb, 500*time.Millisecond, "node 1's old holder was not released after its client left")
+	t.Logf("node 1's old holder released %s after its client left", took1.Round(time.Millisecond))
 	h.requireLinkTo(t, next1)
 	h2.requireLinkTo(t, next2)
 	requireNoAddressTwice(t, c, n2)
