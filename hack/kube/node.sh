@@ -32,6 +32,8 @@
 #            propagates between the node and the host
 #   PIDs     its own PID namespace with its own /proc: killing its PID 1
 #            kills every process of it, pods included
+#   boot     its own boot id (/proc/sys/kernel/random/boot_id), new at each
+#            start: kill N then up N is a reboot
 #   cgroups  the kubelet's cgroupRoot /netns-pin-node-N
 # The node's certificate (system:node:netns-pin-node-N) is signed by the
 # cluster's CA on the host. Only the containerd runtime.
@@ -131,6 +133,11 @@ inside() {
 	local n="$1" root d
 	root="$(node_root "${n}")"
 	hostname "$(node_name "${n}")"
+	# Each start of the node is a boot of its own: a fresh boot id, as the
+	# kernel gives a machine that reboots (netns-pin tells records of an
+	# earlier boot by it, the kubelet reports it as the node's bootID).
+	cat /proc/sys/kernel/random/uuid >"${root}/boot_id"
+	mount --bind "${root}/boot_id" /proc/sys/kernel/random/boot_id
 	mount --bind "${root}" "${KUBE_DIR}"
 	for d in /var/lib/kubelet /var/lib/cni /var/lib/netns-pin /var/log/pods /var/log/containers; do
 		mkdir -p "${root}/fs${d}" "${d}"

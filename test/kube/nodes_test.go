@@ -219,3 +219,66 @@ func TestHolderRolloutOnTwoNodes(t *testing.T) {
 	t.Logf("node 2's old holder released %s after its client left", took.Round(time.Millisecond))
 	requireNoAddressTwice(t, c, n2)
 }
+
+// A node that reboots (hack/kube/node.sh kill, then up: every process,
+// mount and pin of it gone, its disk kept, a new boot id) while an old
+// holder drains with a client: after the boot the sweeper's first round
+// drops the record of the earlier boot and the agent lifts the finalizer
+// at its next pass; the object and its lease go. The holder of the
+// DaemonSet comes back pinned in the new boot, the link on it.
+func TestNodeReboot(t *testing.T) {
+	c := requireCluster(t)
+	n2 := c.addNode(t, 2)
+	h := c.newHolderSet(t, "network-attachment-definition.yaml")
+	h2 := h.on(n2)
+	old := h2.waitHolder(t)
+	cl := startNodeClient(t, n2, n2.linkOf(h.cluster))
+	require.Equal(t, old.sb.netns, cl.netns)
+	c.mustKubectl(t, "-n", pinNamespace, "rollout", "restart", "daemonset/"+h.name)
+	next := h2.waitHolder(t, old.pod.Metadata.UID)
+	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
+		rec := n2.readRecord(t, old.sb)
+		return rec != nil && rec.State == "draining"
+	}), "node 2's old holder did not turn draining")
+	c.requireKept(t, old, "draining before the reboot")
+	bootBefore := n2.nodeBootID(t)
+
+	require.NoError(t, c.nodeScript(cmdTimeout, "kill", "2").Err)
+	r := c.nodeScript(nodeUpTimeout, "up", "2")
+	require.NoError(t, r.Err, "hack/kube/node.sh up 2: %s", r)
+	booted := time.Now()
+	n2 = c.viewOf(t, 2)
+	require.True(t, host.Poll(podTimeout, time.Second, func() bool {
+		return n2.nodeBootID(t) != bootBefore && c.nodeReady(t, n2.nodeName) == "True"
+	}), "node 2 is not Ready with a new boot id after its reboot")
+
+	var gone time.Duration
+	require.True(t, host.Poll(releaseTimeout, 250*time.Millisecond, func() bool {
+		_, ok := c.podNamed(t, old.pod)
+		gone = time.Since(booted)
+		return !ok
+	}), "node 2's old holder is still there after the reboot")
+	t.Logf("node 2's old holder (pin of the earlier boot) gone %s after the node was up again", gone.Round(time.Millisecond))
+	assert.Nil(t, n2.readRecord(t, old.sb), "the record of the earlier boot")
+	require.True(t, host.Poll(reconcilerTimeout, time.Second, func() bool { return !c.whereaboutsHas(t, old.pod) }),
+		"whereabouts still holds the old holder's address after the reboot")
+
+	// the DaemonSet's holder runs again, pinned in the new boot
+	_, ok := n2.podByUID(t, pinNamespace, h.selector, next.pod.Metadata.UID)
+	require.True(t, ok, "the holder of the DaemonSet on node 2")
+	require.True(t, host.Poll(podTimeout, time.Second, func() bool {
+		r := n2.crictlRun("pods", "--label", "io.kubernetes.pod.uid="+next.pod.Metadata.UID, "--state", "ready", "-q")
+		ids := strings.Fields(r.Stdout)
+		return r.Err == nil && len(ids) == 1 && ids[0] != next.sb.id
+	}), "the holder did not get a sandbox of the new boot")
+	again := h.on(n2).waitHolder(t)
+	assert.Equal(t, next.pod.Metadata.UID, again.pod.Metadata.UID, "the same pod, restarted by its kubelet")
+	h.on(n2).requireLinkTo(t, again)
+	requireNoAddressTwice(t, c, n2)
+}
+
+// nodeBootID is the boot id the view's node reports.
+func (c *cluster) nodeBootID(t *testing.T) string {
+	t.Helper()
+	return strings.TrimSpace(c.mustKubectl(t, "get", "node", c.nodeName, "-o", "jsonpath={.status.nodeInfo.bootID}"))
+}

@@ -224,6 +224,7 @@ func (k *kubeAPI) createPod(ns, name string, annotations map[string]string) (str
 type podObject struct {
 	ns, name    string
 	annotations map[string]string
+	labels      map[string]string
 	// node is spec.nodeName: a pod scheduled to it. Its graceful delete
 	// only sets the deletionTimestamp; the object goes at the kubelet's
 	// final delete (grace period 0, finalDelete) once no finalizer is
@@ -238,7 +239,7 @@ func (k *kubeAPI) createPodObject(p podObject) (string, error) {
 	if err := k.ensureNamespace(p.ns); err != nil {
 		return "", err
 	}
-	meta := map[string]any{"name": p.name, "namespace": p.ns, "annotations": p.annotations}
+	meta := map[string]any{"name": p.name, "namespace": p.ns, "annotations": p.annotations, "labels": p.labels}
 	if len(p.finalizers) > 0 {
 		meta["finalizers"] = p.finalizers
 	}
@@ -294,6 +295,15 @@ func (k *kubeAPI) finalDelete(ns, name string) error {
 
 // forgetPod lifts every finalizer of the pod and deletes it at once: the
 // cleanup of a test's pod objects, whatever it left.
+// setPodReady sets the pod's Ready condition, as its kubelet would.
+func (k *kubeAPI) setPodReady(ns, name string, ready corev1.ConditionStatus) error {
+	patch := `{"status":{"conditions":[{"type":"Ready","status":"` + string(ready) + `"}]}}`
+	if r := k.kubectl(nil, "-n", ns, "patch", "pod", name, "--subresource=status", "--type=merge", "-p", patch); r.Err != nil {
+		return errors.New(r.String())
+	}
+	return nil
+}
+
 func (k *kubeAPI) forgetPod(ns, name string) {
 	k.kubectl(nil, "-n", ns, "patch", "pod", name, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
 	k.kubectl(nil, "-n", ns, "delete", "pod", name, "--ignore-not-found", "--grace-period=0", "--force", "--wait=false")

@@ -250,7 +250,8 @@ func (c *runningController) kill() {
 // leader saying why, and only netns-pin.io/pin goes. Holders on nodes only
 // NotReady or Unknown, out of service but Ready, or Ready keep it, after
 // the leader provably decided on them (its holders_waiting metric names
-// them with their reason), and so does a holder not being deleted. The
+// them with their reason: agent_not_ready for a Ready node whose node agent
+// pod is missing or not Ready), and so does a holder not being deleted. The
 // leader killed, the other replica takes the Lease and lifts the next. The
 // controller's identity may make that one patch and no other.
 func TestControllerLetsGoOfNodesGone(t *testing.T) {
@@ -273,6 +274,8 @@ func TestControllerLetsGoOfNodesGone(t *testing.T) {
 		"gone":       {name: "ctl-gone-" + id, ready: corev1.ConditionTrue},
 		"oos":        {name: "ctl-oos-" + id, ready: corev1.ConditionFalse, outOfService: true},
 		"oos-ready":  {name: "ctl-oos-ready-" + id, ready: corev1.ConditionTrue, outOfService: true},
+		"no-agent":   {name: "ctl-no-agent-" + id, ready: corev1.ConditionTrue},
+		"agent-down": {name: "ctl-agent-down-" + id, ready: corev1.ConditionTrue},
 		"not-ready":  {name: "ctl-not-ready-" + id, ready: corev1.ConditionFalse},
 		"unknown":    {name: "ctl-unknown-" + id, ready: corev1.ConditionUnknown},
 		"no-ready":   {name: "ctl-no-ready-" + id},
@@ -292,6 +295,23 @@ func TestControllerLetsGoOfNodesGone(t *testing.T) {
 	}
 	for key, n := range nodes {
 		holders[key] = newHolder(key, n.name)
+	}
+	// The node agent's pods (by their label): Ready on every Ready node
+	// but two, none on no-agent, not Ready on agent-down.
+	for key, n := range nodes {
+		if key == "no-agent" {
+			continue
+		}
+		name := "agent-" + key + "-" + host.RandHex(3)
+		t.Cleanup(func() { k.forgetPod(ns, name) })
+		_, err := k.createPodObject(podObject{ns: ns, name: name, node: n.name,
+			labels: map[string]string{controller.AgentLabel: controller.AgentName}})
+		require.NoError(t, err)
+		ready := corev1.ConditionTrue
+		if key == "agent-down" {
+			ready = corev1.ConditionFalse
+		}
+		require.NoError(t, k.setPodReady(ns, name, ready))
 	}
 	// A holder of the node that goes that is not being deleted.
 	idle := newHolder("idle", nodes["gone"].name)
@@ -352,6 +372,7 @@ func TestControllerLetsGoOfNodesGone(t *testing.T) {
 	// The leader decided on every other holder, and keeps its finalizer.
 	waits := map[string]string{
 		"healthy": controller.WaitReleasePending, "oos-ready": controller.WaitReleasePending,
+		"no-agent": controller.WaitAgentNotReady, "agent-down": controller.WaitAgentNotReady,
 		"not-ready": controller.WaitNodeUnreachable, "unknown": controller.WaitNodeUnreachable, "no-ready": controller.WaitNodeUnreachable,
 	}
 	requireKept := func(when string) {
