@@ -41,11 +41,17 @@ func (c *cluster) installerExec(args ...string) host.CmdResult {
 // (hack/kube/up.sh), and its image has no shell or wget.
 func (c *cluster) scrapeInstaller(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
+	return scrapeLocal(t, metricsPort)
+}
+
+// scrapeLocal reads /metrics of a pod on the host's network of node 1.
+func scrapeLocal(t *testing.T, port string) map[string]*dto.MetricFamily {
+	t.Helper()
 	hc := http.Client{Timeout: cmdTimeout}
-	resp, err := hc.Get("http://127.0.0.1:" + metricsPort + "/metrics")
-	require.NoError(t, err, "scrape the agent pod")
+	resp, err := hc.Get("http://127.0.0.1:" + port + "/metrics")
+	require.NoError(t, err, "scrape :%s", port)
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "scrape the agent pod")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "scrape :%s", port)
 	var p expfmt.TextParser
 	mfs, err := p.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err, "the text exposition format")

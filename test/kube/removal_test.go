@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/netns-pin/netns-pin/controller"
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
@@ -95,11 +97,7 @@ func anySlice(s []string) []any {
 // the newer pod stops without netns-pin. hack/kube/up.sh installs it again.
 func TestRemovalInTheDocumentedOrder(t *testing.T) {
 	c := requireCluster(t)
-	t.Cleanup(func() {
-		r := host.RunCmd(10*time.Minute, nil, nil, filepath.Join(c.repo, "hack", "kube", "up.sh"))
-		require.NoError(t, r.Err, "hack/kube/up.sh after the removal:\n%s", host.Tail(r.Stderr, 30))
-		assert.FileExists(t, c.pinBin, "netns-pin installed again")
-	})
+	c.reinstallAtEnd(t)
 	h := c.newHolderSet(t, "network-attachment-definition.yaml")
 	ho := h.waitHolder(t)
 	att := ho.sb.id + "." + storageIf
@@ -187,6 +185,101 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 	// 5. the newer pod stops without netns-pin
 	c.deleteAndWait(t, pinNamespace, "pod", after, "app="+after)
 	assert.Empty(t, c.eventsOf(t, newer, "FailedKillPod"), "the pod attached after the edit stops without netns-pin")
+}
+
+// reinstallAtEnd installs netns-pin again (hack/kube/up.sh) when the
+// test that removes it ends.
+func (c *cluster) reinstallAtEnd(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		r := host.RunCmd(10*time.Minute, nil, nil, filepath.Join(c.repo, "hack", "kube", "up.sh"))
+		require.NoError(t, r.Err, "hack/kube/up.sh after the removal:\n%s", host.Tail(r.Stderr, 30))
+		assert.FileExists(t, c.pinBin, "netns-pin installed again")
+	})
+}
+
+// podsWithFinalizer lists the pods of the cluster that carry the
+// finalizer, as docs/operating.md's removal step 3 looks for them.
+func (c *cluster) podsWithFinalizer(t *testing.T) []string {
+	t.Helper()
+	var list struct {
+		Items []pod `json:"items"`
+	}
+	c.getJSON(t, &list, "get", "pods", "-A")
+	var out []string
+	for _, p := range list.Items {
+		if slices.Contains(p.Metadata.Finalizers, pinFinalizer) {
+			out = append(out, p.String()+" on "+p.Spec.NodeName)
+		}
+	}
+	return out
+}
+
+// Scenario: the documented removal on two nodes while node 2's holder has
+// a client. netns-pin out of the NAD, the finalizer out of the holder
+// template (the DaemonSet rolls: node 1's old holder goes, node 2's
+// drains); node 2's uninstall refuses, naming that pod; its client leaves,
+// it goes, no pod carries the finalizer any more; the agent, installer and
+// controller deleted as documented, uninstall succeeds on both nodes, and
+// no pod is left Terminating.
+func TestRemovalOnTwoNodes(t *testing.T) {
+	c := requireCluster(t)
+	c.reinstallAtEnd(t)
+	n2 := c.addNode(t, 2)
+	h := c.newHolderSet(t, "network-attachment-definition.yaml")
+	h2 := h.on(n2)
+	old1, old2 := h.waitHolder(t), h2.waitHolder(t)
+	cl := startNodeClient(t, n2, n2.linkOf(h.cluster))
+	require.Equal(t, old2.sb.netns, cl.netns)
+	onNode2 := func(args ...string) host.CmdResult {
+		return c.nodeScript(cmdTimeout, append([]string{"exec", "2", c.pinBin}, args...)...)
+	}
+
+	// steps 1 and 3: out of the NAD, the finalizer out of the template
+	c.apply(t, withoutNetnsPin(t, h.nad))
+	c.mustKubectl(t, "-n", pinNamespace, "patch", "daemonset", h.name, "--type=json",
+		"-p", `[{"op":"remove","path":"/spec/template/metadata/finalizers"}]`)
+	c.requireReleased(t, h.selector, old1.pod, old1.sb, 500*time.Millisecond, "node 1's old holder (no client) did not go")
+	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
+		rec := n2.readRecord(t, old2.sb)
+		return rec != nil && rec.State == "draining"
+	}), "node 2's old holder did not turn draining")
+	assert.Equal(t, []string{old2.pod.String() + " on " + n2.nodeName}, c.podsWithFinalizer(t))
+	var r host.CmdResult
+	require.True(t, host.Poll(30*time.Second, 500*time.Millisecond, func() bool {
+		r = onNode2(c.uninstallArgs("--dry-run")...)
+		return strings.Contains(r.Stdout, "remains: finalizer "+pinFinalizer+" pod "+old2.pod.String()+" (")
+	}), "uninstall on node 2 does not name the pod that carries the finalizer: %s", r)
+	require.Error(t, r.Err)
+	t.Logf("netns-pin uninstall --dry-run on node 2 while its old holder drains:\n%s%s", r.Stdout, r.Stderr)
+
+	cl.stop(t)
+	n2.requireReleased(t, h.selector, old2.pod, old2.sb, 500*time.Millisecond, "node 2's old holder did not go after its client left")
+	require.True(t, host.Poll(podTimeout, time.Second, func() bool { return len(c.podsWithFinalizer(t)) == 0 }),
+		"pods still carry the finalizer: %v", c.podsWithFinalizer(t))
+
+	// step 3's deletes, then uninstall on each node
+	c.mustKubectl(t, "delete", "--wait=true", "-f", filepath.Join(c.repo, "deploy", "agent-daemonset.yaml"),
+		"-f", filepath.Join(c.repo, "deploy", "installer-daemonset.yaml"), "-f", filepath.Join(c.repo, "deploy", "controller.yaml"))
+	require.True(t, host.Poll(podTimeout, time.Second, func() bool {
+		return len(c.allPods(t, agentNS, controller.AgentLabel+"="+controller.AgentName)) == 0
+	}), "agent pods left")
+	require.True(t, host.Poll(30*time.Second, 500*time.Millisecond, func() bool {
+		r = onNode2(c.uninstallArgs()...)
+		return r.Err == nil
+	}), "uninstall on node 2: %s", r)
+	t.Logf("netns-pin uninstall on node 2:\n%s", r.Stdout)
+	r = host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs()...)
+	require.NoError(t, r.Err, "uninstall on node 1: %s", r)
+	t.Logf("netns-pin uninstall on node 1:\n%s", r.Stdout)
+	assert.NoFileExists(t, c.pinBin)
+	assert.NoFileExists(t, n2.hostPath(c.pinBin))
+
+	// no pod stuck: the holders run, none is being deleted
+	for _, p := range c.allPods(t, pinNamespace, h.selector) {
+		assert.Nil(t, p.Metadata.DeletionTimestamp, "%s on %s is left Terminating", p, p.Spec.NodeName)
+	}
+	assert.Empty(t, c.podsWithFinalizer(t))
 }
 
 // hostList is `netns-pin list` by the installed binary on this node's
