@@ -41,6 +41,9 @@ type Config struct {
 	// and client-go's leader election timings.
 	LeaseNamespace, LeaseName, Identity       string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Guard: the removal guard's policy and the policies it keeps
+	// (zero: off).
+	Guard Guard
 }
 
 // Controller is one replica; only the one that holds the Lease acts.
@@ -57,6 +60,7 @@ type Controller struct {
 	lastPass time.Time
 
 	missing map[string]time.Time // node name -> first seen missing (the leader's)
+	guard   guardState           // the leader's
 }
 
 // New sets up the informers: every pod of the cluster and every node,
@@ -214,6 +218,7 @@ func (c *Controller) setLeading(on bool) {
 // its own first look, which only delays a lift.
 func (c *Controller) lead(ctx context.Context) {
 	c.missing = map[string]time.Time{}
+	c.guard = guardState{}
 	c.setLeading(true)
 	c.cfg.Log.Info("leading", "identity", c.cfg.Identity)
 	t := time.NewTimer(0)
@@ -245,9 +250,13 @@ func (c *Controller) pass(ctx context.Context) (recheck time.Time) {
 	seen := map[string]bool{}
 	agents := readyAgents(pods)
 	var waiting []waitingHolder
+	var carrying []string     // namespace/name of every pod with the finalizer
 	live := map[string]Node{} // nodes read from the API server in this pass
 	for _, obj := range pods {
 		p := podOf(obj)
+		if p.Finalizer {
+			carrying = append(carrying, p.Namespace+"/"+p.Name)
+		}
 		if !p.Finalizer || !p.Deleting || p.Node == "" {
 			continue
 		}
@@ -282,6 +291,7 @@ func (c *Controller) pass(ctx context.Context) (recheck time.Time) {
 			delete(c.missing, node) // no holder of it waits any more
 		}
 	}
+	c.keepGuard(ctx, carrying, now)
 	c.cfg.Metrics.passDone(waiting)
 	c.mu.Lock()
 	c.lastPass = time.Now()

@@ -2,15 +2,19 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -69,4 +73,91 @@ func TestPassLiftsOnlyWhatDecideSays(t *testing.T) {
 	defer m.mu.Unlock()
 	assert.Equal(t, map[[2]string]int{{"cut", WaitNodeUnreachable}: 1, {"gone", WaitNodeGoneQuarantine}: 1}, m.waiting)
 	assert.Equal(t, uint64(1), m.lifted[ReasonNodeOutOfService])
+}
+
+// The removal guard over a fake API server: while pods carry
+// netns-pin.io/pin the guard policy's variables hold their count and
+// names and every policy and binding has GuardFinalizer (besides its own
+// finalizers); once none does, the count of 0 is written and the
+// finalizer comes off. A policy that does not exist is no error.
+func TestPassKeepsTheRemovalGuard(t *testing.T) {
+	pod := func(ns, name string, fins ...string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Finalizers: fins},
+			Spec: corev1.PodSpec{NodeName: "n1"}}
+	}
+	vap := &admissionv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "guard", Finalizers: []string{"example.com/keep"}},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{Variables: []admissionv1.Variable{
+			{Name: "other", Expression: "1"}, {Name: GuardCountVar, Expression: "-1"}, {Name: GuardPodsVar, Expression: "''"}}}}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "guard"}}
+	client := fake.NewClientset(vap, binding,
+		pod("rook-ceph", "holder-b", agent.Finalizer), pod("other", "holder-a", "example.com/keep", agent.Finalizer),
+		pod("rook-ceph", "client", "example.com/keep"))
+	c := New(Config{Client: client, Recorder: record.NewFakeRecorder(10), Metrics: NewMetrics(),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Quarantine: time.Hour, Interval: time.Hour,
+		Guard: Guard{Policy: "guard", Policies: []string{"guard", "absent"}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.True(t, cache.WaitForCacheSync(ctx.Done(), c.synced...))
+
+	state := func() (map[string]string, []string, []string) {
+		v, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "guard", metav1.GetOptions{})
+		require.NoError(t, err)
+		b, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, "guard", metav1.GetOptions{})
+		require.NoError(t, err)
+		vars := map[string]string{}
+		for _, x := range v.Spec.Variables {
+			vars[x.Name] = x.Expression
+		}
+		return vars, v.Finalizers, b.Finalizers
+	}
+	c.pass(ctx)
+	vars, vf, bf := state()
+	assert.Equal(t, map[string]string{"other": "1", GuardCountVar: "2", GuardPodsVar: "'other/holder-a, rook-ceph/holder-b'"}, vars)
+	assert.ElementsMatch(t, []string{"example.com/keep", GuardFinalizer}, vf)
+	assert.Equal(t, []string{GuardFinalizer}, bf)
+
+	// an apply of deploy/ puts the shipped variables back: written again
+	// once the policy is read again (every Interval)
+	v, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "guard", metav1.GetOptions{})
+	require.NoError(t, err)
+	v.Spec.Variables[1].Expression = "-1"
+	_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Update(ctx, v, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	c.pass(ctx)
+	vars, _, _ = state()
+	assert.Equal(t, "-1", vars[GuardCountVar], "read again before Interval")
+	c.guard.checked = time.Now().Add(-time.Hour)
+	c.pass(ctx)
+	vars, _, _ = state()
+	assert.Equal(t, "2", vars[GuardCountVar], "read again after Interval")
+
+	for _, p := range []struct{ ns, name string }{{"rook-ceph", "holder-b"}, {"other", "holder-a"}} {
+		require.NoError(t, client.CoreV1().Pods(p.ns).Delete(ctx, p.name, metav1.DeleteOptions{}))
+	}
+	require.Eventually(t, func() bool {
+		pods, err := c.pods.List(labels.Everything())
+		return err == nil && len(pods) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the informer sees the deletes")
+	c.pass(ctx)
+	vars, vf, bf = state()
+	assert.Equal(t, map[string]string{"other": "1", GuardCountVar: "0", GuardPodsVar: "''"}, vars)
+	assert.Equal(t, []string{"example.com/keep"}, vf)
+	assert.Empty(t, bf)
+}
+
+// guardExpressions names at most guardPods pods, sorted, and says how
+// many more, as a CEL string.
+func TestGuardExpressions(t *testing.T) {
+	var pods []string
+	for i := range guardPods + 3 {
+		pods = append(pods, fmt.Sprintf("ns/p%02d", i))
+	}
+	count, names := guardExpressions(pods)
+	assert.Equal(t, "13", count)
+	assert.True(t, strings.HasPrefix(names, "'ns/p00, ns/p01, "), names)
+	assert.True(t, strings.HasSuffix(names, "ns/p09 and 3 more'"), names)
+	count, names = guardExpressions(nil)
+	assert.Equal(t, "0", count)
+	assert.Equal(t, "''", names)
+	assert.Equal(t, `'a\\b\'c'`, celString(`a\b'c`))
 }

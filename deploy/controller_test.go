@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,9 +74,11 @@ func TestControllerDeployment(t *testing.T) {
 
 	cr := inFile(t, objs, "ClusterRole", "controller-rbac.yaml")
 	assert.Equal(t, map[string][]any{
-		"pods":   {"get", "list", "watch", "patch"},
-		"nodes":  {"get", "list", "watch"},
-		"events": {"create"},
+		"pods":                              {"get", "list", "watch", "patch"},
+		"nodes":                             {"get", "list", "watch"},
+		"events":                            {"create"},
+		"validatingadmissionpolicies":       {"get", "patch"},
+		"validatingadmissionpolicybindings": {"get", "patch"},
 	}, rulesOf(cr), "least rights")
 	role := inFile(t, objs, "Role", "controller-rbac.yaml")
 	assert.Equal(t, d.namespace(), role.namespace(), "the Lease in its own namespace")
@@ -157,4 +161,71 @@ func TestControllerMonitoring(t *testing.T) {
 			assert.True(t, exported[m], "alert %s uses %s, which neither the agent nor the controller exports", name, m)
 		}
 	}
+}
+
+// The removal guard: every object the release of a holder needs is
+// labelled guarded (the installer, the agent, the controller, their
+// ServiceAccounts and RBAC), nothing else is (the holder DaemonSet and the
+// network may go); the policy's rules cover each guarded kind, its first
+// two variables are the controller's with "not counted yet", and the
+// controller's rights name exactly every admission policy of deploy/,
+// which are its flags' defaults.
+func TestRemovalGuard(t *testing.T) {
+	objs := loadManifests(t)
+	var guarded []string
+	for _, o := range objs {
+		if str(o.raw, "metadata", "labels", "netns-pin.io/removal") == "guarded" {
+			guarded = append(guarded, o.kind()+" "+o.name())
+		}
+	}
+	assert.ElementsMatch(t, []string{
+		"DaemonSet netns-pin-installer", "DaemonSet netns-pin-agent", "Deployment netns-pin-controller",
+		"ServiceAccount netns-pin-agent", "ServiceAccount netns-pin-controller",
+		"ClusterRole netns-pin-agent", "ClusterRoleBinding netns-pin-agent",
+		"ClusterRole netns-pin-controller", "ClusterRoleBinding netns-pin-controller",
+		"Role netns-pin-controller-lease", "RoleBinding netns-pin-controller-lease",
+	}, guarded)
+
+	vap := inFile(t, objs, "ValidatingAdmissionPolicy", "removal-guard.yaml")
+	assert.Equal(t, controller.GuardPolicyName, vap.name())
+	assert.Equal(t, "guarded", str(vap.raw, "spec", "matchConstraints", "objectSelector", "matchLabels", "netns-pin.io/removal"))
+	covered := map[string]bool{}
+	for _, r := range get(vap.raw, "spec", "matchConstraints", "resourceRules").([]any) {
+		assert.Equal(t, []any{"DELETE"}, get(r, "operations"))
+		for _, res := range get(r, "resources").([]any) {
+			covered[res.(string)] = true
+		}
+	}
+	for _, g := range guarded {
+		kind, _, _ := strings.Cut(g, " ")
+		assert.True(t, covered[strings.ToLower(kind)+"s"], "the guard does not cover %s", g)
+	}
+	vars, _ := get(vap.raw, "spec", "variables").([]any)
+	require.GreaterOrEqual(t, len(vars), 2)
+	assert.Equal(t, controller.GuardCountVar, str(vars[0], "name"))
+	assert.Equal(t, "-1", str(vars[0], "expression"), "not counted yet")
+	assert.Equal(t, controller.GuardPodsVar, str(vars[1], "name"))
+	assert.Nil(t, get(vap.raw, "spec", "paramKind"), "no parameter object (docs/design.md, \"The removal guard\")")
+
+	names := func(rules any, resource string) []any {
+		for _, r := range rules.([]any) {
+			if slices.Contains(get(r, "resources").([]any), any(resource)) {
+				return get(r, "resourceNames").([]any)
+			}
+		}
+		return nil
+	}
+	var policies []any
+	for _, p := range byKind(objs, "ValidatingAdmissionPolicy") {
+		policies = append(policies, p.name())
+	}
+	assert.Len(t, byKind(objs, "ValidatingAdmissionPolicyBinding"), len(policies))
+	var defaults []any
+	for _, p := range controller.GuardPolicies {
+		defaults = append(defaults, p)
+	}
+	assert.ElementsMatch(t, policies, defaults)
+	cr := inFile(t, objs, "ClusterRole", "controller-rbac.yaml")
+	assert.ElementsMatch(t, policies, names(get(cr.raw, "rules"), "validatingadmissionpolicies"))
+	assert.ElementsMatch(t, policies, names(get(cr.raw, "rules"), "validatingadmissionpolicybindings"))
 }

@@ -124,7 +124,7 @@ func TestManifestsParse(t *testing.T) {
 	assert.Equal(t, 2, kinds["ClusterRole"], "the agent's and the controller's")
 	assert.Equal(t, 2, kinds["ClusterRoleBinding"], "the agent's and the controller's")
 	assert.Equal(t, 1, kinds["Deployment"], "the controller")
-	assert.Equal(t, 2, kinds["ValidatingAdmissionPolicy"], "the agent's own node, the controller's lift only")
+	assert.Equal(t, 3, kinds["ValidatingAdmissionPolicy"], "the agent's own node, the controller's lift only, the removal guard")
 	assert.Equal(t, 2, kinds["NetworkAttachmentDefinition"], "ceph-public and its Rook-links variant")
 	assert.Equal(t, 1, kinds["ConfigMap"], "ceph-csi config")
 }
@@ -651,8 +651,7 @@ func TestInstallerCNIBinFolderSetting(t *testing.T) {
 // computes it from the NAD.
 func TestCephCSIConfigPointsAtLink(t *testing.T) {
 	objs := loadManifests(t)
-	cms := byKind(objs, "ConfigMap")
-	require.Len(t, cms, 1)
+	cms := []object{inFile(t, objs, "ConfigMap", "ceph-csi-config.yaml")}
 	var clusters []struct {
 		ClusterID string `json:"clusterID"`
 		RBD       struct {

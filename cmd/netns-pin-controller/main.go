@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -47,6 +48,8 @@ func run(argv []string) int {
 	retryPeriod := fs.Duration("retry-period", 2*time.Second, "time between tries to take or renew the Lease")
 	quarantine := fs.Duration("quarantine", controller.DefaultQuarantine, "how long a Node object must be gone before its holders are let go (the pod GC's quarantine of orphaned pods)")
 	interval := fs.Duration("interval", 30*time.Second, "a pass at least this often (pod and node changes are seen at once)")
+	guardPolicy := fs.String("removal-guard-policy", controller.GuardPolicyName, "the removal guard's admission policy, whose variables "+controller.GuardCountVar+" and "+controller.GuardPodsVar+" get the pods carrying netns-pin.io/pin (\"\": no removal guard)")
+	guardPolicies := fs.String("removal-guard-policies", strings.Join(controller.GuardPolicies, ","), "the admission policies (each with a binding of the same name) kept with the finalizer "+controller.GuardFinalizer+" while pods carry netns-pin.io/pin")
 	listen := fs.String("listen-address", ":9854", "serve /metrics, /healthz and /readyz here")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, the pod's ServiceAccount)")
 	version := fs.Bool("version", false, "print the version and exit")
@@ -96,6 +99,7 @@ func run(argv []string) int {
 		Client: cs, Recorder: recorder, Metrics: m, Log: log, Quarantine: *quarantine, Interval: *interval,
 		LeaseNamespace: *leaseNS, LeaseName: *leaseName, Identity: *identity,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
+		Guard: controller.Guard{Policy: *guardPolicy, Policies: splitList(*guardPolicies)},
 	})
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -113,6 +117,17 @@ func run(argv []string) int {
 	}
 	log.Info("controller stopped")
 	return 0
+}
+
+// splitList is a comma-separated list without its empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func envOr(name, def string) string {

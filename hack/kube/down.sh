@@ -40,8 +40,9 @@ delete_workloads() {
 	local k=("${KUBECTL}" --kubeconfig "${KUBE_DIR}/admin.kubeconfig" --request-timeout=20s)
 	"${k[@]}" delete daemonsets,deployments,replicasets,jobs --all --all-namespaces --wait=false >/dev/null 2>&1
 	# The cluster goes with its etcd: no holder object needs to outlive its
-	# pin any more, and with the agent's DaemonSet deleted above nothing
-	# would lift the holders' finalizer, so drop it rather than wait.
+	# pin any more, and the agent stops with the kubelet (its DaemonSet is
+	# kept by the removal guard while holders carry the finalizer), so drop
+	# the finalizer rather than wait.
 	"${k[@]}" get pods --all-namespaces -o json 2>/dev/null |
 		jq -r '.items[] | select((.metadata.finalizers // []) | index("netns-pin.io/pin")) | "\(.metadata.namespace) \(.metadata.name)"' |
 		while read -r ns name; do

@@ -593,13 +593,14 @@ install_netns_pin() {
 }
 
 # install_controller applies the cluster controller as deployed (two
-# replicas, its RBAC and admission policy), with the host's network and the
+# replicas, its RBAC and admission policy, the removal guard), with the host's network and the
 # API's address as the agent has them. Its metrics port is then a host port:
 # on one node the second replica stays Pending until another node joins
 # (hack/kube/node.sh), where the scheduler puts it, as the Deployment's
 # anti-affinity asks. Waits for one ready replica.
 install_controller() {
-	kubectl_ apply -f "${ROOT}/deploy/controller-rbac.yaml" -f "${ROOT}/deploy/controller-admission-policy.yaml" >/dev/null
+	kubectl_ apply -f "${ROOT}/deploy/controller-rbac.yaml" -f "${ROOT}/deploy/controller-admission-policy.yaml" \
+		-f "${ROOT}/deploy/removal-guard.yaml" >/dev/null
 	sed -E -e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${NETNS_PIN_IMAGE}#" \
 		-e "s#^      serviceAccountName: netns-pin-controller\$#&\n      hostNetwork: true#" \
 		-e "s#^( *)- name: POD_NAME\$#\1- name: KUBERNETES_SERVICE_HOST\n\1  value: \"127.0.0.1\"\n\1- name: KUBERNETES_SERVICE_PORT\n\1  value: \"${API_PORT}\"\n&#" \

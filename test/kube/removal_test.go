@@ -257,6 +257,8 @@ func TestRemovalOnTwoNodes(t *testing.T) {
 	n2.requireReleased(t, h.selector, old2.pod, old2.sb, 500*time.Millisecond, "node 2's old holder did not go after its client left")
 	require.True(t, host.Poll(podTimeout, time.Second, func() bool { return len(c.podsWithFinalizer(t)) == 0 }),
 		"pods still carry the finalizer: %v", c.podsWithFinalizer(t))
+	require.True(t, host.Poll(podTimeout, 200*time.Millisecond, func() bool { return c.guardCount(t) == "0" }),
+		"the controller's count of pods carrying the finalizer is %q, not 0", c.guardCount(t))
 
 	// step 3's deletes, then uninstall on each node
 	c.mustKubectl(t, "delete", "--wait=true", "-f", filepath.Join(c.repo, "deploy", "agent-daemonset.yaml"),
