@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/netns-pin/netns-pin/internal/buildinfo"
 )
 
 // standaloneCommands read no network configuration and open no store: the
@@ -25,13 +27,8 @@ var standaloneCommands = map[string]func(g *globalFlags, args []string, stdout, 
 }
 
 // versionLine is what `netns-pin version` prints first: the version and
-// the commit stamped from git at build time ("dev" outside git).
-func versionLine() string {
-	if Commit == "" {
-		return "netns-pin " + Version
-	}
-	return fmt.Sprintf("netns-pin %s (commit %s)", Version, Commit)
-}
+// the commit.
+func versionLine() string { return buildinfo.String("netns-pin", Version, Commit) }
 
 // refuseGlobalFlags: a standalone command takes --json at most; a --conf
 // or path flag given to it would be silently ignored, and no flag ever is.

@@ -15,13 +15,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/internal/buildinfo"
 )
 
 // Version and Commit are stamped at build time from git (hack/version.sh:
-// -ldflags "-X main.Version=<git describe> -X main.Commit=<commit>"); a
-// build outside git keeps "dev" and no commit.
+// -ldflags "-X main.Version=<git describe> -X main.Commit=<commit>");
+// unstamped, main takes them from the build information
+// (internal/buildinfo).
 var (
-	Version = "dev"
+	Version = buildinfo.Unstamped
 	Commit  = ""
 )
 
@@ -30,6 +32,7 @@ var (
 var supportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 func main() {
+	Version, Commit = buildinfo.Resolve(Version, Commit)
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
 		os.Exit(runCLI(os.Args[1:], os.Stdout, os.Stderr))
 	}

@@ -31,15 +31,21 @@ import (
 
 	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/internal/buildinfo"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
-// Version is set at build time with -ldflags "-X main.Version=...".
-var Version = "dev"
+// Version and Commit are stamped at build time (hack/version.sh);
+// unstamped, run takes them from the build information.
+var (
+	Version = buildinfo.Unstamped
+	Commit  = ""
+)
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(argv []string) int {
+	Version, Commit = buildinfo.Resolve(Version, Commit)
 	fs := flag.NewFlagSet("netns-pin-agent", flag.ContinueOnError)
 	node := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	hostRoot := fs.String("host-root", "/host", "where the host's / is mounted (read only): the agent reads every store registered in <host-root>"+netnsstore.DefaultRegistryDir)
@@ -53,7 +59,7 @@ func run(argv []string) int {
 		return 2
 	}
 	if *version {
-		fmt.Println("netns-pin-agent", Version)
+		fmt.Println(buildinfo.String("netns-pin-agent", Version, Commit))
 		return 0
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "agent")

@@ -30,14 +30,20 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/netns-pin/netns-pin/controller"
+	"github.com/netns-pin/netns-pin/internal/buildinfo"
 )
 
-// Version is set at build time with -ldflags "-X main.Version=...".
-var Version = "dev"
+// Version and Commit are stamped at build time (hack/version.sh);
+// unstamped, run takes them from the build information.
+var (
+	Version = buildinfo.Unstamped
+	Commit  = ""
+)
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(argv []string) int {
+	Version, Commit = buildinfo.Resolve(Version, Commit)
 	fs := flag.NewFlagSet("netns-pin-controller", flag.ContinueOnError)
 	host, _ := os.Hostname()
 	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's identity in the leader Lease (default $POD_NAME, from the downward API, else the host name)")
@@ -57,7 +63,7 @@ func run(argv []string) int {
 		return 2
 	}
 	if *version {
-		fmt.Println("netns-pin-controller", Version)
+		fmt.Println(buildinfo.String("netns-pin-controller", Version, Commit))
 		return 0
 	}
 	switch {
