@@ -69,7 +69,7 @@ func (p *keyPass) value(at string, v reflect.Value) error {
 	case t.Kind() == reflect.Slice && tok == json.Delim('['):
 		v.Set(reflect.MakeSlice(t, 0, 0))
 		for i := 0; p.dec.More(); i++ {
-			elem := at // a list of strings names the list, as before
+			elem := at // an error in a list of strings names the list
 			if t.Elem().Kind() == reflect.Struct {
 				elem = fmt.Sprintf("%s[%d]", at, i)
 			}

@@ -101,7 +101,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "sweep":
 		if cf.metrics != "" {
-			// The metrics moved to the node agent, which needs no privilege.
+			// The node's metrics are the node agent's, which needs no privilege.
 			fmt.Fprintln(stderr, "netns-pin: --metrics-address: the node's metrics are served by netns-pin-agent (deploy/agent-daemonset.yaml), not by the sweeper; drop the flag")
 			return 2
 		}

@@ -5,7 +5,7 @@
 // succeed. The helpers themselves are in package host, which the benchmark
 // runner uses too.
 //
-// The suites used to carry a copy each; the copies drifted only in details
-// (a timeout, a name prefix), so they live here once, with those details as
-// parameters. Helpers that only one suite uses stay in that suite.
+// One copy serves every suite; the details in which the suites differ (a
+// timeout, a name prefix) are parameters. Helpers that only one suite uses
+// stay in that suite.
 package hosttest
