@@ -34,18 +34,28 @@ type diagnosis struct {
 	reason string
 }
 
-// diagnose tells what repair must do with r. It never decides that a pin
-// of this boot goes: that is settle's, after the in-use check.
-func (s *Store) diagnose(r *Record) diagnosis {
-	if r.BootID != s.bootID {
+// pinFacts is what a look at a record's pin found.
+type pinFacts struct {
+	netns   NetnsID
+	mounted bool // a mount of a network namespace (not the plain file)
+	err     error
+}
+
+// judge is the one decision of what the next operation that takes the
+// lock does with r, given its pin: repair acts on it, the dry run of a
+// sweep reports it, list and check say it as "settles at the next
+// operation". It never decides that a pin of this boot goes: that is
+// settle's, after the in-use check. A pin that cannot be inspected
+// decides nothing (an error is no reason to act).
+func judge(r *Record, bootID string, pin pinFacts) diagnosis {
+	whole := pin.err == nil && pin.mounted && pin.netns == r.NetnsID()
+	if r.BootID != bootID {
 		// Dropped unchecked only when its pin is certainly no mount of its
-		// netns: one that cannot be inspected may be of this boot.
-		id, mounted, err := s.pinState(r.Attachment)
+		// netns: one that is may be of this boot (repair corrects its boot).
 		switch {
-		case err != nil:
-			s.log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
+		case pin.err != nil:
 			return diagnosis{}
-		case !mounted || id != r.NetnsID():
+		case !whole:
 			return diagnosis{ActionDrop, "pinned in an earlier boot " + r.BootID}
 		}
 	}
@@ -56,17 +66,19 @@ func (s *Store) diagnose(r *Record) diagnosis {
 		return diagnosis{ActionSettle, "a release was interrupted"}
 	case r.State == StateUnpinned:
 		return diagnosis{ActionSettle, "its pin was lost while in use"}
-	}
-	id, mounted, err := s.pinState(r.Attachment)
-	switch {
-	case err != nil:
-		// Cannot tell: leave it whole, an error is no reason to act.
-		s.log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
-		return diagnosis{}
-	case mounted && id == r.NetnsID():
+	case pin.err != nil || whole:
 		return diagnosis{}
 	}
 	return diagnosis{ActionRepin, "its pin is no longer a mount of its netns"}
+}
+
+// diagnose is judge on r's pin as it is now.
+func (s *Store) diagnose(r *Record) diagnosis {
+	id, mounted, err := s.pinState(r.Attachment)
+	if err != nil {
+		s.log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
+	}
+	return judge(r, s.bootID, pinFacts{netns: id, mounted: mounted, err: err})
 }
 
 // repair brings the store back to a consistent state after a crash at any
