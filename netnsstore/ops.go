@@ -151,7 +151,7 @@ func (s *Store) Pin(req Record) (*Record, error) {
 			}
 		}
 		r := v.get(name)
-		if r == nil || r.State == stateIntent || r.State == stateReleasing {
+		if r == nil {
 			if err := refuseTakenLinks(v.recs, req.Cluster, req.Links); err != nil {
 				return err
 			}
@@ -159,31 +159,16 @@ func (s *Store) Pin(req Record) (*Record, error) {
 		switch {
 		case r != nil && r.NetnsID() != srcID:
 			return fmt.Errorf("attachment %s is pinned to %v, not to %s (%v)", name, r.NetnsID(), req.NetnsPath, srcID)
-		case r != nil && r.State != stateIntent && r.State != stateReleasing:
+		case r != nil:
 			// A repeated ADD: a no-op for a whole record, whatever DEL
 			// decided meanwhile; a pin lost on the way is made again from
-			// the runtime's netns. (An interrupted ADD, or a release that
-			// an ADD interrupts, is completed below.)
+			// the runtime's netns.
 			out = r
 			return s.repinFrom(v, r, src)
-		case r == nil:
-			var err error
-			out, err = s.pinNew(v, name, req, src, srcID)
-			return err
 		}
-		// An ADD interrupted in a format that wrote an intent record first,
-		// or a release that this ADD interrupts: completed as an ADD.
-		r.State = StateActive
-		if err := s.publish(v, r, src); err != nil {
-			return errors.Join(err, s.settle(v, r, nil))
-		}
-		ips, err := nsinfo.GlobalAddrs(int(src.Fd()))
-		if err != nil {
-			return fmt.Errorf("pin %s: %w", name, err)
-		}
-		r.IPs = unionAddrs(r.IPs, ips)
-		out = r
-		return s.writeRecord(r)
+		var err error
+		out, err = s.pinNew(v, name, req, src, srcID)
+		return err
 	})
 	return out, err
 }

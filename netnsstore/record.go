@@ -35,17 +35,13 @@ const (
 	// the netns could not be reached to pin it again (the kernel clients
 	// hold it). Never a link target; DEL refuses until nothing uses it.
 	StateUnpinned = "unpinned"
-	// stateIntent and stateReleasing are written by the previous release
-	// only (an ADD before its mount, a release after its check); a store
-	// that finds one settles it like a DEL, and a repeated ADD completes it.
-	stateIntent    = "intent"
-	stateReleasing = "releasing"
 )
 
-// recordFormat is the format this program writes. Format 1 (no "format"
-// field) lacked pinDir; it is upgraded in place when read under the lock.
+// recordFormat is the format this program writes, the only one it reads.
 // A record of a newer format is never guessed at: nothing is released
-// while one exists, and DEL answers "try again later".
+// while one exists, and DEL answers "try again later". Nor is one of an
+// older format or in a state no release writes: a development build's,
+// unreadable like a torn record.
 const recordFormat = 2
 
 // errNewerFormat is wrapped when a record was written by a newer netns-pin.
@@ -191,11 +187,9 @@ func HasRecord(stateDir, attachment string) (bool, error) {
 }
 
 // readRecord returns the record of an attachment, or nil when none exists.
-// A record of format 1 is upgraded in place (the caller holds the lock); one
-// of another pinDir is ErrOtherPinDir and one of a newer format
-// errNewerFormat, both untouched. readOnly reads a record of format 1 as
-// it is.
-func (s *Store) readRecord(attachment string, readOnly bool) (*Record, error) {
+// One of another pinDir is ErrOtherPinDir and one of a newer format
+// errNewerFormat, both untouched.
+func (s *Store) readRecord(attachment string) (*Record, error) {
 	data, err := smallfile.ReadAt(s.recordsFd, attachment+recordSuffix, 1<<20)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -216,19 +210,11 @@ func (s *Store) readRecord(attachment string, readOnly bool) (*Record, error) {
 		// CNI_NETNS and the unmount's target.
 		return nil, fmt.Errorf("record %s names the pin %q, not its own %s", attachment, r.PinPath, s.pinPath(attachment))
 	}
-	if r.Format < recordFormat && !readOnly {
-		if err := s.writeRecord(r); err != nil {
-			return nil, fmt.Errorf("upgrade record %s: %w", attachment, err)
-		}
-		s.log.Info("upgraded record", "attachment", attachment, "format", recordFormat)
-	}
 	return r, nil
 }
 
 // decodeRecord decodes the record file of attachment, for reader (the
-// program version that reads it, named when the record is too new). A
-// record of format 1 kept no pinDir: it is derived from its pin's path,
-// <pinDir>/pins/<attachment>.
+// program version that reads it, named when the record is too new).
 func decodeRecord(data []byte, attachment, reader string) (*Record, error) {
 	r := &Record{}
 	if err := json.Unmarshal(data, r); err != nil {
@@ -242,8 +228,11 @@ func decodeRecord(data []byte, attachment, reader string) (*Record, error) {
 	if r.Attachment != attachment {
 		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)
 	}
-	if r.Format < recordFormat && r.PinDir == "" {
-		r.PinDir = filepath.Dir(filepath.Dir(r.PinPath))
+	if r.Format < recordFormat {
+		return nil, fmt.Errorf("record %s: format %d, which no release of netns-pin writes", attachment, r.Format)
+	}
+	if !slices.Contains([]string{StateActive, StateDraining, StateUnpinned}, r.State) {
+		return nil, fmt.Errorf("record %s: state %q, which no release of netns-pin writes", attachment, r.State)
 	}
 	return r, nil
 }
@@ -294,7 +283,7 @@ func (s *Store) records(readOnly bool) (rs []*Record, bad map[string]error, err 
 		if !ok {
 			continue
 		}
-		r, err := s.readRecord(att, readOnly)
+		r, err := s.readRecord(att)
 		switch {
 		case errors.Is(err, ErrOtherPinDir):
 			return nil, nil, err

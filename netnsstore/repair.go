@@ -60,10 +60,6 @@ func judge(r *Record, bootID string, pin pinFacts) diagnosis {
 		}
 	}
 	switch {
-	case r.State == stateIntent:
-		return diagnosis{ActionSettle, "ADD was interrupted"}
-	case r.State == stateReleasing:
-		return diagnosis{ActionSettle, "a release was interrupted"}
 	case r.State == StateUnpinned:
 		return diagnosis{ActionSettle, "its pin was lost while in use"}
 	case pin.err != nil || whole:
@@ -88,8 +84,8 @@ func (s *Store) diagnose(r *Record) diagnosis {
 //   - records of another boot: their mounts died with the boot; the links,
 //     the leftover pin file and the record go (the one case that needs no
 //     in-use check);
-//   - intent, releasing and unpinned records: settled (links moved, in-use
-//     check, then released or kept);
+//   - unpinned records: settled (links moved, in-use check, then released
+//     or kept);
 //   - active or draining records whose pin was unmounted from outside:
 //     pinned again from the runtime's handle when it still reaches the
 //     netns, settled otherwise;

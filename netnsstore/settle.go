@@ -96,8 +96,8 @@ func (s *Store) checkNow(r *Record, h *handleFile) ([]Use, error) {
 
 // linksMove reports whether moving the links off r's pin could take a
 // link away from a pin: the pin is the cluster's link target, one of its
-// links leads to it on disk (a record in a state an earlier version left,
-// or a crash between a record's change and its links), or it asked for a
+// links leads to it on disk (a crash between a record's change and its
+// links), or it asked for a
 // link that no other pin of the cluster asks for. Only then does a release
 // check with the links in place first.
 func (s *Store) linksMove(v *view, r *Record) bool {
@@ -245,7 +245,7 @@ func (s *Store) moveLinksAway(v *view, r *Record) error {
 // uses is the in-use check of r: with this store's settings, and with
 // those r was pinned with when they differ (an operator's --sysfs, another
 // configuration's policy). A use found by either counts; an error of either
-// is an error. Records of earlier versions kept no settings.
+// is an error. A record without settings is checked with this store's.
 func (s *Store) uses(r *Record, netnsPath string) ([]Use, error) {
 	start := time.Now()
 	defer func() { s.lastCheck = time.Since(start) }()

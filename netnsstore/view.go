@@ -21,10 +21,9 @@ import (
 // pod that no record names.
 //
 // Records are returned oldest first. A record that cannot be used (torn,
-// unreadable, of a newer format, naming another attachment than its file)
-// is in unreadable with the reason: the agent then lifts nothing, since
-// such a record may name any pod. Records of format 1 are returned as
-// read, their pinDir derived from their pin's path, and not upgraded.
+// unreadable, of another format or a state no release writes, naming
+// another attachment than its file) is in unreadable with the reason: the
+// agent then lifts nothing, since such a record may name any pod.
 func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, err error) {
 	dir := filepath.Join(stateDir, recordsSubdir)
 	entries, err := os.ReadDir(dir)

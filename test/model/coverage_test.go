@@ -30,10 +30,8 @@ var (
 	flagSteps = map[string]string{"gc --dry-run": "cli-gc-dry-run", "release --force": "cli-release-force",
 		"sweep --interval": "", "sweep --once": "sweep", "install --cni-bin-dir": "",
 		"uninstall --cni-bin-dir": "cli-uninstall", "uninstall --dry-run": "cli-uninstall"}
-	// Record states: whole ones are the model's pinState; transient ones
-	// exist only between a crash and the next repairing operation.
-	wholeStates     = []string{string(pinActive), string(pinDraining), string(pinUnpinned)}
-	transientStates = []string{"intent", "releasing"}
+	// Record states: the model's pinState.
+	wholeStates = []string{string(pinActive), string(pinDraining), string(pinUnpinned)}
 )
 
 func TestStepSetCoversThePlugin(t *testing.T) {
@@ -99,7 +97,7 @@ func TestStepSetCoversThePlugin(t *testing.T) {
 
 	files, err := filepath.Glob(filepath.Join(root, "netnsstore", "*.go"))
 	require.NoError(t, err)
-	stateConst := regexp.MustCompile(`\b[sS]tate[A-Z][A-Za-z]*\s*=\s*"([a-z-]+)"`) // StateActive, stateIntent, ...
+	stateConst := regexp.MustCompile(`\b[sS]tate[A-Z][A-Za-z]*\s*=\s*"([a-z-]+)"`) // StateActive, ...
 	states := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
@@ -109,10 +107,10 @@ func TestStepSetCoversThePlugin(t *testing.T) {
 		require.NoError(t, err)
 		for _, m := range stateConst.FindAllSubmatch(data, -1) {
 			state := string(m[1])
-			require.True(t, slices.Contains(wholeStates, state) || slices.Contains(transientStates, state),
+			require.True(t, slices.Contains(wholeStates, state),
 				"record state %q (%s) is unknown to the model", state, filepath.Base(f))
 			states++
 		}
 	}
-	require.Equal(t, len(wholeStates)+len(transientStates), states, "record states found in netnsstore")
+	require.Equal(t, len(wholeStates), states, "record states found in netnsstore")
 }

@@ -7,9 +7,8 @@
 // the operator's command line with the right flags and with a wrong
 // --pin-dir, --state-dir, --sysfs or --debugfs, Ceph clients coming and
 // going, address changes, external unmounts, a record unreadable for a
-// while, records in the states an earlier version left, a pin without a
-// record and the operator's release of it, crashes at every
-// failpoint, reboots) to the real plugin binary, built with the
+// while, a pin without a record and the operator's release of it, crashes
+// at every failpoint, reboots) to the real plugin binary, built with the
 // failpoints tag, in real network namespaces with real mounts and real
 // processes. A model of holders, clients, pins and links says what must
 // hold after every step; the invariants are checked against the host.

@@ -260,28 +260,6 @@ var stepTable = []stepDef{
 		return true
 	}},
 	{"sweep", 2, func(d *driver) bool { d.sweep(""); return true }},
-	{"legacy-state", 1, func(d *driver) bool {
-		// What an earlier netns-pin left when it died mid-operation: an
-		// "intent" (ADD before its mount) or "releasing" (a release after
-		// its check) record. The next repairing operation treats it as a
-		// release: links off, check, kept while in use.
-		hs := d.filter(func(h *holder) bool { return h.pin != pinNone && !h.uncertain })
-		if len(hs) == 0 {
-			return false
-		}
-		h := pick(d, hs)
-		path := d.e.recordPath(h.att)
-		var rec map[string]any
-		require.NoError(d.t, json.Unmarshal(d.readFile(path), &rec))
-		rec["state"] = pick(d, transientStates)
-		data, err := json.Marshal(rec)
-		require.NoError(d.t, err)
-		require.NoError(d.t, os.WriteFile(path, data, 0o600))
-		h.uncertain, h.allowed = true, nil
-		d.dirty = true
-		d.logf("the record of %s says %q, as an earlier netns-pin left it (in use by %v)", h, rec["state"], d.users(h))
-		return true
-	}},
 	{"crash", 3, func(d *driver) bool {
 		// A failpoint named add-* is reached by ADD, del-* by a release
 		// (DEL, GC, the operator's gc and release); others by anything.
