@@ -1,12 +1,10 @@
 package netnsstore
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"unsafe"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
@@ -60,17 +58,11 @@ func ensureShared(pinDir string, dirfd int) (changed bool, err error) {
 // on what fd was opened on, whatever its path names now.
 func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-// mountFlags tells whether the mount that holds path is shared and
-// whether path is its mount point: from statx and statmount where the
-// kernel has them (Linux 6.8), else from mountinfo, which the kernel
-// renders whole for every read (about 0.4 ms of each holder ADD).
+// mountFlags tells whether the mount that holds fd's path is shared and
+// whether that path is its mount point, from mountinfo. mountinfo names
+// mounts by path: the path fd has now, read only to find its mount
+// (nothing is mounted by it).
 func mountFlags(fd int) (shared, isRoot bool, err error) {
-	shared, isRoot, err = statmountFlags(fd)
-	if err == nil || !errors.Is(err, errNoStatmount) {
-		return shared, isRoot, err
-	}
-	// mountinfo names mounts by path: the path fd has now, read only to
-	// find its mount (nothing is mounted by it).
 	path, err := os.Readlink(fdPath(fd))
 	if err != nil {
 		return false, false, err
@@ -80,84 +72,6 @@ func mountFlags(fd int) (shared, isRoot bool, err error) {
 		return false, false, err
 	}
 	return isShared(m), m.Mountpoint == path, nil
-}
-
-// errNoStatmount: the kernel has no statmount or no unique mount IDs.
-var errNoStatmount = errors.New("statmount not available")
-
-// statmountFlags is mountFlags by statx (the unique ID of the mount that
-// holds path, and whether path is that mount's root) and statmount (its
-// propagation).
-func statmountFlags(fd int) (shared, isRoot bool, err error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
-		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
-			return false, false, errNoStatmount
-		}
-		return false, false, fmt.Errorf("statx %s: %w", fdPath(fd), err)
-	}
-	if stx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 || stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		return false, false, errNoStatmount
-	}
-	prop, err := mountPropagation(stx.Mnt_id)
-	if err != nil {
-		return false, false, err
-	}
-	return prop&unix.MS_SHARED != 0, stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
-}
-
-// statmount(2)'s request and the head of its answer (linux/mount.h),
-// up to mnt_propagation.
-type mntIDReq struct {
-	size  uint32
-	spare uint32
-	mntID uint64
-	param uint64
-	nsID  uint64
-}
-
-type statmountHead struct {
-	size           uint32
-	mntOpts        uint32
-	mask           uint64
-	sbDevMajor     uint32
-	sbDevMinor     uint32
-	sbMagic        uint64
-	sbFlags        uint32
-	fsType         uint32
-	mntID          uint64
-	mntParentID    uint64
-	mntIDOld       uint32
-	mntParentIDOld uint32
-	mntAttr        uint64
-	mntPropagation uint64
-	mntPeerGroup   uint64
-	mntMaster      uint64
-	propagateFrom  uint64
-	mntRoot        uint32
-	mntPoint       uint32
-	mntNsID        uint64
-	spare          [64]uint64 // room for fields of newer kernels
-}
-
-const statmountMntBasic = 0x2 // STATMOUNT_MNT_BASIC
-
-// mountPropagation is the propagation (MS_SHARED, MS_SLAVE, ...) of the
-// mount with unique ID id, in this mount namespace.
-func mountPropagation(id uint64) (uint64, error) {
-	req := mntIDReq{size: 24, mntID: id, param: statmountMntBasic}
-	var sm statmountHead
-	_, _, e := unix.Syscall6(unix.SYS_STATMOUNT, uintptr(unsafe.Pointer(&req)), uintptr(unsafe.Pointer(&sm)),
-		unsafe.Sizeof(sm), 0, 0, 0)
-	switch {
-	case e == unix.ENOSYS:
-		return 0, errNoStatmount
-	case e != 0:
-		return 0, fmt.Errorf("statmount of mount %d: %w", id, e)
-	case sm.mask&statmountMntBasic == 0:
-		return 0, errNoStatmount
-	}
-	return sm.mntPropagation, nil
 }
 
 // containingMount returns the mount that holds path.
