@@ -2,9 +2,9 @@ package inuse
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -91,114 +91,81 @@ type Reference struct {
 //	process 1234 (ceph-fuse)
 //	kernel socket 10.0.0.5:41234 -> 10.0.0.1:6789
 func (r Reference) String() string {
-	var b strings.Builder
 	switch r.Kind {
 	case kindRBD:
-		b.WriteString(r.Device)
-		r.writeImage(&b)
-		writeSep(&b, r.ClientID)
-		if r.Addr.IsValid() {
-			writeSep(&b, r.Addr.String())
-		}
+		return words(r.Device, r.imageSpec(), r.ClientID, addrText(r.Addr))
 	case kindCephFS:
-		b.WriteString("cephfs ")
-		b.WriteString(r.clientName())
-		if r.Addr.IsValid() {
-			writeSep(&b, r.Addr.String())
-		}
+		s := words("cephfs", r.clientName(), addrText(r.Addr))
 		if r.Blocklisted {
-			b.WriteString(" (blocklisted)")
+			s += " (blocklisted)"
 		}
+		return s
 	case kindCephClient:
-		b.WriteString("unattributed ")
+		var s string
 		switch {
 		case r.Device != "":
-			b.WriteString("rbd device ")
-			b.WriteString(r.Device)
-			r.writeImage(&b)
-			writeSep(&b, r.ClientID)
+			s = words("unattributed rbd device", r.Device, r.imageSpec(), r.ClientID)
 		case r.Mountpoint != "":
-			b.WriteString("ceph mount ")
-			b.WriteString(r.Source)
-			b.WriteString(" on ")
-			b.WriteString(r.Mountpoint)
+			s = fmt.Sprintf("unattributed ceph mount %s on %s", r.Source, r.Mountpoint)
 		default:
-			b.WriteString("ceph client ")
-			b.WriteString(r.clientName())
+			s = words("unattributed ceph client", r.clientName())
 		}
 		if r.Reason != "" {
-			b.WriteString(": ")
-			b.WriteString(r.Reason)
+			s += ": " + r.Reason
 		}
+		return s
 	case kindProcess:
 		// "process 42 (ceph-fuse, 3 Ceph connections, e.g. a -> b)": one
 		// parenthesis, so a list of references stays readable.
-		b.WriteString("process ")
-		b.WriteString(strconv.Itoa(r.PID))
-		b.WriteString(" (")
-		b.WriteString(r.Comm)
+		details := []string{r.Comm}
 		if r.Sockets > 0 && !r.InNetns {
-			b.WriteString(", outside the netns")
+			details = append(details, "outside the netns")
 		}
 		switch {
 		case r.Sockets == 1:
-			b.WriteString(", Ceph connection ")
+			details = append(details, fmt.Sprintf("Ceph connection %s -> %s", r.Local, r.Remote))
 		case r.Sockets > 1:
-			b.WriteString(", ")
-			b.WriteString(strconv.Itoa(r.Sockets))
-			b.WriteString(" Ceph connections, e.g. ")
-		}
-		if r.Sockets > 0 {
-			b.WriteString(r.Local.String())
-			b.WriteString(" -> ")
-			b.WriteString(r.Remote.String())
+			details = append(details, fmt.Sprintf("%d Ceph connections, e.g. %s -> %s", r.Sockets, r.Local, r.Remote))
 		}
 		if r.Reason != "" {
-			b.WriteString(", ")
-			b.WriteString(r.Reason)
+			details = append(details, r.Reason)
 		}
-		b.WriteString(")")
+		return fmt.Sprintf("process %d (%s)", r.PID, strings.Join(details, ", "))
 	case kindSocket:
-		b.WriteString("kernel socket ")
-		b.WriteString(r.Local.String())
-		b.WriteString(" -> ")
-		b.WriteString(r.Remote.String())
-	default:
-		b.WriteString(string(r.Kind))
+		return fmt.Sprintf("kernel socket %s -> %s", r.Local, r.Remote)
 	}
-	return b.String()
+	return string(r.Kind)
 }
 
-func writeSep(b *strings.Builder, s string) {
-	if s == "" {
-		return
-	}
-	if b.Len() > 0 {
-		b.WriteByte(' ')
-	}
-	b.WriteString(s)
+// words joins the parts that are not empty with spaces.
+func words(parts ...string) string {
+	return strings.Join(slices.DeleteFunc(parts, func(s string) bool { return s == "" }), " ")
 }
 
-// writeImage writes the rbd image spec pool[/namespace]/image[@snap].
-func (r Reference) writeImage(b *strings.Builder) {
+func addrText(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}
+
+// imageSpec is the rbd image spec pool[/namespace]/image[@snap], "" when
+// neither pool nor image is known.
+func (r Reference) imageSpec() string {
 	if r.Pool == "" && r.Image == "" {
-		return
+		return ""
 	}
-	b.WriteByte(' ')
-	b.WriteString(r.Pool)
+	spec := r.Pool
 	if r.PoolNamespace != "" {
-		b.WriteByte('/')
-		b.WriteString(r.PoolNamespace)
+		spec += "/" + r.PoolNamespace
 	}
-	b.WriteByte('/')
-	b.WriteString(r.Image)
+	spec += "/" + r.Image
 	if r.Snap != "" {
-		b.WriteByte('@')
-		b.WriteString(r.Snap)
+		spec += "@" + r.Snap
 	}
+	return spec
 }
 
-// clientName is the debugfs form "<fsid>.client<gid>".
 func (r Reference) clientName() string {
 	if r.ClusterFSID == "" {
 		return r.ClientID
