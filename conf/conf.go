@@ -3,11 +3,8 @@
 package conf
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -315,27 +312,21 @@ func (u InUse) parse() (policy inuse.Policy, ports inuse.Ports, err error) {
 // roots or another policy cannot find a used netns unused. Their keys are
 // the json tags of InUse, the configuration's own.
 func (c *Config) InUseSettings() map[string]string {
-	m := map[string]string{}
-	v := reflect.ValueOf(c.InUse) // by the tags, without encoding/json's encoder for one map
-	for i := range v.NumField() {
-		key, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
-		m[key] = v.Field(i).String()
-	}
-	return m
+	u := c.InUse
+	return map[string]string{"sysfs": u.Sysfs, "debugfs": u.Debugfs, "proc": u.Proc, "cephPorts": u.CephPorts, "unattributed": u.Unattributed}
 }
 
 // inUseOf is recorded settings as the configuration's InUse; a key that is
-// none of its tags is an error.
+// none of its json tags is an error.
 func inUseOf(settings map[string]string) (InUse, error) {
 	var u InUse
-	data, err := json.Marshal(settings)
-	if err == nil {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		err = dec.Decode(&u)
-	}
-	if err != nil {
-		return u, fmt.Errorf("in-use settings %v: %w", settings, err)
+	fields := map[string]*string{"sysfs": &u.Sysfs, "debugfs": &u.Debugfs, "proc": &u.Proc, "cephPorts": &u.CephPorts, "unattributed": &u.Unattributed}
+	for k, v := range settings {
+		f, ok := fields[k]
+		if !ok {
+			return u, fmt.Errorf("in-use settings %v: unknown key %q", settings, k)
+		}
+		*f = v
 	}
 	return u, nil
 }

@@ -2,6 +2,9 @@ package conf
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -242,6 +245,12 @@ func TestInUseSettingsRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	settings := c.InUseSettings()
 	assert.Equal(t, "/host/sys", settings["sysfs"], "recorded as validated")
+	var keys []string
+	for i := range reflect.TypeFor[InUse]().NumField() {
+		key, _, _ := strings.Cut(reflect.TypeFor[InUse]().Field(i).Tag.Get("json"), ",")
+		keys = append(keys, key)
+	}
+	assert.ElementsMatch(t, keys, slices.Collect(maps.Keys(settings)), "the keys are InUse's json tags")
 	opts, err := InUseOptionsOf(settings)
 	require.NoError(t, err)
 	assert.Equal(t, c.InUseOptions(), opts)
