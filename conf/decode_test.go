@@ -125,7 +125,7 @@ func TestDecodeErrorsNameTheKey(t *testing.T) {
 	for conf, want := range map[string]string{
 		`{"pinDir":5}`:                         "pinDir: want a string, got number",
 		`{"links":["a",5]}`:                    "links: want a string, got number",
-		`{"holders":[{"podName":true}]}`:       "holders[0].podName: want a string, got bool",
+		`{"holders":[{"podName":true}]}`:       "holders.podName: want a string, got bool",
 		`{"holders":{"podName":"x"}}`:          "holders: ",
 		`{"inUse":[]}`:                         "inUse: ",
 		`{"args":{"cni":{"pinCluster":7}}}`:    "args.cni.pinCluster: want a string, got number",
