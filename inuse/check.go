@@ -60,12 +60,6 @@ type Options struct {
 	// Unattributed is the policy for clients whose netns cannot be told;
 	// empty means PolicyBlock.
 	Unattributed Policy
-	// Listed, when set, is called after each directory a check lists
-	// (debugfs clients, rbd devices, processes) with the number of entries
-	// listed so far, before they are read: what a check will allocate
-	// grows with it, and a caller that bounds its memory can tighten the
-	// bound for a large node.
-	Listed func(entries int)
 	// Timeout bounds a check; zero means 10 seconds. A check reads
 	// kernel files only, in milliseconds, but a kernel call that never
 	// returns must not hang the CNI DEL that runs it: Check then returns an
@@ -216,20 +210,9 @@ type checker struct {
 	// read for CephFS kernel mounts (see mountinfoOf).
 	scanMounts bool
 
-	// listed counts the entries of the directories listed (Options.Listed).
-	listed int
-
 	noStatus   map[string]int
 	claimed    []atomic.Bool
 	unresolved atomic.Int64
-}
-
-// list counts n more entries listed and tells Options.Listed.
-func (c *checker) list(n int) {
-	c.listed += n
-	if c.o.Listed != nil {
-		c.o.Listed(c.listed)
-	}
 }
 
 // ours reports whether a client address is one of the pin's.
@@ -306,7 +289,6 @@ func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", dir, err)
 	}
-	c.list(len(names))
 	const (
 		other = iota
 		ours
@@ -396,7 +378,6 @@ func (c *checker) rbdDevices() error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", dir, err)
 	}
-	c.list(len(ids))
 	res := make([]Reference, len(ids))
 	describe := func(i int) string { return "read attributes of " + filepath.Join(dir, ids[i]) }
 	err = c.parallel(len(ids), describe, func(w, i int) error {

@@ -193,7 +193,6 @@ func (c *checker) processes(cands []tcpSocket) ([]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", c.o.Proc, err)
 	}
-	c.list(len(pids))
 	if index != nil {
 		for i := range c.bufs {
 			c.bufs[i].dents = make([]byte, 16<<10)

@@ -3,16 +3,12 @@ package inuse
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/netns-pin/netns-pin/internal/cephfixture"
 )
 
 // parallel visits every item once, in one goroutine below two workers'
@@ -68,34 +64,4 @@ func TestParallelVisitsEveryItemOnce(t *testing.T) {
 	})
 	require.ErrorIs(t, err, boom)
 	assert.Less(t, calls.Load(), int64(4096), "workers stop after the first error")
-}
-
-// Listed hears the running count of entries after each directory a check
-// lists: debugfs clients, rbd devices, then processes.
-func TestCheckListedCountsEntries(t *testing.T) {
-	f := newFixture(t)
-	require.NoError(t, cephfixture.Volumes(f.sysfs, f.debugfs, 5, func(int) string { return otherIP4.String() }))
-	f.process(100, proc{Comm: "sleep", Netns: f.other})
-	f.process(101, proc{Comm: "sleep", Netns: f.other})
-	clients, err := os.ReadDir(filepath.Join(f.debugfs, "ceph"))
-	require.NoError(t, err)
-	devices, err := os.ReadDir(filepath.Join(f.sysfs, "bus", "rbd", "devices"))
-	require.NoError(t, err)
-	procs := 0
-	ents, err := os.ReadDir(f.proc)
-	require.NoError(t, err)
-	for _, e := range ents {
-		if isDigits([]byte(e.Name())) {
-			procs++
-		}
-	}
-	var heard []int
-	o := f.options(PolicyBlock)
-	o.Listed = func(n int) { heard = append(heard, n) }
-	check(t, f.target(ourIP4), o)
-	c, d := len(clients), len(clients)+len(devices)
-	assert.Equal(t, []int{c, d, d + procs}, heard)
-	assert.Len(t, devices, 5)
-	assert.NotZero(t, len(clients))
-	assert.GreaterOrEqual(t, procs, 3, "pid 1 of the fixture, 100 and 101")
 }

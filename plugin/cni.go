@@ -166,22 +166,14 @@ func requirePinsReach(pinDir string) error {
 }
 
 // memoryLimit is the Go runtime's soft memory limit for one holder
-// operation or command; largeNodeLimit is its limit once an in-use check
-// has listed largeNode entries (processes, rbd devices, Ceph clients). The
-// runtime's own memory (metadata, stacks, spans) is about 5 MiB of either
-// in a fresh process, and the first heap goal is what is left: at 6 MiB
-// about 1 MiB, which half of all holder DELs of a small node reached (a
-// collection, and its mark workers' threads, in 0.6 ms of a 5 ms DEL); at
-// 7 MiB none does (test/gc_test.go). A large node's check collects many
-// times whatever the limit, and its peak RSS is about the limit plus the
-// pages of the binary: with 4096 devices, 4096 clients and a thousand
-// processes 8.7 MiB at 7 MiB, 8.0 MiB at 6 MiB, 7.5 MiB at 5.5 MiB, which
-// makes that DEL 10% slower (docs/performance.md).
-const (
-	memoryLimit    = 7 << 20
-	largeNodeLimit = 5<<20 + 1<<19 // 5.5 MiB
-	largeNode      = 4096
-)
+// operation or command. The runtime's own memory (metadata, stacks, spans)
+// is about 5 MiB of it in a fresh process, and the first heap goal is what
+// is left: at 6 MiB about 1 MiB, which half of all holder DELs of a small
+// node reached (a collection, and its mark workers' threads, in 0.6 ms of
+// a 5 ms DEL); at 7 MiB none does (test/gc_test.go). A large node's check
+// collects many times, its peak RSS about the limit plus the pages of the
+// binary (docs/performance.md).
+const memoryLimit = 7 << 20
 
 // limitMemory is for the short-lived process of a holder operation or an
 // operator command, which may check thousands of devices and processes:
@@ -189,15 +181,6 @@ const (
 // plugin stays small on a node that runs many pods at once. Not for the
 // sweeper, whose heap would stay at the limit and collect all the time.
 func limitMemory() { debug.SetMemoryLimit(memoryLimit) }
-
-// tightenForLargeNode is the in-use check's Listed: a process whose memory
-// limitMemory bounds gets largeNodeLimit once a check has listed
-// largeNode entries. The sweeper, which has no limit, keeps none.
-func tightenForLargeNode(entries int) {
-	if entries >= largeNode && debug.SetMemoryLimit(-1) == memoryLimit {
-		debug.SetMemoryLimit(largeNodeLimit)
-	}
-}
 
 // openStore opens the store of configuration c with the in-use check it
 // configures (every release, and every repair, runs it) and the teardown

@@ -20,10 +20,8 @@ func inUseTarget(r *netnsstore.Record, netnsPath string) inuse.Target {
 	return t
 }
 
-// inUseChecker adapts the in-use check with opts to the store; a large
-// node's check tightens the memory limit (tightenForLargeNode).
+// inUseChecker adapts the in-use check with opts to the store.
 func inUseChecker(opts inuse.Options) func(*netnsstore.Record, string) ([]netnsstore.Use, error) {
-	opts.Listed = tightenForLargeNode
 	return func(r *netnsstore.Record, netnsPath string) ([]netnsstore.Use, error) {
 		refs, err := inuse.Check(inUseTarget(r, netnsPath), opts)
 		if err != nil {
