@@ -154,9 +154,7 @@ func (c *checker) parallel(n int, describe func(i int) string, fn func(w, i int)
 	// A worker takes chunk items at a time, and is started only for
 	// perWorker items: in a fresh process (every CNI call is one) a
 	// goroutine that needs a thread of its own costs about as much as
-	// reading fifty processes' ns/net. Measured on 2 CPUs: 67 processes,
-	// a check's second run 0.15 ms faster in one goroutine than in two;
-	// 102 processes, the first 0.05 ms slower (docs/performance.md).
+	// reading fifty processes' ns/net (docs/performance.md).
 	const chunk, perWorker = 32, 48
 	c.progress.loop(describe)
 	defer c.progress.loop(nil)

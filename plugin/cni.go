@@ -167,12 +167,10 @@ func requirePinsReach(pinDir string) error {
 
 // memoryLimit is the Go runtime's soft memory limit for one holder
 // operation or command. The runtime's own memory (metadata, stacks, spans)
-// is about 5 MiB of it in a fresh process, and the first heap goal is what
-// is left: at 6 MiB about 1 MiB, which half of all holder DELs of a small
-// node reached (a collection, and its mark workers' threads, in 0.6 ms of
-// a 5 ms DEL); at 7 MiB none does (test/gc_test.go). A large node's check
-// collects many times, its peak RSS about the limit plus the pages of the
-// binary (docs/performance.md).
+// is most of it in a fresh process, and the first heap goal is what is
+// left: it is set so that a holder ADD or DEL of a small node collects no
+// garbage (test/gc_test.go), while a large node's check collects as it
+// goes rather than let the heap double (docs/performance.md).
 const memoryLimit = 7 << 20
 
 // limitMemory is for the short-lived process of a holder operation or an
