@@ -396,17 +396,19 @@ func TestHoleOperatorFlagsAreValidated(t *testing.T) {
 	}
 }
 
-// Records of the previous format (no "format", no "pinDir") are read and
-// upgraded in place under the lock, never dropped; a record of a newer
-// format blocks every release and names the version that wrote it.
-func TestRecordFormatUpgradeAndNewer(t *testing.T) {
+// A record of format 1 (no "format", no "pinDir", written only by
+// development builds) or of a newer format is never guessed at: it blocks
+// every release, the command line and DEL name why, and the record is left
+// as it is; put back as this release wrote it, the pin is released.
+func TestRecordOfAnotherFormat(t *testing.T) {
 	c := newChain(t, chainSpec{})
 	ns := hosttest.NewNetns(t, "npe2e")
 	a := c.newAttachment(t, ns, holderArgs(), false)
 	ip := sandboxIP(t, a.mustAdd(t))
+	current, err := os.ReadFile(a.recordPath())
+	require.NoError(t, err)
 
-	// Rewrite the record as the previous format wrote it: the checked-in
-	// sample with this attachment's values.
+	// the checked-in sample of format 1 with this attachment's values
 	rec := readRecord(t, a.recordPath())
 	sample, err := os.ReadFile("testdata/record-format1.json")
 	require.NoError(t, err)
@@ -415,35 +417,32 @@ func TestRecordFormatUpgradeAndNewer(t *testing.T) {
 		"NETNSPATH", ns.Path, "PINPATH", a.pinPath(), `"NETNSDEV"`, rec.str("netnsDev"), `"NETNSINO"`, rec.str("netnsIno"),
 		"IP", ip.String(), "LINK", c.defaultLink(), "BOOTID", rec.str("bootID"), "PODNAME", rec.str("podName"),
 	).Replace(string(sample))
-	require.NoError(t, os.WriteFile(a.recordPath(), []byte(old), 0o600))
-
-	r := pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "list")
-	require.NoError(t, r.Err, "%s", r)
-	assert.Regexp(t, a.attachmentName()+`\s.*\sactive\s`, r.Stdout)
-	assert.NotEqual(t, "2", readRecord(t, a.recordPath()).str("format"), "list reads it as it is")
-	r = pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "gc")
-	require.NoError(t, r.Err, "%s", r)
-	up := readRecord(t, a.recordPath())
-	assert.Equal(t, "2", up.str("format"), "upgraded in place")
-	assert.Equal(t, c.pinDir, up.str("pinDir"))
-
-	cl := startClient(t, c.defaultLink(), ns.ID, "")
-	assertKeptInUse(t, a, a.del(), ip)
-	cl.stop(t)
-
 	var newer map[string]any
-	require.NoError(t, json.Unmarshal([]byte(old), &newer))
+	require.NoError(t, json.Unmarshal(current, &newer))
 	newer["format"], newer["writer"] = 99, "9.9.9"
-	data, err := json.Marshal(newer)
+	newerData, err := json.Marshal(newer)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(a.recordPath(), data, 0o600))
-	err = a.del()
-	assertKeptInUse(t, a, err, ip)
-	assert.Contains(t, err.Error(), "written by netns-pin 9.9.9")
-	r = pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "list")
-	assert.Contains(t, r.Stderr, "written by netns-pin 9.9.9")
 
-	require.NoError(t, os.WriteFile(a.recordPath(), []byte(old), 0o600))
+	for _, tc := range []struct {
+		name, data, want string
+	}{
+		{"format 1", old, "format 0, which no release of netns-pin writes"},
+		{"newer", string(newerData), "written by netns-pin 9.9.9"},
+	} {
+		require.NoError(t, os.WriteFile(a.recordPath(), []byte(tc.data), 0o600))
+		r := pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "list")
+		assert.Contains(t, r.Stderr, tc.want, tc.name)
+		r = pinCLI(c, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "gc")
+		require.Error(t, r.Err, "%s: gc releases nothing: %s", tc.name, r)
+		err := a.del()
+		assertKeptInUse(t, a, err, ip)
+		assert.Contains(t, err.Error(), tc.want, tc.name)
+		data, rerr := os.ReadFile(a.recordPath())
+		require.NoError(t, rerr)
+		assert.Equal(t, tc.data, string(data), "%s: the record is left as it is", tc.name)
+	}
+
+	require.NoError(t, os.WriteFile(a.recordPath(), current, 0o600))
 	require.NoError(t, a.del())
 	assertReleased(t, a, ns.Path)
 	var st unix.Stat_t
