@@ -285,6 +285,36 @@ func (c *cluster) holdKubelet(t *testing.T) {
 	pid := c.kubeletPID(t)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP), "SIGSTOP the kubelet (%d)", pid)
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	// A teardown the kubelet asked for just before runs on in the runtime,
+	// and may release once the client goes: wait for the CNI calls under
+	// way to end.
+	require.True(t, host.Poll(podTimeout, 50*time.Millisecond, func() bool { return len(cniCalls()) == 0 }),
+		"CNI calls still running with the kubelet stopped: %v", cniCalls())
+}
+
+// cniCalls are the CNI plugin processes running on the host: a plugin
+// binary of the chain run without arguments (the sweeper and the
+// operator's commands have some).
+func cniCalls() []string {
+	var out []string
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		switch filepath.Base(argv[0]) {
+		case "netns-pin", "multus", "multus-shim", "bridge", "macvlan", "host-local", "whereabouts":
+			if len(argv) == 1 {
+				out = append(out, d.Name()+" "+argv[0])
+			}
+		}
+	}
+	return out
 }
 
 func (c *cluster) releaseKubelet(t *testing.T) {
