@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
@@ -61,9 +60,8 @@ func (c *checker) processesAndSockets() error {
 // whose remote port is a Ceph port, not LISTEN, with a nonzero inode (TIME_WAIT
 // and orphaned sockets have none; nothing can hold them and they hold no
 // client). /proc/thread-self/net follows the calling thread's netns, unlike
-// /proc/self/net, which follows the thread-group leader's; ns.Do runs the
-// read on a locked OS thread that has entered the netns and returns it
-// (or lets the thread die) afterwards.
+// /proc/self/net, which follows the thread-group leader's; nsinfo.Do runs
+// the read on a locked OS thread that has entered the netns.
 func (c *checker) readSockets() ([]tcpSocket, error) {
 	c.progress.set("open netns " + c.t.NetnsPath)
 	fd, err := nsinfo.OpenNetns(c.t.NetnsPath)
@@ -86,12 +84,7 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 		filepath.Join(c.o.Proc, "thread-self", "net", "tcp"),
 		filepath.Join(c.o.Proc, "thread-self", "net", "tcp6"),
 	}
-	target, err := ns.GetNS(fmt.Sprintf("/proc/self/fd/%d", fd))
-	if err != nil {
-		return nil, fmt.Errorf("netns %s: %w", c.t.NetnsPath, err)
-	}
-	defer target.Close()
-	err = target.Do(func(ns.NetNS) error {
+	err = nsinfo.Do(fd, func() error {
 		var st unix.Stat_t
 		if unix.Stat(filepath.Join(c.o.Proc, "thread-self", "net", "dev"), &st) == nil {
 			c.targetNetDev = st.Ino

@@ -9,8 +9,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,23 +23,41 @@ import (
 // some that stayed (a client's among them): it is read again, for up to
 // dumpPatience, and then it is an error.
 func GlobalAddrs(fd int) ([]netip.Addr, error) {
-	h, err := netlink.NewHandleAt(netns.NsHandle(fd), unix.NETLINK_ROUTE)
-	if err != nil {
-		return nil, fmt.Errorf("netlink in netns: %w", err)
-	}
-	defer h.Close()
-	deadline := time.Now().Add(dumpPatience)
-	for dumps := 1; ; dumps++ {
-		addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
-		switch {
-		case err == nil:
-			return globalOnes(addrs), nil
-		case !errors.Is(err, netlink.ErrDumpInterrupted):
-			return nil, fmt.Errorf("list addresses: %w", err)
-		case time.Now().After(deadline):
-			return nil, fmt.Errorf("list addresses: they kept changing during %d dumps in %s", dumps, dumpPatience)
+	var out []netip.Addr
+	err := Do(fd, func() error {
+		// A netlink socket stays in the netns it was made in.
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return fmt.Errorf("netlink in netns: %w", err)
 		}
+		defer h.Close()
+		deadline := time.Now().Add(dumpPatience)
+		for dumps := 1; ; dumps++ {
+			addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+			switch {
+			case err == nil:
+				out = globalOnes(addrs)
+				return nil
+			case !errors.Is(err, netlink.ErrDumpInterrupted):
+				return fmt.Errorf("list addresses: %w", err)
+			case time.Now().After(deadline):
+				return fmt.Errorf("list addresses: they kept changing during %d dumps in %s", dumps, dumpPatience)
+			}
+		}
+	})
+	return out, err
+}
+
+// Do runs fn on an OS thread that has entered the network namespace open
+// at fd (ns.Do: should the thread fail to return to this process's
+// netns, it ends rather than serve another goroutine there).
+func Do(fd int, fn func() error) error {
+	target, err := ns.GetNS(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return err
 	}
+	defer target.Close()
+	return target.Do(func(ns.NetNS) error { return fn() })
 }
 
 // dumpPatience bounds the dumps of a netns whose addresses keep changing.
