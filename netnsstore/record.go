@@ -232,7 +232,7 @@ func decodeRecord(data []byte, attachment, reader string) (*Record, error) {
 		return nil, fmt.Errorf("record %s: format %d, which no release of netns-pin writes", attachment, r.Format)
 	}
 	if !slices.Contains([]string{StateActive, StateDraining, StateUnpinned}, r.State) {
-		return nil, fmt.Errorf("record %s: state %q, which no release of netns-pin writes", attachment, r.State)
+		return nil, fmt.Errorf("record %s: state %.32q, which no release of netns-pin writes", attachment, r.State)
 	}
 	return r, nil
 }

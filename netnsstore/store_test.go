@@ -292,6 +292,7 @@ func TestRecordOfNoReleaseIsUnreadable(t *testing.T) {
 		"intent":    func(r *Record) { r.State = "intent" },
 		"releasing": func(r *Record) { r.State = "releasing" },
 		"format 1":  func(r *Record) { r.Format, r.Writer = 0, "" },
+		"hostile":   func(r *Record) { r.State = strings.Repeat("\x1b[2J\n", 1000) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := testStore(t)
@@ -305,6 +306,8 @@ func TestRecordOfNoReleaseIsUnreadable(t *testing.T) {
 			_, err = s.Release("c2.net1", nil)
 			require.Error(t, err, "no release while a record cannot be read")
 			assert.Contains(t, err.Error(), "which no release of netns-pin writes")
+			assert.NotContains(t, err.Error(), "\n", "a state from disk is quoted")
+			assert.Less(t, len(err.Error()), 600, "and bounded")
 			assert.True(t, mountedAt(t, r1.PinPath))
 			assert.True(t, mountedAt(t, r2.PinPath))
 		})

@@ -15,6 +15,9 @@ const Unstamped = "dev"
 // Resolve returns the stamped version and commit when there are, else
 // those the binary's build information gives.
 func Resolve(version, commit string) (string, string) {
+	if version != "" && version != Unstamped && commit != "" {
+		return version, commit // make's stamp: every exec of the plugin skips the read
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return version, commit

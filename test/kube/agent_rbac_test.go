@@ -73,7 +73,7 @@ func TestAgentWithoutListRBAC(t *testing.T) {
 	// the new agent: not Ready, saying why
 	var body string
 	require.True(t, host.Poll(podTimeout, 500*time.Millisecond, func() bool {
-		resp, err := http.Get("http://127.0.0.1:" + metricsPort + "/readyz")
+		resp, err := (&http.Client{Timeout: cmdTimeout}).Get("http://127.0.0.1:" + metricsPort + "/readyz")
 		if err != nil {
 			return false
 		}

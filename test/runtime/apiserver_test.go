@@ -293,8 +293,6 @@ func (k *kubeAPI) finalDelete(ns, name string) error {
 	return nil
 }
 
-// forgetPod lifts every finalizer of the pod and deletes it at once: the
-// cleanup of a test's pod objects, whatever it left.
 // setPodReady sets the pod's Ready condition, as its kubelet would.
 func (k *kubeAPI) setPodReady(ns, name string, ready corev1.ConditionStatus) error {
 	patch := `{"status":{"conditions":[{"type":"Ready","status":"` + string(ready) + `"}]}}`
@@ -304,6 +302,8 @@ func (k *kubeAPI) setPodReady(ns, name string, ready corev1.ConditionStatus) err
 	return nil
 }
 
+// forgetPod lifts every finalizer of the pod and deletes it at once: the
+// cleanup of a test's pod objects, whatever it left.
 func (k *kubeAPI) forgetPod(ns, name string) {
 	k.kubectl(nil, "-n", ns, "patch", "pod", name, "--type=merge", "-p", `{"metadata":{"finalizers":null}}`)
 	k.kubectl(nil, "-n", ns, "delete", "pod", name, "--ignore-not-found", "--grace-period=0", "--force", "--wait=false")
