@@ -78,7 +78,7 @@ func TestControllerDeployment(t *testing.T) {
 		"nodes":                             {"get", "list", "watch"},
 		"events":                            {"create"},
 		"validatingadmissionpolicies":       {"get", "patch"},
-		"validatingadmissionpolicybindings": {"get", "patch"},
+		"validatingadmissionpolicybindings": {"patch"},
 	}, rulesOf(cr), "least rights")
 	role := inFile(t, objs, "Role", "controller-rbac.yaml")
 	assert.Equal(t, d.namespace(), role.namespace(), "the Lease in its own namespace")
