@@ -125,9 +125,10 @@ func (s *Store) load(readOnly bool) (*view, error) {
 // ContainerID, IfName, Network, Cluster, PodNS, PodName, PodUID, NetnsPath
 // and Links, the absolute well-known paths of the cluster; the store fills
 // in the rest) and points the cluster's links at it: an active record with
-// the netns's addresses, the bind mount, the links. Pinning an attachment that is already pinned to the same netns is
-// a no-op but for what is missing: an interrupted ADD is completed, a pin
-// unmounted from outside is made again.
+// the netns's addresses, the bind mount, the links. Pinning an attachment
+// that is already pinned to the same netns is a no-op but for what is
+// missing: a pin an interrupted ADD did not make, or one unmounted from
+// outside, is made again.
 func (s *Store) Pin(req Record) (*Record, error) {
 	name, err := AttachmentName(req.ContainerID, req.IfName)
 	if err != nil {
@@ -150,21 +151,18 @@ func (s *Store) Pin(req Record) (*Record, error) {
 				return err
 			}
 		}
-		r := v.get(name)
-		if r == nil {
-			if err := refuseTakenLinks(v.recs, req.Cluster, req.Links); err != nil {
-				return err
+		if r := v.get(name); r != nil {
+			if r.NetnsID() != srcID {
+				return fmt.Errorf("attachment %s is pinned to %v, not to %s (%v)", name, r.NetnsID(), req.NetnsPath, srcID)
 			}
-		}
-		switch {
-		case r != nil && r.NetnsID() != srcID:
-			return fmt.Errorf("attachment %s is pinned to %v, not to %s (%v)", name, r.NetnsID(), req.NetnsPath, srcID)
-		case r != nil:
 			// A repeated ADD: a no-op for a whole record, whatever DEL
 			// decided meanwhile; a pin lost on the way is made again from
 			// the runtime's netns.
 			out = r
 			return s.repinFrom(v, r, src)
+		}
+		if err := refuseTakenLinks(v.recs, req.Cluster, req.Links); err != nil {
+			return err
 		}
 		var err error
 		out, err = s.pinNew(v, name, req, src, srcID)
