@@ -17,17 +17,29 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/netns-pin/netns-pin/controller"
+	"github.com/netns-pin/netns-pin/deploy"
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
-// guardedObjects are the objects of deploy/ labelled
-// netns-pin.io/removal: guarded, as kubectl names them.
-var guardedObjects = []string{
-	"daemonset/netns-pin-installer", "daemonset/netns-pin-agent", "deployment/netns-pin-controller",
-	"serviceaccount/netns-pin-agent", "serviceaccount/netns-pin-controller",
-	"clusterrole/netns-pin-agent", "clusterrolebinding/netns-pin-agent",
-	"clusterrole/netns-pin-controller", "clusterrolebinding/netns-pin-controller",
-	"role/netns-pin-controller-lease", "rolebinding/netns-pin-controller-lease",
+// guardedObjects are the objects of deploy/'s kustomization labelled
+// netns-pin.io/removal: guarded, as kubectl names them (kind/name).
+func (c *cluster) guardedObjects(t *testing.T) []string {
+	t.Helper()
+	k, err := deploy.Objects(filepath.Join(c.repo, "deploy", "kustomization.yaml"))
+	require.NoError(t, err)
+	require.Len(t, k, 1)
+	var out []string
+	for _, file := range get(k[0], "resources").([]any) {
+		objs, err := deploy.Objects(filepath.Join(c.repo, "deploy", file.(string)))
+		require.NoError(t, err)
+		for _, o := range objs {
+			if str(o, "metadata", "labels", "netns-pin.io/removal") == "guarded" {
+				out = append(out, strings.ToLower(str(o, "kind"))+"/"+str(o, "metadata", "name"))
+			}
+		}
+	}
+	require.NotEmpty(t, out, "deploy/ guards nothing")
+	return out
 }
 
 // guardPolicies are deploy/'s admission policies; each has a binding of
@@ -101,6 +113,7 @@ func TestDeleteKustomizationWhilePinned(t *testing.T) {
 		}
 	}
 
+	guarded := c.guardedObjects(t)
 	deleteK := func() host.CmdResult {
 		return c.kubectl("delete", "-k", filepath.Join(c.repo, "deploy"), "--ignore-not-found", "--timeout=60s")
 	}
@@ -109,7 +122,7 @@ func TestDeleteKustomizationWhilePinned(t *testing.T) {
 		require.Error(t, r.Err, "kubectl delete -k deploy/ (try %d) was not refused: %s", try, r)
 		t.Logf("kubectl delete -k deploy/ while %s is pinned (try %d):\n%s%s", held.pod, try, r.Stdout, r.Stderr)
 		want := "1 pods carry the netns-pin.io/pin finalizer (" + held.pod.String() + ")"
-		for _, obj := range guardedObjects {
+		for _, obj := range guarded {
 			o := c.object(t, obj)
 			require.NotNil(t, o, "%s was deleted", obj)
 			assert.Nil(t, o.Metadata.DeletionTimestamp, "%s is being deleted", obj)
@@ -150,7 +163,7 @@ func TestDeleteKustomizationWhilePinned(t *testing.T) {
 	r := deleteK()
 	require.NoError(t, r.Err, "kubectl delete -k deploy/ with no pod carrying the finalizer: %s", r)
 	t.Logf("kubectl delete -k deploy/ once no pod carries the finalizer:\n%s", r.Stdout)
-	for _, obj := range guardedObjects {
+	for _, obj := range guarded {
 		assert.Nil(t, c.object(t, obj), "%s is left", obj)
 	}
 	assert.Empty(t, c.podsWithFinalizer(t))
