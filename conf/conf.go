@@ -312,19 +312,27 @@ func (u InUse) parse() (policy inuse.Policy, ports inuse.Ports, err error) {
 // roots or another policy cannot find a used netns unused. Their keys are
 // the json tags of InUse, the configuration's own.
 func (c *Config) InUseSettings() map[string]string {
-	u := c.InUse
-	return map[string]string{"sysfs": u.Sysfs, "debugfs": u.Debugfs, "proc": u.Proc, "cephPorts": u.CephPorts, "unattributed": u.Unattributed}
+	m := map[string]string{}
+	for key, f := range c.InUse.fields() {
+		m[key] = *f
+	}
+	return m
+}
+
+// fields are u's fields by their json tags.
+func (u *InUse) fields() map[string]*string {
+	return map[string]*string{"sysfs": &u.Sysfs, "debugfs": &u.Debugfs, "proc": &u.Proc, "cephPorts": &u.CephPorts, "unattributed": &u.Unattributed}
 }
 
 // inUseOf is recorded settings as the configuration's InUse; a key that is
 // none of its json tags is an error.
 func inUseOf(settings map[string]string) (InUse, error) {
 	var u InUse
-	fields := map[string]*string{"sysfs": &u.Sysfs, "debugfs": &u.Debugfs, "proc": &u.Proc, "cephPorts": &u.CephPorts, "unattributed": &u.Unattributed}
+	fields := u.fields()
 	for k, v := range settings {
 		f, ok := fields[k]
 		if !ok {
-			return u, fmt.Errorf("in-use settings %v: unknown key %q", settings, k)
+			return u, fmt.Errorf("in-use settings: unknown key %.32q", k)
 		}
 		*f = v
 	}
