@@ -48,7 +48,7 @@ KUBE_CRIO_RUN ?= ^(TestInstalledByDaemonSet|TestHolderDaemonSetRollout|TestRookS
 KUBE_THICK_RUN ?= ^TestNodePluginAsItsOwnHolder$$
 
 # What the e2e suite (package test/) reads to find the binaries.
-E2E_ENV := NETNS_PIN_CNI_PATH=$(CNI_PATH) NETNS_PIN_CNITOOL=$(CNITOOL)
+E2E_ENV := NETNS_PIN_CNI_PATH=$(CNI_PATH) NETNS_PIN_CNITOOL=$(CNITOOL) NETNS_PIN_CTL=$(CURDIR)/bin/netns-pinctl
 
 # Go packages with unit/integration tests: everything except the e2e suite.
 unit_pkgs = $(shell $(GO) list ./... | grep -v '^github.com/netns-pin/netns-pin/test\(/\|$$\)')

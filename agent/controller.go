@@ -34,7 +34,7 @@ type Config struct {
 	// HostRoot is where the host's / is mounted (read only): every
 	// registered store is read through it. "/" reads the agent's own.
 	HostRoot  string
-	StatusDir string // where status.json goes, for `netns-pin check`; "" none
+	StatusDir string // where status.json goes, for `netns-pinctl check`; "" none
 	Interval  time.Duration
 	Client    kubernetes.Interface
 	Recorder  record.EventRecorder
@@ -478,7 +478,7 @@ func (a *Agent) Ready() error {
 }
 
 // Status is the agent's status file, <statusDir>/status.json, for
-// `netns-pin check` on the node, which sees no API: whether an agent runs,
+// `netns-pinctl check` on the node, which sees no API: whether an agent runs,
 // and which pods of the node carry the finalizer.
 type Status struct {
 	Node      string        `json:"node"`
@@ -490,7 +490,7 @@ type Status struct {
 	APIError  string        `json:"apiError,omitempty"`
 	Blocked   string        `json:"blocked,omitempty"`
 	// Refused names each request the API refuses the agent ("verb
-	// resource: message"), for `netns-pin check`.
+	// resource: message"), for `netns-pinctl check`.
 	Refused []string `json:"refused,omitempty"`
 	// Stores is how many stores are registered on the node, and
 	// UnreadableStores why each one the agent cannot read cannot be.

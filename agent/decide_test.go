@@ -87,7 +87,7 @@ func TestTrackerOneEventPerState(t *testing.T) {
 	es = tr.Observe([]Pod{pod}, View{Pins: []Pin{pin}}, now.Add(2*time.Second))
 	require.Equal(t, []string{ReasonRefused}, reasons(es))
 	assert.Contains(t, es[0].Message, "is still in use by process 42 (ceph-fuse)")
-	assert.Contains(t, es[0].Message, "netns-pin inuse c1.net1")
+	assert.Contains(t, es[0].Message, "netns-pinctl inuse c1.net1")
 	// Another refusal soon after: no Event; later: a repeat, counted.
 	pin.Updated = now.Add(12 * time.Second)
 	assert.Empty(t, tr.Observe([]Pod{pod}, View{Pins: []Pin{pin}}, now.Add(12*time.Second)))

@@ -43,7 +43,7 @@ type PodEvent struct {
 type Tracker struct {
 	// InUseCommand renders the command that lists what uses a pin of the
 	// store in stateDir and pinDir, as the
-	// plugin's refusal names it (netns-pin [flags] inuse <attachment>).
+	// plugin's refusal names it (netns-pinctl [flags] inuse <attachment>).
 	InUseCommand func(stateDir, pinDir, attachment string) string
 	seen         map[string]seen // pod UID
 }
@@ -139,7 +139,7 @@ func (t *Tracker) describe(p Pin) (typ, reason, msg string) {
 	case netnsstore.StateDraining, netnsstore.StateUnpinned:
 		if p.Abandoned {
 			return eventWarning, ReasonAbandoned, fmt.Sprintf("the runtime gave up on this pod's network teardown after a refused DEL and will not retry; "+
-				"the netns of cluster %s stays pinned, left to netns-pin sweep, which runs the chain's DEL and releases it once nothing uses it (see: %s)",
+				"the netns of cluster %s stays pinned, left to netns-pinctl sweep, which runs the chain's DEL and releases it once nothing uses it (see: %s)",
 				p.Cluster, t.command(p))
 		}
 		if len(p.References) == 0 {
@@ -155,5 +155,5 @@ func (t *Tracker) command(p Pin) string {
 	if t.InUseCommand != nil {
 		return t.InUseCommand(p.StateDir, p.PinDir, p.Attachment)
 	}
-	return "netns-pin inuse " + p.Attachment
+	return "netns-pinctl inuse " + p.Attachment
 }

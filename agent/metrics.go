@@ -22,7 +22,7 @@ var (
 		[]string{"cluster"}, nil)
 	descRefusals = prometheus.NewDesc("netns_pin_refusals_total", "DELs of a runtime refused because the netns was still in use.",
 		[]string{"cluster"}, nil)
-	descReleases = prometheus.NewDesc("netns_pin_releases_total", "Pins released, by who released them (del: a runtime's DEL; gc: CNI GC or netns-pin gc; sweeper; operator: netns-pin release; repair: the repair of another operation).",
+	descReleases = prometheus.NewDesc("netns_pin_releases_total", "Pins released, by who released them (del: a runtime's DEL; gc: CNI GC or netns-pinctl gc; sweeper; operator: netns-pinctl release; repair: the repair of another operation).",
 		[]string{"cluster", "by"}, nil)
 	descAbandoned = prometheus.NewDesc("netns_pin_abandoned_teardowns_total", "Teardowns that a runtime gave up on, finished by netns-pin (the chain's DEL run before the release).",
 		nil, nil)

@@ -104,7 +104,7 @@ func TestImageReproducible(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(r.Stdout), &config))
 		assert.Equal(t, arch, config.Architecture)
-		assert.Equal(t, []string{"/netns-pin"}, config.Config.Entrypoint)
+		assert.Equal(t, []string{"/netns-pinctl"}, config.Config.Entrypoint)
 	}
 	copied := filepath.Join(t.TempDir(), "copy")
 	r = host.RunCmd(time.Minute, nil, nil, "skopeo", "copy", "--all", archive, "dir:"+copied)
@@ -123,7 +123,7 @@ func TestImageReproducible(t *testing.T) {
 		assert.Equal(t, "application/vnd.oci.image.layer.v1.tar+gzip", manifest.Layers[0].MediaType)
 		files := layerFiles(t, blobs[manifest.Layers[0].Digest], epoch)
 		binDir := filepath.Join(a, "bin", "linux-"+m.Platform.Architecture)
-		assert.Equal(t, []string{"netns-pin", "netns-pin-agent", "netns-pin-controller"}, sortedNames(files), "only the static binaries, no shell")
+		assert.Equal(t, []string{"netns-pin", "netns-pin-agent", "netns-pin-controller", "netns-pinctl"}, sortedNames(files), "only the static binaries, no shell")
 		for name, data := range files {
 			built, err := os.ReadFile(filepath.Join(binDir, name))
 			require.NoError(t, err)
@@ -131,10 +131,13 @@ func TestImageReproducible(t *testing.T) {
 		}
 	}
 
-	// The stamp: version and commit from git.
-	r = host.RunCmd(time.Minute, nil, nil, filepath.Join(a, "bin", "linux-amd64", "netns-pin"), "version")
+	// The stamp: version and commit from git, in both binaries; the plugin
+	// run without CNI_COMMAND names itself on stderr.
+	r = host.RunCmd(time.Minute, nil, nil, filepath.Join(a, "bin", "linux-amd64", "netns-pinctl"), "version")
 	require.NoError(t, r.Err, "%s", r)
-	assert.Equal(t, "netns-pin "+version+" (commit "+commit+")", strings.SplitN(r.Stdout, "\n", 2)[0])
+	assert.Equal(t, "netns-pinctl "+version+" (commit "+commit+")", strings.SplitN(r.Stdout, "\n", 2)[0])
+	r = host.RunCmd(time.Minute, nil, nil, filepath.Join(a, "bin", "linux-amd64", "netns-pin"))
+	assert.True(t, strings.HasPrefix(r.Stderr, "netns-pin "+version+" (commit "+commit+"): "), "%s", r)
 }
 
 // readArchive returns the blobs of an OCI archive by digest.

@@ -89,7 +89,7 @@ func byKind(objs []object, kind string) []object {
 }
 
 // nadConfig runs a NetworkAttachmentDefinition through netns-pin's own
-// parsing, as `netns-pin --conf` and the plugin do: the NAD as JSON to
+// parsing, as `netns-pinctl --conf` and the plugin do: the NAD as JSON to
 // conf.PluginEntry, then conf.Parse. extra is merged into the entry first
 // (Multus' injection of cni-args into args.cni).
 func nadConfig(t *testing.T, nad object, extra map[string]any) *conf.Config {
@@ -281,11 +281,11 @@ func TestInstallerDaemonSet(t *testing.T) {
 			t.Errorf("unexpected container %s", str(c, "name"))
 		}
 	}
-	// The image has no shell: each command is a binary of the image, run
-	// directly (plugin/install.go: the agent first, each copy atomic).
-	assert.Equal(t, []string{"/netns-pin", "install", "--cni-bin-dir", "/host/cni-bin"}, install)
-	assert.Equal(t, []string{"/netns-pin", "host-exec", "--", "$(CNI_BIN_DIR)/netns-pin", "sweep", "--interval=10s"}, sweep,
-		"the installed binary, in the host mount namespace")
+	// The image has no shell: each command is netns-pinctl of the image,
+	// run directly.
+	assert.Equal(t, []string{"/netns-pinctl", "install", "--cni-bin-dir", "/host/cni-bin"}, install)
+	assert.Equal(t, []string{"/netns-pinctl", "host-exec", "--", "sweep", "--interval=10s"}, sweep,
+		"the sweeper, in the host mount namespace")
 	assert.Equal(t, false, spec["automountServiceAccountToken"], "no API credentials in the pod with capabilities")
 	for _, c := range containersOf(spec) {
 		assert.Nil(t, c["ports"], "the pod with capabilities listens on nothing (%s)", str(c, "name"))
@@ -607,44 +607,28 @@ func TestMonitoringNetworkPolicy(t *testing.T) {
 	assert.Contains(t, string(raw), "# the monitoring stack: edit to match your Prometheus", "the selector to edit is marked")
 }
 
-// The node's CNI bin folder is a setting of two fields, the cni-bin
-// volume's hostPath and the sweep container's CNI_BIN_DIR, marked "CNI bin
-// folder" in the manifest; they agree, and nothing else in the pod names a
-// host folder of CNI binaries, so an install into another folder
-// (OpenShift's Multus runs plugins from /var/lib/cni/bin) changes those two
-// and nothing else. hack/kube/up.sh installs this way into its own folder.
+// The node's CNI bin folder is a setting of one field, the cni-bin
+// volume's hostPath, marked "CNI bin folder" in the manifest; nothing else
+// in the pod names a host folder of CNI binaries, so an install into
+// another folder (OpenShift's Multus runs plugins from /var/lib/cni/bin)
+// changes that field and nothing else. hack/kube/up.sh installs this way
+// into its own folder.
 func TestInstallerCNIBinFolderSetting(t *testing.T) {
 	raw, err := os.ReadFile("installer-daemonset.yaml")
 	require.NoError(t, err)
 	ds := inFile(t, loadManifests(t), "DaemonSet", "installer-daemonset.yaml")
-	spec := podSpec(ds)
-	vols, _ := spec["volumes"].([]any)
+	vols, _ := podSpec(ds)["volumes"].([]any)
 	require.Len(t, vols, 1)
-	hostPath := str(vols[0], "hostPath", "path")
-	var envDir string
-	for _, c := range containersOf(spec) {
-		if str(c, "name") != "sweep" {
-			continue
-		}
-		envs, _ := c["env"].([]any)
-		for _, e := range envs {
-			if str(e, "name") == "CNI_BIN_DIR" {
-				envDir = str(e, "value")
-			}
-		}
-	}
-	assert.Equal(t, "/opt/cni/bin", hostPath, "the default")
-	assert.Equal(t, hostPath, envDir, "the sweep container's CNI_BIN_DIR is the volume's host path")
-	// Outside comments, the folder is named exactly in the two fields.
+	assert.Equal(t, "/opt/cni/bin", str(vols[0], "hostPath", "path"), "the default")
+	// Outside comments, the folder is named exactly in that field.
 	var named []string
 	for _, l := range strings.Split(string(raw), "\n") {
 		if code, _, _ := strings.Cut(l, "#"); strings.Contains(code, "/opt/cni/bin") {
 			named = append(named, strings.TrimSpace(code))
 		}
 	}
-	assert.Equal(t, []string{"value: /opt/cni/bin", "path: /opt/cni/bin"}, named)
-	// Both fields carry the marker the documentation names.
-	assert.Equal(t, 2, strings.Count(string(raw), "# CNI bin folder"), "the two fields are marked")
+	assert.Equal(t, []string{"path: /opt/cni/bin"}, named)
+	assert.Equal(t, 1, strings.Count(string(raw), "# CNI bin folder"), "the field is marked")
 }
 
 // ceph-csi's netNamespaceFilePath is the cluster's link as netns-pin

@@ -101,7 +101,7 @@ func TestSlug(t *testing.T) {
 		"Real Kubernetes: the holder's whole life":       "real-kubernetes-the-holders-whole-life",
 		"§8 The invariant":                               "8-the-invariant",
 		"Ceph-side matrix: who can point at the link":    "ceph-side-matrix-who-can-point-at-the-link",
-		"`netns-pin sweep --once`":                       "netns-pin-sweep---once",
+		"`netns-pinctl sweep --once`":                    "netns-pinctl-sweep---once",
 		"Another pinDir or stateDir, other in-use roots": "another-pindir-or-statedir-other-in-use-roots",
 		"See [the guide](operating.md) *now*":            "see-the-guide-now",
 		"snake_case and UTF-8 Zürich":                    "snake_case-and-utf-8-zürich",

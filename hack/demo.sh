@@ -19,6 +19,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # NETNS_PIN_CNI_PATH / NETNS_PIN_CNITOOL (as for the e2e suite) skip the build.
 CNI_BIN="${NETNS_PIN_CNI_PATH:-${ROOT}/.cache/cni/bin}"
+CTL="${NETNS_PIN_CTL:-${ROOT}/bin/netns-pinctl}"
 CNITOOL="${NETNS_PIN_CNITOOL:-${ROOT}/.cache/bin/cnitool}"
 
 if [[ -t 1 ]]; then B=$'\033[1m' D=$'\033[2m' G=$'\033[32m' R=$'\033[31m' N=$'\033[0m'; else B= D= G= R= N=; fi
@@ -84,7 +85,7 @@ cleanup() {
 	cnitool del "${HOLDER_NS}" "${HOLDER_ARGS}" >/dev/null 2>&1
 	cnitool del "${OTHER_NS}" "${OTHER_ARGS}" >/dev/null 2>&1
 	[[ -e "/run/netns/${GAVEUP_NS}" ]] && cnitool del "${GAVEUP_NS}" "${GAVEUP_ARGS}" >/dev/null 2>&1
-	"${CNI_BIN}/netns-pin" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" release --force "${GAVEUP_ATT:-none}" >/dev/null 2>&1
+	"${CTL}" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" release --force "${GAVEUP_ATT:-none}" >/dev/null 2>&1
 	# then whatever is still mounted under the work folder: pins, then pinDir
 	local mp
 	while read -r mp; do
@@ -194,8 +195,8 @@ fi
 grep -m1 'netns-pin' <<<"${out}" | fold -s -w 100 | sed 's/^/     /'
 ok "DEL refused (CNI error 11, try again later): pin, interface and IP stay"
 run nsenter --net="${LINK}" ip -br addr show eth0
-run "${CNI_BIN}/netns-pin" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" list
-run "${CNI_BIN}/netns-pin" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" inuse rook-ceph/my-cluster
+run "${CTL}" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" list
+run "${CTL}" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" inuse rook-ceph/my-cluster
 say "stop the client (as when the last volume is unmapped)"
 kill "${CLIENT_PID}"
 wait "${CLIENT_PID}" 2>/dev/null || true
@@ -242,14 +243,14 @@ say "the runtime gives up: removes its netns and its result cache, and never ret
 run ip netns del "${GAVEUP_NS}"
 run rm "/var/lib/cni/results/${NET}-${GAVEUP_CID}-eth0"
 say "the node's sweeper (the installer DaemonSet runs it on every node):"
-printf '   %s$ netns-pin --conf %s sweep --interval 1s &%s\n' "${D}" "${NETCONF#"${WORK}"/}/${NET}.conflist" "${N}"
-"${CNI_BIN}/netns-pin" --conf "${NETCONF}/${NET}.conflist" sweep --interval 1s &
+printf '   %s$ netns-pinctl --conf %s sweep --interval 1s &%s\n' "${D}" "${NETCONF#"${WORK}"/}/${NET}.conflist" "${N}"
+"${CTL}" --conf "${NETCONF}/${NET}.conflist" sweep --interval 1s &
 SWEEPER_PID=$!
 for _ in $(seq 100); do
 	grep -q '"abandoned": true' "${STATE_DIR}/records/${GAVEUP_ATT}.json" 2>/dev/null && break
 	sleep 0.1
 done
-run "${CNI_BIN}/netns-pin" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" list
+run "${CTL}" --pin-dir "${PIN_DIR}" --state-dir "${STATE_DIR}" list
 if nsenter --net="${LINK}" ip -br addr | grep -q "${GAVEUP_IP%/*}"; then
 	ok "abandoned, but in use: the pin, the interface and ${GAVEUP_IP} stay"
 else

@@ -8,7 +8,7 @@
 #                                    index, a manifest for each of
 #                                    IMAGE_PLATFORMS, each one layer with
 #                                    the static binaries at / and nothing
-#                                    else (no shell), entrypoint /netns-pin
+#                                    else (no shell), entrypoint /netns-pinctl
 #   .cache/image/bin/<os>-<arch>/    the binaries it holds
 #
 # It prints the image reference and the index's digest, the digest a
@@ -23,7 +23,8 @@
 #   IMAGE_NAME       repository of the reference written into the archive
 #                    (default registry.example.org/netns-pin, deploy/'s)
 #   IMAGE_BINS       what goes into the image, NAME=PACKAGE[:TAGS] words
-#                    (default: netns-pin=./plugin netns-pin-agent=./cmd/netns-pin-agent
+#                    (default: netns-pin=./plugin netns-pinctl=./cmd/netns-pinctl
+#                    netns-pin-agent=./cmd/netns-pin-agent
 #                    netns-pin-controller=./cmd/netns-pin-controller);
 #                    one more binary is one more word
 #   IMAGE_PLATFORMS  default: linux/amd64 linux/arm64
@@ -32,7 +33,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 IMAGE_DIR="${IMAGE_DIR:-${ROOT}/.cache/image}"
 IMAGE_NAME="${IMAGE_NAME:-registry.example.org/netns-pin}"
-IMAGE_BINS="${IMAGE_BINS:-netns-pin=./plugin netns-pin-agent=./cmd/netns-pin-agent netns-pin-controller=./cmd/netns-pin-controller}"
+IMAGE_BINS="${IMAGE_BINS:-netns-pin=./plugin netns-pinctl=./cmd/netns-pinctl netns-pin-agent=./cmd/netns-pin-agent netns-pin-controller=./cmd/netns-pin-controller}"
 IMAGE_PLATFORMS="${IMAGE_PLATFORMS:-linux/amd64 linux/arm64}"
 
 LOG_PREFIX="image"
@@ -67,7 +68,7 @@ for plat in ${IMAGE_PLATFORMS}; do
 done
 
 digest="$(cd "${ROOT}" && go run ./hack/runtime/ociimage "${platform_args[@]}" \
-	-entrypoint /netns-pin -cmd version -epoch "${epoch}" -ref "${ref}" \
+	-entrypoint /netns-pinctl -cmd version -epoch "${epoch}" -ref "${ref}" \
 	-annotation "org.opencontainers.image.version=${version}" \
 	-annotation "org.opencontainers.image.revision=${commit}" \
 	-annotation "org.opencontainers.image.created=$(date -u -d "@${epoch}" +%FT%TZ)" \

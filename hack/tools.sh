@@ -157,10 +157,12 @@ install_tools() {
 build_plugin() {
 	ensure_go
 	mkdir -p "${ROOT}/bin" "${CNI_BIN_DIR}"
-	log "go build ./plugin -> bin/netns-pin and .cache/cni/bin/netns-pin; ./cmd/netns-pin-agent -> bin/netns-pin-agent; ./cmd/netns-pin-controller -> bin/netns-pin-controller"
+	log "go build ./plugin -> bin/netns-pin and .cache/cni/bin/netns-pin; ./cmd/netns-pinctl -> bin/netns-pinctl; ./cmd/netns-pin-agent -> bin/netns-pin-agent; ./cmd/netns-pin-controller -> bin/netns-pin-controller"
 	local ldflags
 	ldflags="$("${ROOT}/hack/version.sh" ldflags)"
 	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/netns-pin ./plugin)
+	# the operator's commands and the sweeper: never in the CNI bin folder
+	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/netns-pinctl ./cmd/netns-pinctl)
 	# the node agent (client-go, Prometheus): its own program, no CNI plugin
 	(cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o bin/netns-pin-agent ./cmd/netns-pin-agent)
 	# the cluster controller (client-go): its own program too
@@ -168,8 +170,6 @@ build_plugin() {
 	# copy + rename so that a running test never sees a half-written binary
 	cp -f "${ROOT}/bin/netns-pin" "${CNI_BIN_DIR}/.netns-pin.tmp"
 	mv -f "${CNI_BIN_DIR}/.netns-pin.tmp" "${CNI_BIN_DIR}/netns-pin"
-	# an agent left there by an older build is no plugin either
-	rm -f "${CNI_BIN_DIR}/netns-pin-agent"
 }
 
 print_env() {

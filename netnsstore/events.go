@@ -40,9 +40,9 @@ const (
 // Who released a pin (Options.Actor).
 const (
 	ByDEL      = "del"      // a runtime's DEL (and the repair it ran)
-	ByGC       = "gc"       // CNI GC, and the operator's netns-pin gc
-	BySweeper  = "sweeper"  // netns-pin sweep
-	ByOperator = "operator" // netns-pin release (with or without --force)
+	ByGC       = "gc"       // CNI GC, and the operator's netns-pinctl gc
+	BySweeper  = "sweeper"  // netns-pinctl sweep
+	ByOperator = "operator" // netns-pinctl release (with or without --force)
 	ByRepair   = "repair"   // the repair of any other operation (an ADD, say)
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
-// What `netns-pin check` (package nodecheck) reads of a store: the same
+// What `netns-pinctl check` (package nodecheck) reads of a store: the same
 // tests the operations make, exported read-only, so that the check says
 // what ADD, DEL and the link rule would see rather than a second opinion.
 

@@ -54,7 +54,7 @@ var errTornRecord = errors.New("record empty or torn")
 // Record is what the store remembers of one pinned attachment.
 type Record struct {
 	Format      int    `json:"format"`
-	Writer      string `json:"writer,omitempty"` // netns-pin version that wrote it
+	Writer      string `json:"writer,omitempty"` // netns-pin release that wrote it
 	Attachment  string `json:"attachment"`
 	ContainerID string `json:"containerID"`
 	IfName      string `json:"ifName"`
@@ -238,7 +238,7 @@ func decodeRecord(data []byte, attachment, reader string) (*Record, error) {
 }
 
 // newerFormatError is the refusal of a record this program cannot read:
-// it names the netns-pin version that wrote it, the one (or a later one)
+// it names the netns-pin release that wrote it, the one (or a later one)
 // the node needs back (CHANGELOG.md lists the formats each release reads).
 func newerFormatError(attachment string, r *Record, reader string) error {
 	need := "netns-pin " + r.Writer + " or later"

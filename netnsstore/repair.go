@@ -113,7 +113,7 @@ func (s *Store) repair(v *view, skip string) {
 			}
 		}
 		d := s.diagnose(r)
-		if d.action == "" || (r.Attachment == skip && d.action != ActionDrop) {
+		if d.action == "" || (r.Attachment == skip && d.action != ActionDrop) || (d.action == ActionSettle && s.leavesAbandoned(r)) {
 			continue
 		}
 		if blocked != nil && d.action != ActionRepin {

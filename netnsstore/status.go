@@ -11,7 +11,7 @@ import (
 )
 
 // sweepStatusFile, in stateDir, is the node sweeper's account of its last
-// round, for `netns-pin check` (is a sweeper running, and recently?).
+// round, for `netns-pinctl check` (is a sweeper running, and recently?).
 const sweepStatusFile = "sweeper.json"
 
 // SweepStatus is what the sweeper says of itself after each round.

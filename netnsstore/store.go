@@ -103,7 +103,10 @@ type Options struct {
 	InUseFor func(settings map[string]string) (inUseFunc, error)
 	// Teardown finishes the teardown of an abandoned attachment before its
 	// pin is unmounted: the DEL of the chain's plugins before netns-pin,
-	// with CNI_NETNS set to the pin. nil leaves that to the runtime.
+	// with CNI_NETNS set to the pin. A store without it releases no
+	// abandoned record of this boot (leavesAbandoned); one of an earlier
+	// boot it drops as any record of an earlier boot, without the chain's
+	// DEL.
 	Teardown teardownFunc
 	// Writer names the program version recorded in the records it writes,
 	// so that a record of a newer format can say who wrote it.

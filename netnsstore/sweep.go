@@ -89,6 +89,13 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 	return out, err
 }
 
+// leavesAbandoned reports whether r is a teardown its runtime abandoned
+// and this store cannot finish it: a store opened without
+// Options.Teardown (the CNI plugin, which does not link libcni) leaves it
+// to the sweeper and netns-pinctl, which run the chain's DEL before the
+// pin goes, so that IPAM gets its address back.
+func (s *Store) leavesAbandoned(r *Record) bool { return r.Abandoned && s.teardown == nil }
+
 // held selects the records whose pin a runtime's DEL was refused for.
 func held(r *Record) bool { return r.State == StateDraining || r.State == StateUnpinned }
 
@@ -100,7 +107,7 @@ func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding
 	var findings []Finding
 	var errs []error
 	for _, r := range slices.Clone(v.recs) {
-		if !want(r) || v.checked[r.Attachment] {
+		if !want(r) || v.checked[r.Attachment] || s.leavesAbandoned(r) {
 			continue
 		}
 		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionRelease, Reason: why + ", no longer in use"}

@@ -115,12 +115,12 @@ func (c *checker) agent() {
 	case len(st.Unreadable) > 0:
 		c.r.add(Finding{Check: "agent", Level: Error, Where: where,
 			What: "the node agent cannot read a registered store, and lifts no finalizer: " + strings.Join(st.Unreadable, "; "),
-			Fix:  "repair the store, or unregister one removed by hand (netns-pin --state-dir <dir> uninstall, or its file in /var/lib/netns-pin/stores)"})
+			Fix:  "repair the store, or unregister one removed by hand (netns-pinctl --state-dir <dir> uninstall, or its file in /var/lib/netns-pin/stores)"})
 	case len(waiting) > 0:
 		c.r.add(Finding{Check: "agent", Level: Warning, Where: where,
 			What: fmt.Sprintf("being deleted, carrying the finalizer without a pin (the agent lifts it at its next pass): %s", strings.Join(waiting, ", "))})
 	case st.Blocked != "":
-		c.r.add(Finding{Check: "agent", Level: Error, Where: where, What: "the node agent lifts no finalizer: " + st.Blocked, Fix: "netns-pin list shows the record that cannot be read"})
+		c.r.add(Finding{Check: "agent", Level: Error, Where: where, What: "the node agent lifts no finalizer: " + st.Blocked, Fix: "netns-pinctl list shows the record that cannot be read"})
 	case st.APIError != "":
 		c.r.add(Finding{Check: "agent", Level: Warning, Where: where, What: "the node agent cannot reach the API: " + st.APIError})
 	default:

@@ -164,12 +164,12 @@ func (c *checker) cephCSI() {
 		}
 		if _, err := nsfsID(p.path); err != nil {
 			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: strconv.Quote(p.path) + " does not lead to a network namespace (" + err.Error() + "): NodeStage fails with \"failed to get stat for\"",
-				Fix: "see the link finding above; netns-pin gc re-points it"})
+				Fix: "see the link finding above; netns-pinctl gc re-points it"})
 			continue
 		}
 		switch r := c.recordOf(link.Have); {
 		case r == nil:
-			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: strconv.Quote(p.path) + " leads to no pin with a record", Fix: "netns-pin gc"})
+			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: strconv.Quote(p.path) + " leads to no pin with a record", Fix: "netns-pinctl gc"})
 		case r.State == netnsstore.StateDraining:
 			c.r.add(Finding{Check: "cephCSI", Level: Warning, Where: p.where, What: fmt.Sprintf("%q leads to the draining pin %s (cluster %s has no active one)", p.path, r.Attachment, r.Cluster),
 				Fix: "start the cluster's holder pod on this node"})
@@ -329,7 +329,7 @@ func (c *checker) sweeper(pinned bool) {
 	case st == nil:
 		c.r.add(Finding{Check: "sweeper", Level: Error, Where: where,
 			What: "no sweeper has run on this node: a teardown that the runtime gives up on (CRI-O 1.32.8+, Multus thick) is never finished",
-			Fix:  "install the netns-pin-installer DaemonSet (deploy/), whose sweep container runs netns-pin sweep, with this configuration's --conf"})
+			Fix:  "install the netns-pin-installer DaemonSet (deploy/), whose sweep container runs netns-pinctl sweep, with this configuration's --conf"})
 		return
 	case !st.Stopped.IsZero():
 		c.r.add(Finding{Check: "sweeper", Level: Error, Where: where, What: fmt.Sprintf("the sweeper (pid %d) stopped %s ago", st.PID, human.Age(now.Sub(st.Stopped))),
@@ -346,7 +346,7 @@ func (c *checker) sweeper(pinned bool) {
 		c.r.add(Finding{Check: "sweeper", Level: Warning, Where: where, What: fmt.Sprintf("the sweeper's last round (%s ago) failed: %s", human.Age(age), st.Error),
 			Fix: "see its log (the sweep container, or the configuration's logFile)"})
 	case st.Interval == 0:
-		c.r.add(Finding{Check: "sweeper", Level: OK, Where: where, What: fmt.Sprintf("netns-pin sweep --once (pid %d) ran a round %s ago", st.PID, human.Age(age))})
+		c.r.add(Finding{Check: "sweeper", Level: OK, Where: where, What: fmt.Sprintf("netns-pinctl sweep --once (pid %d) ran a round %s ago", st.PID, human.Age(age))})
 	default:
 		c.r.add(Finding{Check: "sweeper", Level: OK, Where: where, What: fmt.Sprintf("running (pid %d, every %s), last round %s ago", st.PID, st.Interval, human.Age(age))})
 	}

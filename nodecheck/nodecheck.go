@@ -1,5 +1,5 @@
 // Package nodecheck answers "is this node set up right for netns-pin?"
-// (`netns-pin check`, docs/design.md §16): pinDir's mount and ownership,
+// (`netns-pinctl check`, docs/design.md §16): pinDir's mount and ownership,
 // every cluster's links against the link rule, pins against records, the
 // in-use check's roots, ceph-csi's netNamespaceFilePath entries, what the
 // csi node plugin containers see through their own mount namespaces, and
@@ -52,7 +52,7 @@ type Report struct {
 	Findings []Finding `json:"findings"`
 }
 
-// Exit codes of `netns-pin check`.
+// Exit codes of `netns-pinctl check`.
 const (
 	ExitOK       = 0 // everything holds
 	ExitProblems = 1 // something is wrong

@@ -114,11 +114,11 @@ func (c *checker) store() {
 	for _, n := range slices.Sorted(maps.Keys(snap.Unreadable)) {
 		c.r.add(Finding{Check: "record", Level: Error, Where: filepath.Join(c.o.StateDir, "records", n+".json"),
 			What: "record cannot be used: " + snap.Unreadable[n].Error() + "; no pin on this node is released while it exists",
-			Fix:  "see netns-pin list; a record of a newer format needs that netns-pin version back, a corrupt one the backup of stateDir (docs/operating.md)"})
+			Fix:  "see netns-pinctl list; a record of a newer format needs that netns-pin release back, a corrupt one the backup of stateDir (docs/operating.md)"})
 	}
 	for _, f := range snap.Dropped {
 		c.r.add(Finding{Check: "record", Level: Warning, Where: filepath.Join(c.o.StateDir, "records", f.Attachment+".json"),
-			What: f.Reason + "; the next operation drops it", Fix: "netns-pin gc"})
+			What: f.Reason + "; the next operation drops it", Fix: "netns-pinctl gc"})
 	}
 	pins := map[string]netnsstore.PinStatus{}
 	for _, p := range snap.Pins {
@@ -131,16 +131,16 @@ func (c *checker) store() {
 		switch {
 		case r.BootID != snap.BootID && !whole:
 			c.r.add(Finding{Check: "record", Level: Warning, Where: where, What: "record of an earlier boot; the next operation drops it",
-				Fix: "netns-pin gc"})
+				Fix: "netns-pinctl gc"})
 			continue
 		case r.State == netnsstore.StateUnpinned:
 			c.r.add(Finding{Check: "record", Level: Warning, Where: where,
 				What: "in use, but its pin was unmounted from outside and nothing reaches the netns to pin it again: " + quoteList(r.References),
-				Fix:  "netns-pin inuse " + r.Attachment + " lists the clients; once they are gone the next operation releases it"})
+				Fix:  "netns-pinctl inuse " + r.Attachment + " lists the clients; once they are gone the next operation releases it"})
 			continue
 		case r.State != netnsstore.StateActive && r.State != netnsstore.StateDraining:
 			c.r.add(Finding{Check: "record", Level: Warning, Where: where, What: fmt.Sprintf("record %s by an interrupted operation; the next operation settles it", r.State),
-				Fix: "netns-pin gc"})
+				Fix: "netns-pinctl gc"})
 			continue
 		case !whole:
 			what := "the pin is missing"
@@ -150,7 +150,7 @@ func (c *checker) store() {
 				what = "the pin is a plain file, not a mount of the netns (unmounted from outside)"
 			}
 			c.r.add(Finding{Check: "pin", Level: Error, Where: where, What: what + "; the link leads nowhere until it is pinned again",
-				Fix: "netns-pin gc (repair pins it again from the runtime's netns, or settles the record)"})
+				Fix: "netns-pinctl gc (repair pins it again from the runtime's netns, or settles the record)"})
 			continue
 		}
 		if r.State == netnsstore.StateDraining {
@@ -159,7 +159,7 @@ func (c *checker) store() {
 				what += "; the runtime gave up on its teardown, the sweeper finishes it once nothing uses the netns"
 			}
 			c.r.add(Finding{Check: "record", Level: Warning, Where: where, What: what,
-				Fix: "netns-pin inuse " + r.Attachment + " says what still uses it; unmap or unmount those clients (or move their pods) and it is released"})
+				Fix: "netns-pinctl inuse " + r.Attachment + " says what still uses it; unmap or unmount those clients (or move their pods) and it is released"})
 		}
 	}
 	for _, p := range snap.Pins {
@@ -169,10 +169,10 @@ func (c *checker) store() {
 		where := filepath.Join(c.o.PinDir, netnsstore.PinsSubdir, p.Attachment)
 		if p.Mounted {
 			c.r.add(Finding{Check: "pin", Level: Error, Where: where, What: fmt.Sprintf("pin of %s without a record: it has no links and no release checks its recorded addresses", p.Netns),
-				Fix: "netns-pin release " + p.Attachment + " (checked with the addresses its netns has now; --force to cut its clients)"})
+				Fix: "netns-pinctl release " + p.Attachment + " (checked with the addresses its netns has now; --force to cut its clients)"})
 		} else {
 			c.r.add(Finding{Check: "pin", Level: Warning, Where: where, What: "file in pins/ without a record and without a mount",
-				Fix: "netns-pin gc removes it"})
+				Fix: "netns-pinctl gc removes it"})
 		}
 	}
 	c.links()
@@ -193,7 +193,7 @@ func (c *checker) recordOf(att string) *netnsstore.Record {
 // links checks every link against the link rule and that it leads to a
 // network namespace.
 func (c *checker) links() {
-	fixRelink := "netns-pin gc re-points the links of every cluster by the rule"
+	fixRelink := "netns-pinctl gc re-points the links of every cluster by the rule"
 	okLinks := 0
 	for _, l := range c.snap.Links {
 		switch {
@@ -232,7 +232,7 @@ func (c *checker) links() {
 			continue
 		}
 		if reason := danglingReason(l.Path); reason != "" {
-			c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: "leads to " + l.Want + ", which is no network namespace (" + reason + ")", Fix: "netns-pin gc"})
+			c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: "leads to " + l.Want + ", which is no network namespace (" + reason + ")", Fix: "netns-pinctl gc"})
 			continue
 		}
 		if r := c.recordOf(l.Want); r != nil && r.State == netnsstore.StateDraining {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
+	"github.com/netns-pin/netns-pin/internal/pinstore"
 	"github.com/netns-pin/netns-pin/internal/refusal"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
@@ -59,9 +59,9 @@ func (r *request) attachment() (string, error) {
 }
 
 func (r *request) openStore() (*netnsstore.Store, *slog.Logger, func(), error) {
-	limitMemory()
-	log, closeLog := newLogger(r.conf, "network", r.conf.Name, "containerID", r.args.ContainerID, "ifname", r.args.IfName, "pod", r.pod.String(), "podUID", r.pod.UID)
-	s, err := openStore(r.conf, log, actorOf(os.Getenv("CNI_COMMAND")))
+	pinstore.LimitMemory()
+	log, closeLog := pinstore.NewLogger(r.conf, "network", r.conf.Name, "containerID", r.args.ContainerID, "ifname", r.args.IfName, "pod", r.pod.String(), "podUID", r.pod.UID)
+	s, err := pinstore.Open(r.conf, log, pinstore.ActorOf(os.Getenv("CNI_COMMAND")), Version, nil)
 	if err != nil {
 		closeLog()
 		return nil, nil, nil, types.NewError(types.ErrPluginNotAvailable, "netns-pin: "+err.Error(), "")
@@ -165,50 +165,6 @@ func requirePinsReach(pinDir string) error {
 	return nil
 }
 
-// memoryLimit is the Go runtime's soft memory limit for one holder
-// operation or command. The runtime's own memory (metadata, stacks, spans)
-// is most of it in a fresh process, and the first heap goal is what is
-// left: it is set so that a holder ADD or DEL of a small node collects no
-// garbage (test/gc_test.go), while a large node's check collects as it
-// goes rather than let the heap double (docs/performance.md).
-const memoryLimit = 7 << 20
-
-// limitMemory is for the short-lived process of a holder operation or an
-// operator command, which may check thousands of devices and processes:
-// it collects garbage early rather than let the heap double, so that the
-// plugin stays small on a node that runs many pods at once. Not for the
-// sweeper, whose heap would stay at the limit and collect all the time.
-func limitMemory() { debug.SetMemoryLimit(memoryLimit) }
-
-// openStore opens the store of configuration c with the in-use check it
-// configures (every release, and every repair, runs it) and the teardown
-// of attachments whose runtime gave up.
-// actor is who its releases are counted for (netnsstore.Options.Actor).
-func openStore(c *conf.Config, log *slog.Logger, actor string) (*netnsstore.Store, error) {
-	return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{
-		Log: log, InUse: inUseChecker(c.InUseOptions()), InUseSettings: c.InUseSettings(), InUseFor: recordedInUse(c),
-		Teardown: chainTeardown(log), Writer: Version, Actor: actor,
-	})
-}
-
-// actorOf is who the releases of a CNI verb or an operator command are
-// counted for in the metrics: a runtime's DEL, a GC (CNI GC or netns-pin
-// gc), the operator's release, the sweeper; the repair that any other
-// operation runs.
-func actorOf(verbOrCommand string) string {
-	switch verbOrCommand {
-	case "DEL":
-		return netnsstore.ByDEL
-	case "GC", "gc":
-		return netnsstore.ByGC
-	case "release":
-		return netnsstore.ByOperator
-	case "sweep":
-		return netnsstore.BySweeper
-	}
-	return netnsstore.ByRepair
-}
-
 // cmdDel answers with error text that runtimes cannot mistake for
 // success (see safeError).
 func cmdDel(args *skel.CmdArgs) error { return safeError(del(args)) }
@@ -275,7 +231,7 @@ func (r *request) delWithoutRecord(name string) error {
 				return nil
 			}
 			err = fmt.Errorf("it is kept (while something uses it, or while %s names no stateDir as its owner); "+
-				"netns-pin --pin-dir %s --state-dir %s release %s checks it and releases it when unused",
+				"netns-pinctl --pin-dir %s --state-dir %s release %s checks it and releases it when unused",
 				r.conf.PinDir, r.conf.PinDir, r.conf.StateDir, name)
 		}
 		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: %s is pinned at %s, and stateDir %s has no record of it: %v",
@@ -294,7 +250,7 @@ func (r *request) delWithoutRecord(name string) error {
 	case at != "":
 		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("netns-pin: %s is pinned at %s, outside this network's pinDir %s: "+
 			"were pinDir and stateDir changed since it was pinned? A DEL with the configuration that pinned it releases it, "+
-			"or run netns-pin --pin-dir %s --state-dir <its stateDir> release %s", name, at, r.conf.PinDir,
+			"or run netns-pinctl --pin-dir %s --state-dir <its stateDir> release %s", name, at, r.conf.PinDir,
 			filepath.Dir(filepath.Dir(at)), name), "")
 	}
 	return nil
@@ -349,7 +305,7 @@ func inUseCNIError(e *netnsstore.InUseError, c *conf.Config) error {
 // inUseCommand is the operator command that lists what the DEL found, with
 // the flags this configuration needs to find the same pin and kernel files.
 func inUseCommand(c *conf.Config, attachment string) string {
-	return "netns-pin" + c.Flags() + " inuse " + attachment
+	return "netns-pinctl" + c.Flags() + " inuse " + attachment
 }
 
 func cmdCheck(args *skel.CmdArgs) error {

@@ -23,7 +23,7 @@ func TestInUseErrorIsOneReadableLineWithCode11(t *testing.T) {
 	require.True(t, errors.As(err, &cniErr))
 	assert.Equal(t, types.ErrTryAgainLater, cniErr.Code)
 	assert.NotContains(t, cniErr.Msg, "\n")
-	for _, want := range []string{"rook-ceph/my-cluster", "rook-ceph/csi-holder-x", refs[0], refs[1], "and 1 more", "netns-pin inuse abc.net1"} {
+	for _, want := range []string{"rook-ceph/my-cluster", "rook-ceph/csi-holder-x", refs[0], refs[1], "and 1 more", "netns-pinctl inuse abc.net1"} {
 		assert.Contains(t, cniErr.Msg, want)
 	}
 	assert.NotContains(t, cniErr.Msg, refs[2], "only the first references are in the message")
@@ -32,7 +32,7 @@ func TestInUseErrorIsOneReadableLineWithCode11(t *testing.T) {
 	c.StateDir, c.PinDir, c.InUse.Sysfs = "/srv/state", "/srv/pins", "/host/sys"
 	err = inUseCNIError(&netnsstore.InUseError{Record: rec, References: refs[:1]}, c)
 	require.True(t, errors.As(err, &cniErr))
-	assert.Contains(t, cniErr.Msg, "netns-pin --pin-dir /srv/pins --state-dir /srv/state --sysfs /host/sys inuse abc.net1",
+	assert.Contains(t, cniErr.Msg, "netns-pinctl --pin-dir /srv/pins --state-dir /srv/state --sysfs /host/sys inuse abc.net1",
 		"the command finds the same pin and reads the same kernel files")
 	assert.NotContains(t, cniErr.Msg, "more")
 }

@@ -1,12 +1,10 @@
 // Command netns-pin is a chained CNI plugin that pins the network namespace
 // of a Ceph holder pod at a well-known path and refuses to release it while
-// Ceph clients still use it. Run with CNI_COMMAND set it speaks CNI; run
-// with a subcommand it is the operator's command line.
+// Ceph clients still use it. It speaks CNI only; the operator's commands
+// are netns-pinctl's (cmd/netns-pinctl).
 package main
 
 import (
-	"os"
-
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
@@ -28,14 +26,14 @@ var supportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0
 
 func main() {
 	Version, Commit = buildinfo.Resolve(Version, Commit)
-	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
-		os.Exit(runCLI(os.Args[1:], os.Stdout, os.Stderr))
-	}
+	// Run without CNI_COMMAND, skel prints this line first on stderr:
+	// netns-pinctl install checks the installed binary by it.
+	about := buildinfo.String("netns-pin", Version, Commit) + ": pins Ceph holder pods' network namespaces"
 	skel.PluginMainFuncs(skel.CNIFuncs{
 		Add:    cmdAdd,
 		Del:    cmdDel,
 		Check:  cmdCheck,
 		GC:     cmdGC,
 		Status: cmdStatus,
-	}, supportedVersions, "netns-pin "+Version+": pins Ceph holder pods' network namespaces")
+	}, supportedVersions, about)
 }

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -39,7 +44,7 @@ func TestNodePluginAsItsOwnHolder(t *testing.T) {
 	}))
 
 	flags := []string{"--pin-dir", e.pinDir, "--state-dir", e.stateDir, "--sysfs", e.sysfs, "--debugfs", filepath.Join(e.sysfs, "no-debugfs")}
-	out, _, code := runCLIT(t, append(flags, "list")...)
+	out, _, code := runCtl(t, append(flags, "list")...)
 	require.Equal(t, 0, code)
 	assert.Regexp(t, `(?m)^rook-ceph/my-cluster\s+verbs-holder\.eth0\s+rook-ceph/csi-rbdplugin-x7k2p\s+active`, out)
 
@@ -51,13 +56,13 @@ func TestNodePluginAsItsOwnHolder(t *testing.T) {
 	t.Cleanup(func() { _ = client.Process.Kill(); _ = client.Wait() })
 	require.Eventually(t, func() bool {
 		var st unix.Stat_t
-		return unix.Stat("/proc/"+itoa(client.Process.Pid)+"/ns/net", &st) == nil && st.Ino == want.Ino
+		return unix.Stat("/proc/"+strconv.Itoa(client.Process.Pid)+"/ns/net", &st) == nil && st.Ino == want.Ino
 	}, 10e9, 5e6)
 
-	out, _, code = runCLIT(t, append(flags, "inuse", "rook-ceph/my-cluster")...)
+	out, _, code = runCtl(t, append(flags, "inuse", "rook-ceph/my-cluster")...)
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "pod rook-ceph/csi-rbdplugin-x7k2p")
-	assert.Contains(t, out, "process "+itoa(client.Process.Pid))
+	assert.Contains(t, out, "process "+strconv.Itoa(client.Process.Pid))
 
 	del := e.args(e.containerID, nodePlugin, stdin)
 	err = testutils.CmdDelWithArgs(del, func() error { return cmdDel(del) })
@@ -69,7 +74,41 @@ func TestNodePluginAsItsOwnHolder(t *testing.T) {
 	_ = client.Wait()
 	require.NoError(t, testutils.CmdDelWithArgs(del, func() error { return cmdDel(del) }))
 	assert.NoFileExists(t, e.pin(), "released once the client left")
-	_, errOut, code := runCLIT(t, append(flags, "inuse", "rook-ceph/my-cluster")...)
+	_, errOut, code := runCtl(t, append(flags, "inuse", "rook-ceph/my-cluster")...)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "no pinned attachment or cluster")
+}
+
+// runCtl runs netns-pinctl, built from this checkout once per test binary.
+func runCtl(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	ctlOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "netns-pinctl-")
+		require.NoError(t, err)
+		ctl = filepath.Join(dir, "netns-pinctl")
+		out, err := exec.Command("go", "build", "-buildvcs=false", "-o", ctl, "../cmd/netns-pinctl").CombinedOutput()
+		require.NoError(t, err, "go build: %s", out)
+	})
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(ctl, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		require.NoError(t, err)
+	}
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+}
+
+var (
+	ctlOnce sync.Once
+	ctl     string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if ctl != "" {
+		os.RemoveAll(filepath.Dir(ctl))
+	}
+	os.Exit(code)
 }

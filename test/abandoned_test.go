@@ -56,7 +56,7 @@ func hostLocalDels(t *testing.T, calls, containerID string) int {
 	return strings.Count(string(data), "DEL "+containerID+"\n")
 }
 
-// sweeper runs `netns-pin --conf <conflist> sweep` for a chain; its JSON
+// sweeper runs `netns-pinctl --conf <conflist> sweep` for a chain; its JSON
 // log goes to the chain's logFile.
 type sweeper struct {
 	cmd  *exec.Cmd
@@ -66,7 +66,7 @@ type sweeper struct {
 func startSweeper(t *testing.T, c *chain) *sweeper {
 	t.Helper()
 	conflist := filepath.Join(c.netconfDir, c.name+".conflist")
-	cmd := exec.Command(filepath.Join(c.env.cniPath, "netns-pin"), "--conf", conflist, "sweep", "--interval", "100ms")
+	cmd := exec.Command(c.env.ctl, "--conf", conflist, "sweep", "--interval", "100ms")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	require.NoError(t, cmd.Start())
 	sw := &sweeper{cmd: cmd, done: make(chan error, 1)}

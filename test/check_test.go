@@ -1,6 +1,6 @@
 package e2e
 
-// `netns-pin check` on real namespaces, pins, links and mount namespaces:
+// `netns-pinctl check` on real namespaces, pins, links and mount namespaces:
 // a node set up right passes, and each way of setting it up wrong fails
 // with the finding that names it, in the table and in --json alike
 // (docs/design.md §16, docs/operating.md "Checking a node").
@@ -24,7 +24,7 @@ import (
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
-// checkFinding is one finding of `netns-pin check --json`.
+// checkFinding is one finding of `netns-pinctl check --json`.
 type checkFinding struct {
 	Check, Level, What, Where, Fix string
 }
@@ -41,7 +41,7 @@ type checkRun struct {
 	rep   checkReport
 }
 
-// runCheck runs `netns-pin --conf <conflist> check args...` twice, for
+// runCheck runs `netns-pinctl --conf <conflist> check args...` twice, for
 // people and with --json, and requires both to exit alike.
 func runCheck(t *testing.T, c *chain, args ...string) checkRun {
 	t.Helper()
@@ -52,7 +52,7 @@ func runCheck(t *testing.T, c *chain, args ...string) checkRun {
 	run := checkRun{code: exitCode(t, table), table: table.Stdout}
 	require.NoError(t, json.Unmarshal([]byte(js.Stdout), &run.rep), "check --json: %s", js)
 	require.Equal(t, run.code, exitCode(t, js), "check and check --json exit alike\n%s\n%s", table, js)
-	t.Logf("netns-pin check %s -> %d\n%s", strings.Join(args, " "), run.code, run.table)
+	t.Logf("netns-pinctl check %s -> %d\n%s", strings.Join(args, " "), run.code, run.table)
 	return run
 }
 
@@ -254,7 +254,7 @@ func TestCheckFindsALinkToAReleasedPin(t *testing.T) {
 	require.Equal(t, 1, r.code)
 	f := r.requireFinding(t, "link", "error", link, "the link rule says "+n.holder.attachmentName())
 	assert.Contains(t, f.What, "a released pin")
-	assert.Contains(t, f.Fix, "netns-pin gc")
+	assert.Contains(t, f.Fix, "netns-pinctl gc")
 	r.requireFinding(t, "cephCSI", "error", "rbd.netNamespaceFilePath", "does not lead to a network namespace")
 
 	// gc puts it right, and check says so (with its sweeper running again).

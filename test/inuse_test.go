@@ -125,10 +125,10 @@ func TestLibcniDelRefusalIsCode11(t *testing.T) {
 	require.ErrorAs(t, err, &te)
 	assert.Contains(t, te.Msg, "rbd0")
 	assert.Contains(t, te.Msg, "and 1 more")
-	cmd := "netns-pin --pin-dir " + c.pinDir + " --state-dir " + c.stateDir + " --sysfs " + fx.sysfs + " --debugfs " + fx.debugfs + " inuse " + a.attachmentName()
+	cmd := "netns-pinctl --pin-dir " + c.pinDir + " --state-dir " + c.stateDir + " --sysfs " + fx.sysfs + " --debugfs " + fx.debugfs + " inuse " + a.attachmentName()
 	assert.Contains(t, te.Msg, cmd)
 	// The command in the message shows the same references.
-	out := hosttest.MustRun(t, filepath.Join(c.env.cniPath, "netns-pin"), strings.Fields(cmd)[1:]...)
+	out := hosttest.MustRun(t, c.env.ctl, strings.Fields(cmd)[1:]...)
 	assert.Contains(t, out, "in use by 3:")
 	assert.Contains(t, out, "rbd2 replicapool/csi-vol-2")
 	for _, id := range []string{"rbd0", "rbd1", "rbd2"} {

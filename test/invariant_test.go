@@ -50,9 +50,9 @@ func (c *client) stop(t *testing.T) {
 	require.NoError(t, host.Stop(c.cmd))
 }
 
-// pinCLI runs the operator command line of the plugin binary.
+// pinCLI runs netns-pinctl, the operator's commands.
 func pinCLI(c *chain, args ...string) host.CmdResult {
-	return host.RunCmd(host.CmdTimeout, nil, nil, filepath.Join(c.env.cniPath, "netns-pin"), args...)
+	return host.RunCmd(host.CmdTimeout, nil, nil, c.env.ctl, args...)
 }
 
 // assertKeptInUse checks what a refused DEL must leave: code 11, the netns

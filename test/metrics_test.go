@@ -29,7 +29,7 @@ import (
 	"github.com/netns-pin/netns-pin/internal/hosttest"
 )
 
-// metricsSweeper is `netns-pin sweep` for a chain and the node agent's
+// metricsSweeper is `netns-pinctl sweep` for a chain and the node agent's
 // metrics (`netns-pin-agent --store-only`, no API) of its store, with the
 // address they are served at.
 type metricsSweeper struct {
@@ -207,7 +207,7 @@ func TestSweeperMetricsOfAHolderRollout(t *testing.T) {
 func TestSweepRefusesMetricsAddress(t *testing.T) {
 	e := requireEnv(t)
 	dir := t.TempDir()
-	r := host.RunCmd(host.CmdTimeout, nil, nil, filepath.Join(e.cniPath, "netns-pin"), "--state-dir", filepath.Join(dir, "state"), "sweep", "--once", "--metrics-address", "127.0.0.1:0")
+	r := host.RunCmd(host.CmdTimeout, nil, nil, e.ctl, "--state-dir", filepath.Join(dir, "state"), "sweep", "--once", "--metrics-address", "127.0.0.1:0")
 	require.Error(t, r.Err)
 	assert.Contains(t, r.Stderr, "netns-pin-agent", "the error names the agent: %s", r)
 }

@@ -29,6 +29,7 @@ import (
 type env struct {
 	cniPath string // netns-pin + reference plugins
 	cnitool string
+	ctl     string // netns-pinctl, the operator's commands
 }
 
 var (
@@ -56,12 +57,16 @@ func discoverEnv() (env, error) {
 	if err != nil {
 		return env{}, err
 	}
+	ctl, err := host.DiscoverCtl("..")
+	if err != nil {
+		return env{}, err
+	}
 	for _, c := range []string{"ip", "nsenter"} {
 		if _, err := exec.LookPath(c); err != nil {
 			return env{}, fmt.Errorf("%s not in PATH: install iproute2 and util-linux (hack/tools.sh packages)", c)
 		}
 	}
-	return env{cniPath: cniPath, cnitool: cnitool}, nil
+	return env{cniPath: cniPath, cnitool: cnitool, ctl: ctl}, nil
 }
 
 var subnetCounter atomic.Int32

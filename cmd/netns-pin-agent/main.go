@@ -49,7 +49,7 @@ func run(argv []string) int {
 	fs := flag.NewFlagSet("netns-pin-agent", flag.ContinueOnError)
 	node := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	hostRoot := fs.String("host-root", "/host", "where the host's / is mounted (read only): the agent reads every store registered in <host-root>"+netnsstore.DefaultRegistryDir)
-	statusDir := fs.String("status-dir", conf.DefaultStateDir+"-agent", "writable folder for status.json, read by `netns-pin check` (\"-\" none)")
+	statusDir := fs.String("status-dir", conf.DefaultStateDir+"-agent", "writable folder for status.json, read by `netns-pinctl check` (\"-\" none)")
 	listen := fs.String("listen-address", ":9853", "serve /metrics, /healthz and /readyz here")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, the pod's ServiceAccount)")
 	interval := fs.Duration("interval", 2*time.Second, "time between reads of the stores (pod changes are seen at once)")

@@ -13,7 +13,7 @@
 #      the kernel clients the plugin makes (krbd, kernel CephFS) are
 #   4. kubectl rollout restart: the new pod is Running, the old one stays
 #      Terminating, its netns, address and object kept; the client still
-#      reaches its address; netns-pin list
+#      reaches its address; netns-pinctl list
 #   5. the client leaves: the old pod goes at the kubelet's next retry
 # The demo's objects are deleted at exit (also on Ctrl-C); `make kube-down`
 # stops the cluster.
@@ -100,11 +100,11 @@ k apply -f "${WORK}/apply.yaml"
 k -n "${NS}" rollout status daemonset/"${DS}" --timeout=120s
 k -n "${NS}" get pods -o wide
 kubectl_ get network-attachment-definitions -n "${NS}" "${NAD}" -o json >"${WORK}/nad.json"
-PIN=("${KUBE_CNI_BIN_DIR}/netns-pin" --conf "${WORK}/nad.json")
+PIN=("${IMAGE_BIN_DIR}/netns-pinctl" --conf "${WORK}/nad.json") # the image's, as in its sweep container
 OLD="$(kubectl_ -n "${NS}" get pods -l "${SEL}" -o jsonpath='{.items[0].metadata.name}')"
 PINPATH="$("${PIN[@]}" --json list | jq -r --arg p "${OLD}" '.[] | select(.podName == $p) | .pinPath')"
 [[ -n "${PINPATH}" ]] || die "no pin of ${OLD}"
-printf '   %s$ netns-pin --conf nad.json list%s\n' "${D}" "${N}"
+printf '   %s$ netns-pinctl --conf nad.json list%s\n' "${D}" "${N}"
 "${PIN[@]}" list 2>&1 | sed 's/^/   /'
 ok "pinned at ${PINPATH}; no link (links: [])"
 
@@ -126,7 +126,7 @@ k -n "${NS}" get events --field-selector "involvedObject.name=${OLD}" --sort-by=
 printf '   %s$ nsenter --net=/proc/%s/ns/net -- ip -br -4 addr show net1%s\n' "${D}" "${CLIENT}" "${N}"
 nsenter --net="/proc/${CLIENT}/ns/net" -- ip -br -4 addr show net1 | sed 's/^/   /'
 ok "the client's netns keeps its interface and address; ${OLD} stays Terminating while it lives"
-printf '   %s$ netns-pin --conf nad.json list%s\n' "${D}" "${N}"
+printf '   %s$ netns-pinctl --conf nad.json list%s\n' "${D}" "${N}"
 "${PIN[@]}" list 2>&1 | sed 's/^/   /'
 
 step "the client leaves: the old node plugin goes at the kubelet's next retry"

@@ -7,7 +7,7 @@
 #      (storage NIC, address range and node folders patched); a client enters
 #      the holder's netns through the cluster's link, as ceph-csi does
 #   3. kubectl rollout restart: the new holder is Running, the old one stays
-#      Terminating with netns-pin's FailedKillPod events; netns-pin list
+#      Terminating with netns-pin's FailedKillPod events; netns-pinctl list
 #   4. the client leaves: the old holder goes at the kubelet's next retry
 # The demo's objects are deleted at exit (also on Ctrl-C); `make kube-down`
 # stops the cluster.
@@ -75,7 +75,7 @@ nsenter --net="${LINK}" -- sleep infinity &
 CLIENT=$!
 nsenter --net="${LINK}" -- ip -br -4 addr show net1 | sed 's/^/   /'
 kubectl_ get network-attachment-definitions -n "${NS}" "${NAD}" -o json >"${WORK}/nad.json"
-PIN=("${KUBE_CNI_BIN_DIR}/netns-pin" --conf "${WORK}/nad.json")
+PIN=("${IMAGE_BIN_DIR}/netns-pinctl" --conf "${WORK}/nad.json") # the image's, as in its sweep container
 
 step "kubectl rollout restart: the new holder comes up first (maxSurge 1, maxUnavailable 0)"
 OLD="$(kubectl_ -n "${NS}" get pods -l "${SEL}" -o jsonpath='{.items[0].metadata.name}')"
@@ -86,7 +86,7 @@ k -n "${NS}" get pods -o wide
 ls -l "${LINK}" | sed 's/^/   /'
 ok "the link leads to the new holder; the old one stays Terminating while the client uses it"
 k -n "${NS}" get events --field-selector "involvedObject.name=${OLD}" --sort-by=.lastTimestamp
-printf '   %s$ netns-pin --conf nad.json list%s\n' "${D}" "${N}"
+printf '   %s$ netns-pinctl --conf nad.json list%s\n' "${D}" "${N}"
 "${PIN[@]}" list 2>&1 | sed 's/^/   /'
 
 step "the client leaves: the old holder goes at the kubelet's next retry"

@@ -67,7 +67,7 @@ restore_host() {
 }
 
 # unregister_stores drops the node's stores from the host's registry of
-# netns-pin stores, as netns-pin uninstall does for the store it removes.
+# netns-pin stores, as netns-pinctl uninstall does for the store it removes.
 unregister_stores() {
 	local f
 	for f in /var/lib/netns-pin/stores/*.json; do

@@ -515,12 +515,27 @@ EOC
 	wait_until 60 "multus-daemon's ${CNI_CONF_DIR}/00-multus.conf" grep -q '"multus-shim"' "${CNI_CONF_DIR}/00-multus.conf"
 }
 
+# installer_manifest FILE IMAGE prints the installer DaemonSet of FILE (this
+# commit's deploy/installer-daemonset.yaml, or an earlier commit's for the
+# upgrade scenario) as this suite runs it: IMAGE, this node's CNI bin
+# folder, pinDir and stateDir (see install_netns_pin).
+installer_manifest() {
+	local installer_net=""
+	[[ "${KUBE_MULTUS}" != thick ]] || installer_net="s#^      hostPID: true\$#&\n      hostNetwork: true#"
+	sed -E -e "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#" \
+		-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${2}#" \
+		-e "s#^( *- )--interval=10s\$#\1--interval=2s\n\1--pin-dir=${KUBELET_DIR}/plugins/netns-pin\n\1--state-dir=${KUBE_DIR}/lib/cni/netns-pin#" \
+		${installer_net:+-e "${installer_net}"} \
+		"$1"
+}
+
 # install_netns_pin applies deploy/installer-daemonset.yaml as it is but
 # for its CNI bin folder setting, and waits for the copy.
 install_netns_pin() {
-	# The documented setting: the cni-bin volume's hostPath and the sweep
-	# container's CNI_BIN_DIR, the two fields that name /opt/cni/bin
-	# (deploy/manifests_test.go TestInstallerCNIBinFolderSetting). The
+	# The documented setting: the cni-bin volume's hostPath, the field that
+	# names /opt/cni/bin (deploy/manifests_test.go
+	# TestInstallerCNIBinFolderSetting; an earlier commit's manifest also
+	# had the sweep container's CNI_BIN_DIR). The
 	# sweeper works on this node's pinDir and stateDir (the suite's
 	# NetworkAttachmentDefinitions name them), as an operator's --conf would,
 	# and rounds every 2 s instead of 10 s, so that the suite's metrics
@@ -529,13 +544,7 @@ install_netns_pin() {
 	# (multus-shim answers every DEL with success), and whereabouts' DEL in
 	# its chain needs this API server on 127.0.0.1: the sweeper gets the
 	# host's network, as the agent does.
-	local installer_net=""
-	[[ "${KUBE_MULTUS}" != thick ]] || installer_net="s#^      hostPID: true\$#&\n      hostNetwork: true#"
-	sed -E -e "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#" \
-		-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${NETNS_PIN_IMAGE}#" \
-		-e "s#^( *- )--interval=10s\$#\1--interval=2s\n\1--pin-dir=${KUBELET_DIR}/plugins/netns-pin\n\1--state-dir=${KUBE_DIR}/lib/cni/netns-pin#" \
-		${installer_net:+-e "${installer_net}"} \
-		"${ROOT}/deploy/installer-daemonset.yaml" | kubectl_ apply -f - >/dev/null
+	installer_manifest "${ROOT}/deploy/installer-daemonset.yaml" "${NETNS_PIN_IMAGE}" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-installer --timeout=180s >/dev/null
 	# The node agent as deployed (its RBAC, its node policy, its in-cluster
 	# ServiceAccount token), reading every store registered on the node
@@ -679,7 +688,12 @@ main() {
 	log "kubectl: ${KUBECTL} --kubeconfig ${ADMIN_KUBECONFIG}"
 }
 
-# hack/kube/node.sh sources this file for its functions.
+# hack/kube/node.sh sources this file for its functions;
+# `hack/kube/up.sh installer-manifest FILE IMAGE` prints installer_manifest's.
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
-	main "$@"
+	if [[ "${1:-}" == installer-manifest ]]; then
+		installer_manifest "$2" "$3"
+	else
+		main "$@"
+	fi
 fi

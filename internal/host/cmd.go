@@ -101,6 +101,20 @@ func DiscoverCNI(repoRoot string, plugins ...string) (cniPath, cnitool string, e
 	return cniPath, cnitool, nil
 }
 
+// DiscoverCtl finds netns-pinctl, the operator's commands (NETNS_PIN_CTL,
+// by default <repoRoot>/bin/netns-pinctl, which make build writes), made
+// absolute.
+func DiscoverCtl(repoRoot string) (string, error) {
+	ctl, err := filepath.Abs(cmp.Or(os.Getenv("NETNS_PIN_CTL"), filepath.Join(repoRoot, "bin", "netns-pinctl")))
+	if err != nil {
+		return "", err
+	}
+	if err := CheckExecutable(ctl); err != nil {
+		return "", fmt.Errorf("NETNS_PIN_CTL: %w; run `make build` or set NETNS_PIN_CTL", err)
+	}
+	return ctl, nil
+}
+
 // Poll calls cond every interval until it returns true or timeout passes,
 // and returns whether cond became true: a wait for a condition, never for
 // a time.

@@ -118,11 +118,13 @@ func TestKernelClients(t *testing.T) {
 	start := time.Now()
 	cniPath, cnitool, err := host.DiscoverCNI(repoRoot(), "netns-pin", "bridge", "host-local")
 	require.NoError(t, err)
+	ctl, err := host.DiscoverCtl(repoRoot())
+	require.NoError(t, err)
 	work := t.TempDir()
 	runner, err := buildRunner(work)
 	require.NoError(t, err)
 	bins := map[string]string{
-		"netns-pin": filepath.Join(cniPath, "netns-pin"), "bridge": filepath.Join(cniPath, "bridge"),
+		"netns-pin": filepath.Join(cniPath, "netns-pin"), "netns-pinctl": ctl, "bridge": filepath.Join(cniPath, "bridge"),
 		"host-local": filepath.Join(cniPath, "host-local"), "cnitool": cnitool, "kernel-guest": runner,
 	}
 	for _, p := range bins {

@@ -72,11 +72,11 @@ func TestInstalledByDaemonSet(t *testing.T) {
 	assert.NoError(t, r.Err, "the holder's image is in the node's store:\n%s", r)
 
 	logs := c.mustKubectl(t, "-n", "kube-system", "logs", "daemonset/netns-pin-installer", "-c", "install")
-	assert.Contains(t, logs, "installed ", "netns-pin install printed what it installed")
+	assert.Contains(t, logs, "installed ", "netns-pinctl install printed what it installed")
 	// the node's sweeper runs the installed binary in the host's mount
 	// namespace
 	sweepLog := c.mustKubectl(t, "-n", "kube-system", "logs", "daemonset/netns-pin-installer", "-c", "sweep")
-	assert.Contains(t, sweepLog, `"msg":"sweeper started"`, "the sweep container runs netns-pin sweep")
+	assert.Contains(t, sweepLog, `"msg":"sweeper started"`, "the sweep container runs netns-pinctl sweep")
 	// the binary in the node's CNI bin folder is the one the image carries
 	installed, err := os.ReadFile(c.pinBin)
 	require.NoError(t, err)

@@ -50,6 +50,7 @@ type cluster struct {
 	crictl     string
 	crictlConf string
 	pinBin     string // the binary the installer put into the node's CNI bin dir
+	ctl        string // netns-pinctl of make image, the sweep container's
 	pinDir     string // the NADs' pinDir: the kubelet's plugins folder, as on a real node
 	stateDir   string
 	owned      bool // up.sh started it: down.sh removes it at the end
@@ -117,10 +118,11 @@ func newCluster() (*cluster, error) {
 	c.crictl = filepath.Join(repo, ".cache", "runtime", "bin", "crictl")
 	c.crictlConf = c.env["KUBE_CRICTL_CONFIG"]
 	c.pinBin = filepath.Join(c.env["KUBE_CNI_BIN_DIR"], "netns-pin")
+	c.ctl = filepath.Join(c.env["KUBE_IMAGE_BIN_DIR"], "netns-pinctl")
 	c.pinDir = filepath.Join(c.env["KUBELET_DIR"], "plugins", "netns-pin")
 	c.stateDir = filepath.Join(c.env["KUBE_DIR"], "lib", "cni", "netns-pin")
 	c.nodeN, c.nodeName = 1, c.env["KUBE_NODE"]
-	return c, host.CheckExecutable(c.pinBin)
+	return c, errors.Join(host.CheckExecutable(c.pinBin), host.CheckExecutable(c.ctl))
 }
 
 func (c *cluster) down() error {

@@ -107,18 +107,18 @@ func TestInstallerMetricsDuringAHolderRollout(t *testing.T) {
 	assert.Zero(t, errs, "no round failed")
 }
 
-// nodeCheck runs `netns-pin check` in the installer pod, in the host's
+// nodeCheck runs `netns-pinctl check` in the installer pod, in the host's
 // mount namespace (as its sweeper runs), on the suite's store: args end
 // with --json, and the table is printed too.
 func (c *cluster) nodeCheck(t *testing.T, args ...string) (int, []map[string]string, string) {
 	t.Helper()
-	// The sweep container's process entered the host's mount namespace
-	// (netns-pin host-exec) and kubectl exec joins its namespaces: the
-	// installed binary runs by its host path, as the sweeper does.
-	argv := []string{c.pinBin, "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "check"}
+	// The documented line: kubectl exec into the sweep container, whose
+	// netns-pinctl runs check in the host's mount namespace (host-exec),
+	// as the sweeper runs.
+	argv := []string{"/netns-pinctl", "host-exec", "--", "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "check"}
 	r := c.installerExec(append(argv, args...)...)
 	table := c.installerExec(append(argv, args[:len(args)-1]...)...)
-	t.Logf("netns-pin check in the installer pod:\n%s", table.Stdout)
+	t.Logf("netns-pinctl check in the installer pod:\n%s", table.Stdout)
 	code := 0
 	var ee *exec.ExitError
 	if r.Err != nil {

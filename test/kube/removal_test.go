@@ -3,7 +3,7 @@ package kube
 // Removing netns-pin from a node in the documented order
 // (docs/operating.md, "Removing netns-pin"): out of the
 // NetworkAttachmentDefinition first, the binary left as a pass-through
-// until no pod attached before that runs, then `netns-pin uninstall`.
+// until no pod attached before that runs, then `netns-pinctl uninstall`.
 
 import (
 	"encoding/json"
@@ -28,7 +28,7 @@ func (c *cluster) multusCacheDir() string {
 	return filepath.Join(c.env["KUBE_DIR"], "lib", "cni", "multus")
 }
 
-// uninstallArgs is `netns-pin uninstall` on this node's folders.
+// uninstallArgs is `netns-pinctl uninstall` on this node's folders.
 func (c *cluster) uninstallArgs(extra ...string) []string {
 	return append([]string{"--pin-dir", c.pinDir, "--state-dir", c.stateDir, "uninstall",
 		"--cni-bin-dir", c.env["KUBE_CNI_BIN_DIR"], "--cache-dir", c.multusCacheDir()}, extra...)
@@ -53,14 +53,13 @@ func withoutNetnsPin(t *testing.T, n *storageNet) map[string]any {
 }
 
 // uninstallPod is the removal as an operator runs it on a node without a
-// shell: the installer image's host-exec runs the installed netns-pin's
-// uninstall in the host's mount namespace (as the sweep container runs
+// shell: the installer image's netns-pinctl runs uninstall through
+// host-exec in the host's mount namespace (as the sweep container runs
 // sweep), on the host's PID namespace, with the sweep container's
 // securityContext of deploy/installer-daemonset.yaml: not privileged
 // (host-exec and pinDir's unmount need no more than its capabilities).
 func (c *cluster) uninstallPod(t *testing.T, name string) map[string]any {
 	t.Helper()
-	bin := filepath.Join(c.env["KUBE_CNI_BIN_DIR"], "netns-pin")
 	sc := c.shippedSweepContainer(t)["securityContext"]
 	require.NotNil(t, sc)
 	return map[string]any{
@@ -70,7 +69,7 @@ func (c *cluster) uninstallPod(t *testing.T, name string) map[string]any {
 			"restartPolicy": "Never", "hostPID": true, "automountServiceAccountToken": false,
 			"containers": []any{map[string]any{
 				"name": "uninstall", "image": c.env["KUBE_IMAGE"],
-				"command":         append([]any{"/netns-pin", "host-exec", "--", bin}, anySlice(c.uninstallArgs())...),
+				"command":         append([]any{"/netns-pinctl", "host-exec", "--"}, anySlice(c.uninstallArgs())...),
 				"securityContext": sc,
 			}},
 		},
@@ -109,11 +108,11 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 	appSB := c.sandboxOf(t, app)
 
 	// 1. uninstall refuses while netns-pin serves pods, naming them
-	v := host.RunCmd(cmdTimeout, nil, nil, c.pinBin, "version")
-	t.Logf("%s: %s", c.pinBin, v.Stdout)
-	r := host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs()...)
+	v := host.RunCmd(cmdTimeout, nil, nil, c.ctl, "version")
+	t.Logf("%s: %s", c.ctl, v.Stdout)
+	r := host.RunCmd(cmdTimeout, nil, nil, c.ctl, c.uninstallArgs()...)
 	require.Error(t, r.Err, "uninstall with a holder pinned: %s", r)
-	t.Logf("netns-pin uninstall with pods attached:\n%s%s", r.Stdout, r.Stderr)
+	t.Logf("netns-pinctl uninstall with pods attached:\n%s%s", r.Stdout, r.Stderr)
 	assert.Contains(t, r.Stdout, "remains: record "+att+" pod "+ho.pod.String())
 	assert.Contains(t, r.Stdout, "remains: pin "+att)
 	assert.Contains(t, r.Stdout, "pod "+app.String()+" (", "the pod that is no holder is attached through netns-pin")
@@ -134,10 +133,10 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 
 	// the pods attached before still are: list and uninstall --dry-run
 	list := hostList(t, c)
-	assert.Contains(t, list, att, "netns-pin list shows the holder still pinned")
-	r = host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs("--dry-run")...)
+	assert.Contains(t, list, att, "netns-pinctl list shows the holder still pinned")
+	r = host.RunCmd(cmdTimeout, nil, nil, c.ctl, c.uninstallArgs("--dry-run")...)
 	require.Error(t, r.Err, "uninstall --dry-run with pods attached before the edit: %s", r)
-	t.Logf("netns-pin uninstall --dry-run after the NAD edit:\n%s", r.Stdout)
+	t.Logf("netns-pinctl uninstall --dry-run after the NAD edit:\n%s", r.Stdout)
 	assert.Contains(t, r.Stdout, "pod "+ho.pod.String())
 	assert.Contains(t, r.Stdout, "pod "+app.String()+" (")
 	assert.NotContains(t, r.Stdout, newerSB.id, "a pod attached after the edit does not reference netns-pin")
@@ -155,7 +154,7 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 	}
 	// the agent's next pass (every 1 s here) drops the holder from its status
 	require.True(t, host.Poll(30*time.Second, 500*time.Millisecond, func() bool {
-		r = host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs("--dry-run")...)
+		r = host.RunCmd(cmdTimeout, nil, nil, c.ctl, c.uninstallArgs("--dry-run")...)
 		return r.Err == nil
 	}), "uninstall --dry-run once the pods attached before are gone: %s", r)
 	assert.Contains(t, r.Stdout, "would remove "+c.pinBin+"\n")
@@ -173,7 +172,7 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 		return phase == "Succeeded" || phase == "Failed"
 	}), "the uninstall pod did not finish (phase %q)", phase)
 	logs := c.mustKubectl(t, "-n", "kube-system", "logs", name)
-	t.Logf("netns-pin uninstall (pod %s, %s):\n%s", name, phase, logs)
+	t.Logf("netns-pinctl uninstall (pod %s, %s):\n%s", name, phase, logs)
 	require.Equal(t, "Succeeded", phase)
 	for _, p := range []string{c.pinBin, c.stateDir, c.pinDir} {
 		assert.Contains(t, logs, "removed "+p+"\n")
@@ -232,7 +231,7 @@ func TestRemovalOnTwoNodes(t *testing.T) {
 	cl := startNodeClient(t, n2, n2.linkOf(h.cluster))
 	require.Equal(t, old2.sb.netns, cl.netns)
 	onNode2 := func(args ...string) host.CmdResult {
-		return c.nodeScript(cmdTimeout, append([]string{"exec", "2", c.pinBin}, args...)...)
+		return c.nodeScript(cmdTimeout, append([]string{"exec", "2", c.ctl}, args...)...)
 	}
 
 	// steps 1 and 3: out of the NAD, the finalizer out of the template
@@ -251,7 +250,7 @@ func TestRemovalOnTwoNodes(t *testing.T) {
 		return strings.Contains(r.Stdout, "remains: finalizer "+pinFinalizer+" pod "+old2.pod.String()+" (")
 	}), "uninstall on node 2 does not name the pod that carries the finalizer: %s", r)
 	require.Error(t, r.Err)
-	t.Logf("netns-pin uninstall --dry-run on node 2 while its old holder drains:\n%s%s", r.Stdout, r.Stderr)
+	t.Logf("netns-pinctl uninstall --dry-run on node 2 while its old holder drains:\n%s%s", r.Stdout, r.Stderr)
 
 	cl.stop(t)
 	n2.requireReleased(t, h.selector, old2.pod, old2.sb, 500*time.Millisecond, "node 2's old holder did not go after its client left")
@@ -270,10 +269,10 @@ func TestRemovalOnTwoNodes(t *testing.T) {
 		r = onNode2(c.uninstallArgs()...)
 		return r.Err == nil
 	}), "uninstall on node 2: %s", r)
-	t.Logf("netns-pin uninstall on node 2:\n%s", r.Stdout)
-	r = host.RunCmd(cmdTimeout, nil, nil, c.pinBin, c.uninstallArgs()...)
+	t.Logf("netns-pinctl uninstall on node 2:\n%s", r.Stdout)
+	r = host.RunCmd(cmdTimeout, nil, nil, c.ctl, c.uninstallArgs()...)
 	require.NoError(t, r.Err, "uninstall on node 1: %s", r)
-	t.Logf("netns-pin uninstall on node 1:\n%s", r.Stdout)
+	t.Logf("netns-pinctl uninstall on node 1:\n%s", r.Stdout)
 	assert.NoFileExists(t, c.pinBin)
 	assert.NoFileExists(t, n2.hostPath(c.pinBin))
 
@@ -284,12 +283,12 @@ func TestRemovalOnTwoNodes(t *testing.T) {
 	assert.Empty(t, c.podsWithFinalizer(t))
 }
 
-// hostList is `netns-pin list` by the installed binary on this node's
+// hostList is `netns-pinctl list` by the installed binary on this node's
 // folders (a person's table).
 func hostList(t *testing.T, c *cluster) string {
 	t.Helper()
 	r := c.pinCLI("list")
-	require.NoError(t, r.Err, "netns-pin list: %s", r)
-	t.Logf("netns-pin list:\n%s", r.Stdout)
+	require.NoError(t, r.Err, "netns-pinctl list: %s", r)
+	t.Logf("netns-pinctl list:\n%s", r.Stdout)
 	return r.Stdout
 }

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
 // capabilityBits are the capabilities a manifest of deploy/ may name, by
@@ -47,8 +48,8 @@ func (c *cluster) shippedSweepContainer(t *testing.T) map[string]any {
 	return nil
 }
 
-// sweeperPID is the host PID of the running sweep container's process:
-// the installed netns-pin, exec'd by host-exec.
+// sweeperPID is the host PID of the running sweep container's first
+// process: netns-pinctl host-exec, whose child is the sweeper.
 func (c *cluster) sweeperPID(t *testing.T) int {
 	t.Helper()
 	r := c.crictlRun("ps", "-q", "--state", "Running", "--name", "^sweep$",
@@ -104,7 +105,7 @@ func capabilityMask(t *testing.T, names []any) uint64 {
 // The sweep container runs as shipped: the pod object has the manifest's
 // securityContext, and the process on the node has exactly the shipped
 // capabilities (effective, permitted and bounding), no_new_privs and a
-// seccomp filter, and runs netns-pin sweep in the host's mount namespace.
+// seccomp filter, and runs netns-pinctl sweep in the host's mount namespace.
 // Then it does its job: a holder is refused while a client uses it, its
 // runtime netns vanishes (the runtime gave up), the sweeper marks it
 // abandoned, and once the client is gone the sweeper, not the runtime (the
@@ -147,11 +148,24 @@ func TestSweeperRunsWithItsCapabilitiesOnly(t *testing.T) {
 		assert.Equal(t, v, running[k], "the running sweep container's securityContext.%s", k)
 	}
 
-	// 2. The process on the node.
-	pid := c.sweeperPID(t)
+	// 2. The processes on the node: host-exec, the container's first, and
+	// its child the sweeper, which names itself in its status file.
+	parent := c.sweeperPID(t)
+	var pid int
+	require.True(t, host.Poll(30*time.Second, 50*time.Millisecond, func() bool {
+		sw, err := netnsstore.ReadSweepStatus(c.stateDir)
+		if err != nil || sw == nil {
+			return false
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", sw.PID))
+		if err == nil && strings.Contains(string(b), fmt.Sprintf("\nPPid:\t%d\n", parent)) {
+			pid = sw.PID
+		}
+		return pid != 0
+	}), "the sweeper's status names host-exec's child")
 	st := procStatus(t, pid)
-	t.Logf("sweeper pid %d: CapEff %s CapPrm %s CapBnd %s CapInh %s CapAmb %s NoNewPrivs %s Seccomp %s",
-		pid, st["CapEff"], st["CapPrm"], st["CapBnd"], st["CapInh"], st["CapAmb"], st["NoNewPrivs"], st["Seccomp"])
+	t.Logf("sweeper pid %d (host-exec %d): CapEff %s CapPrm %s CapBnd %s CapInh %s CapAmb %s NoNewPrivs %s Seccomp %s",
+		pid, parent, st["CapEff"], st["CapPrm"], st["CapBnd"], st["CapInh"], st["CapAmb"], st["NoNewPrivs"], st["Seccomp"])
 	mask := capabilityMask(t, add)
 	for _, f := range []string{"CapEff", "CapPrm", "CapBnd"} {
 		got, err := strconv.ParseUint(st[f], 16, 64)
@@ -169,8 +183,7 @@ func TestSweeperRunsWithItsCapabilitiesOnly(t *testing.T) {
 	require.NoError(t, err)
 	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 	require.GreaterOrEqual(t, len(argv), 2)
-	assert.Equal(t, c.pinBin, argv[0], "host-exec exec'd the installed binary")
-	assert.Equal(t, "sweep", argv[1])
+	assert.Equal(t, []string{"netns-pinctl", "sweep"}, argv[:2], "host-exec runs netns-pinctl sweep")
 	own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
 	require.NoError(t, err)
 	// this suite runs in the host's mount namespace (PID 1's may be
@@ -179,6 +192,9 @@ func TestSweeperRunsWithItsCapabilitiesOnly(t *testing.T) {
 	hostMnt, err := os.Readlink("/proc/self/ns/mnt")
 	require.NoError(t, err)
 	assert.Equal(t, hostMnt, own, "the sweeper runs in the host's mount namespace")
+	parentMnt, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", parent))
+	require.NoError(t, err)
+	assert.NotEqual(t, hostMnt, parentMnt, "host-exec stays in the container's, where kubectl exec finds /netns-pinctl")
 
 	// 3. Its job. A NAD whose IPAM is host-local (its leases are files on
 	// the node, its DEL needs no API server: the sweep container is on the

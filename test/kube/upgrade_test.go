@@ -23,23 +23,48 @@ import (
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
-// setInstallerImage rolls the installer DaemonSet (its install and sweep
-// containers) to image, as an operator does (`kubectl set image`), waits
-// for the rollout and returns the first line of the installed binary's
-// version.
-func (c *cluster) setInstallerImage(t *testing.T, image string) string {
-	t.Helper()
-	start := time.Now()
-	c.mustKubectl(t, "-n", "kube-system", "set", "image", "daemonset/netns-pin-installer", "install="+image, "sweep="+image)
-	c.mustKubectl(t, "-n", "kube-system", "rollout", "status", "daemonset/netns-pin-installer", "--timeout=180s")
-	r := host.RunCmd(cmdTimeout, nil, nil, c.pinBin, "version")
-	require.NoError(t, r.Err, "%s version: %s", c.pinBin, r)
-	first, _, _ := strings.Cut(r.Stdout, "\n")
-	t.Logf("installer rolled to %s in %s: %s", image, time.Since(start).Round(time.Millisecond), first)
-	return first
+// release is an installer DaemonSet as a user applies it: a commit's
+// deploy/installer-daemonset.yaml with that commit's image, and the binary
+// that carries that release's operator commands on the node.
+type release struct {
+	commit, image string
+	ctl           string // netns-pinctl; the earlier release's plugin carried them itself
 }
 
-// versionOf is the version in a `netns-pin version` line, "netns-pin V
+// setInstaller applies rel's installer DaemonSet, as an operator upgrades
+// (kustomize edit set image and apply, or helm upgrade: the manifest and
+// the image of one release together), waits for the rollout and returns
+// the installed plugin's "netns-pin V (commit C)".
+func (c *cluster) setInstaller(t *testing.T, rel release) string {
+	t.Helper()
+	start := time.Now()
+	manifest := filepath.Join(c.repo, "deploy", "installer-daemonset.yaml")
+	if rel.commit != "" {
+		manifest = filepath.Join(t.TempDir(), "installer-daemonset.yaml")
+		r := host.RunCmd(cmdTimeout, nil, nil, "git", "-C", c.repo, "show", rel.commit+":deploy/installer-daemonset.yaml")
+		require.NoError(t, r.Err, "%s", r)
+		require.NoError(t, os.WriteFile(manifest, []byte(r.Stdout), 0o644))
+	}
+	r := host.RunCmd(cmdTimeout, nil, nil, filepath.Join(c.repo, "hack", "kube", "up.sh"), "installer-manifest", manifest, rel.image)
+	require.NoError(t, r.Err, "%s", r)
+	a := c.kubectlIn([]byte(r.Stdout), "apply", "-f", "-")
+	require.NoError(t, a.Err, "kubectl apply the installer of %s: %s", rel.image, a)
+	c.mustKubectl(t, "-n", "kube-system", "rollout", "status", "daemonset/netns-pin-installer", "--timeout=180s")
+	var line string
+	if rel.ctl == c.pinBin {
+		r = host.RunCmd(cmdTimeout, nil, nil, c.pinBin, "version")
+		require.NoError(t, r.Err, "%s version: %s", c.pinBin, r)
+		line, _, _ = strings.Cut(r.Stdout, "\n")
+	} else {
+		// The plugin run without CNI_COMMAND names itself on stderr.
+		r = host.RunCmd(cmdTimeout, nil, nil, "env", "-i", c.pinBin)
+		line, _, _ = strings.Cut(r.Stderr, ": ")
+	}
+	t.Logf("installer rolled to %s in %s: %s", rel.image, time.Since(start).Round(time.Millisecond), line)
+	return line
+}
+
+// versionOf is the version in a `netns-pinctl version` line, "netns-pin V
 // (commit C)": what the binary writes into the records it writes.
 func versionOf(line string) string {
 	v, _, _ := strings.Cut(strings.TrimPrefix(line, "netns-pin "), " ")
@@ -62,18 +87,23 @@ func (c *cluster) recordHeader(t *testing.T, sb sandbox) recordHeader {
 	return h
 }
 
-// pinCLI runs the installed netns-pin's command line on the suite's store.
+// pinCLI runs netns-pinctl on the suite's store.
 func (c *cluster) pinCLI(args ...string) host.CmdResult {
-	return host.RunCmd(cmdTimeout, nil, nil, c.pinBin, append([]string{"--pin-dir", c.pinDir, "--state-dir", c.stateDir}, args...)...)
+	return c.cliBy(c.ctl, args...)
 }
 
-// listed is `netns-pin list --json` by the installed binary: attachment ->
+// cliBy runs bin's operator commands on the suite's store.
+func (c *cluster) cliBy(bin string, args ...string) host.CmdResult {
+	return host.RunCmd(cmdTimeout, nil, nil, bin, append([]string{"--pin-dir", c.pinDir, "--state-dir", c.stateDir}, args...)...)
+}
+
+// listed is `netns-pinctl list --json` by the installed binary: attachment ->
 // state of the attachments asked for; the command must succeed (every
 // record read).
-func (c *cluster) listed(t *testing.T, atts ...string) map[string]string {
+func (c *cluster) listed(t *testing.T, bin string, atts ...string) map[string]string {
 	t.Helper()
-	r := c.pinCLI("--json", "list")
-	require.NoError(t, r.Err, "netns-pin list by %s: %s", c.pinBin, r)
+	r := c.cliBy(bin, "--json", "list")
+	require.NoError(t, r.Err, "list by %s: %s", bin, r)
 	var recs []struct {
 		Attachment string `json:"attachment"`
 		State      string `json:"state"`
@@ -149,12 +179,13 @@ func (l *pingLoop) stop() (ok, failed int, failures []string) {
 // earlier one put beside the plugin.
 func TestUpgradeAndRollbackWithLivePins(t *testing.T) {
 	c := requireCluster(t)
-	oldImage, newImage := c.env["KUBE_UPGRADE_FROM_IMAGE"], c.env["KUBE_IMAGE"]
-	require.NotEqual(t, oldImage, newImage)
-	t.Cleanup(func() { c.setInstallerImage(t, newImage) })
+	oldRel := release{commit: c.env["KUBE_UPGRADE_FROM"], image: c.env["KUBE_UPGRADE_FROM_IMAGE"], ctl: c.pinBin}
+	newRel := release{image: c.env["KUBE_IMAGE"], ctl: c.ctl}
+	require.NotEqual(t, oldRel.image, newRel.image)
+	t.Cleanup(func() { c.setInstaller(t, newRel) })
 
 	// 1. the earlier release installed; holders pinned by it
-	oldLine := c.setInstallerImage(t, oldImage)
+	oldLine := c.setInstaller(t, oldRel)
 	require.Contains(t, oldLine, "(commit "+c.env["KUBE_UPGRADE_FROM"]+")", "the installed netns-pin is the earlier commit's")
 	oldVersion := versionOf(oldLine)
 	assert.FileExists(t, filepath.Join(c.env["KUBE_CNI_BIN_DIR"], "netns-pin-agent"), "the earlier installer copies netns-pin-agent beside the plugin")
@@ -184,7 +215,7 @@ func TestUpgradeAndRollbackWithLivePins(t *testing.T) {
 	})
 
 	// 2. upgrade: make image's image
-	newLine := c.setInstallerImage(t, newImage)
+	newLine := c.setInstaller(t, newRel)
 	newVersion := versionOf(newLine)
 	installed, err := os.ReadFile(c.pinBin)
 	require.NoError(t, err)
@@ -195,7 +226,7 @@ func TestUpgradeAndRollbackWithLivePins(t *testing.T) {
 
 	// both pins adopted: listed, the active one linked, the draining one's
 	// next DEL refused by the new binary, which rewrites its record
-	assert.Equal(t, map[string]string{draining.sb.id + "." + storageIf: "draining", active.sb.id + "." + storageIf: "active"}, c.listed(t, draining.sb.id+"."+storageIf, active.sb.id+"."+storageIf))
+	assert.Equal(t, map[string]string{draining.sb.id + "." + storageIf: "draining", active.sb.id + "." + storageIf: "active"}, c.listed(t, newRel.ctl, draining.sb.id+"."+storageIf, active.sb.id+"."+storageIf))
 	h.requireLinkTo(t, active)
 	before := failedKills(c.eventsOf(t, draining.pod, "FailedKillPod"))
 	start := time.Now()
@@ -215,12 +246,12 @@ func TestUpgradeAndRollbackWithLivePins(t *testing.T) {
 
 	// 3. rollback to the earlier image: it reads what the new one wrote
 	// (format 2 both) and still finds the client
-	rolled := c.setInstallerImage(t, oldImage)
+	rolled := c.setInstaller(t, oldRel)
 	require.Equal(t, oldLine, rolled)
-	assert.Equal(t, map[string]string{draining.sb.id + "." + storageIf: "draining", active.sb.id + "." + storageIf: "active"}, c.listed(t, draining.sb.id+"."+storageIf, active.sb.id+"."+storageIf),
+	assert.Equal(t, map[string]string{draining.sb.id + "." + storageIf: "draining", active.sb.id + "." + storageIf: "active"}, c.listed(t, oldRel.ctl, draining.sb.id+"."+storageIf, active.sb.id+"."+storageIf),
 		"the earlier release reads the records the new one wrote")
-	r := c.pinCLI("--json", "inuse", draining.sb.id+"."+storageIf)
-	require.NoError(t, r.Err, "netns-pin inuse by the earlier release: %s", r)
+	r := c.cliBy(oldRel.ctl, "--json", "inuse", draining.sb.id+"."+storageIf)
+	require.NoError(t, r.Err, "inuse by the earlier release: %s", r)
 	var reports []struct {
 		References []json.RawMessage `json:"references"`
 	}
@@ -230,7 +261,7 @@ func TestUpgradeAndRollbackWithLivePins(t *testing.T) {
 	h.requireLinkTo(t, active)
 
 	// 4. forward again; the client leaves, the draining pin goes
-	require.Equal(t, newLine, c.setInstallerImage(t, newImage))
+	require.Equal(t, newLine, c.setInstaller(t, newRel))
 	okPings, failed, failures := loop.stop()
 	stopped = true
 	t.Logf("ping loop across both pins: %d answered, %d failed", okPings, failed)

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// The model's step for `netns-pin check` (docs/design.md §16): at any point
+// The model's step for `netns-pinctl check` (docs/design.md §16): at any point
 // of a run (crashes, unreadable records, lost pins, orphans, clients) it
 // reads and changes nothing, takes the store's lock without failing, and
 // exits 0, 1 or 2 as its findings say, in the table and in --json alike.
@@ -32,10 +32,10 @@ func cliCheck(d *driver) bool {
 	table := d.e.cli(d.e.pinDir, "", args...)
 	js := d.e.cli(d.e.pinDir, "", append(args, "--json")...)
 	after := d.snapshot()
-	d.logf("netns-pin check -> %s", table)
+	d.logf("netns-pinctl check -> %s", table)
 	d.count("I4")
 	if after != before {
-		d.violation("I4", "netns-pin check changed the store:%s", before.diff(after))
+		d.violation("I4", "netns-pinctl check changed the store:%s", before.diff(after))
 		d.crashedAll() // only when the violation is ignored: let repair decide
 	}
 	d.count("I5")
@@ -44,7 +44,7 @@ func cliCheck(d *driver) bool {
 		Findings []checkFinding
 	}
 	if err := json.Unmarshal([]byte(js.stdout), &rep); err != nil {
-		d.violation("I5", "netns-pin check --json printed no report (%v): %s", err, js)
+		d.violation("I5", "netns-pinctl check --json printed no report (%v): %s", err, js)
 		return true
 	}
 	want := 0
@@ -56,14 +56,14 @@ func cliCheck(d *driver) bool {
 			want = 2
 		}
 		if f.Check == "store" && f.Level == "unknown" {
-			d.violation("I5", "netns-pin check could not read the store: %s", f.What)
+			d.violation("I5", "netns-pinctl check could not read the store: %s", f.What)
 		}
 		if !strings.Contains(ageless(table.stdout), ageless(f.What)) {
-			d.violation("I5", "netns-pin check's table lacks the finding %q:\n%s", f.What, table.stdout)
+			d.violation("I5", "netns-pinctl check's table lacks the finding %q:\n%s", f.What, table.stdout)
 		}
 	}
 	if table.killed || js.killed || !slices.Contains([]int{0, 1, 2}, table.rc) || table.rc != want || js.rc != want {
-		d.violation("I5", "netns-pin check exited %d (--json %d), its findings say %d: %s", table.rc, js.rc, want, js.stdout)
+		d.violation("I5", "netns-pinctl check exited %d (--json %d), its findings say %d: %s", table.rc, js.rc, want, js.stdout)
 	}
 	return true
 }

@@ -44,8 +44,9 @@ import (
 )
 
 type recView struct {
-	State   string    `json:"state"`
-	Created time.Time `json:"created"`
+	State     string    `json:"state"`
+	Created   time.Time `json:"created"`
+	Abandoned bool      `json:"abandoned"`
 }
 
 // readDir lists dir; a folder not made yet is empty, any other error
@@ -154,7 +155,7 @@ func (d *driver) resolve(recs map[string]recView) {
 			d.violation("I2", "after a repairing operation the record of %s is still %q", h, obs)
 		case obs == pinNone && d.inUse(h):
 			d.violation("I1", "the record of %s is gone while %v use its netns", h, d.users(h))
-		case obs == pinUnpinned && !d.inUse(h):
+		case obs == pinUnpinned && !d.inUse(h) && (d.ctlRepaired || !recs[h.att].Abandoned):
 			d.violation("I2", "the record of %s is unpinned although nothing uses its netns", h)
 		case obs == pinUnpinned && runtimeHolds(h):
 			d.violation("I2", "the record of %s is unpinned although the runtime's %s still leads to its netns", h, h.netnsPath)

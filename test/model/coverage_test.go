@@ -14,9 +14,10 @@ import (
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
-// What the model knows of the plugin. A new CNI verb, operator command or
-// record state fails TestStepSetCoversThePlugin until the model learns it:
-// a step in stepTable, or a state the checks understand.
+// What the model knows of the plugin and netns-pinctl. A new CNI verb,
+// operator command or record state fails TestStepSetCoversThePlugin until
+// the model learns it: a step in stepTable, or a state the checks
+// understand.
 var (
 	// verbSteps: CNI verb (skel.CNIFuncs field) -> the step that runs it.
 	verbSteps = map[string]string{"Add": "add", "Del": "del", "Check": "check", "GC": "gc", "Status": "status"}
@@ -54,12 +55,12 @@ func TestStepSetCoversThePlugin(t *testing.T) {
 		require.Contains(t, stepNames, step, "CNI verb %s", verb)
 	}
 
-	bin := buildPlugin(t, t.TempDir())
+	ctl := filepath.Join(filepath.Dir(buildPlugin(t, t.TempDir())), "netns-pinctl")
 	// An unknown command prints the usage with the command list.
-	r := host.RunCmd(time.Minute, nil, nil, bin, "help")
+	r := host.RunCmd(time.Minute, nil, nil, ctl, "help")
 	_, usage, ok := strings.Cut(r.Stderr, "commands:")
 	usage, _, _ = strings.Cut(usage, "flags:")
-	require.True(t, ok, "netns-pin without arguments printed no command list: %s", r)
+	require.True(t, ok, "netns-pinctl help printed no command list: %s", r)
 	flag := regexp.MustCompile(`--[a-z-]+`)
 	seen := map[string]bool{}
 	for _, line := range strings.Split(usage, "\n") {

@@ -61,18 +61,20 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// buildPlugin builds the plugin with the failpoints tag into dir.
+// buildPlugin builds the plugin and netns-pinctl with the failpoints tag
+// into dir and returns the plugin's path; netns-pinctl is beside it.
 func buildPlugin(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "netns-pin")
 	// The go tool that runs this test (make puts it first in PATH).
 	goBin, err := exec.LookPath("go")
-	require.NoError(t, err, "the model test builds the plugin with the go tool")
-	cmd := exec.Command(goBin, "build", "-tags", "failpoints", "-o", bin, "./plugin")
-	cmd.Dir = repoRoot(t)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build -tags failpoints ./plugin: %s", out)
-	return bin
+	require.NoError(t, err, "the model test builds the binaries with the go tool")
+	for name, pkg := range map[string]string{"netns-pin": "./plugin", "netns-pinctl": "./cmd/netns-pinctl"} {
+		cmd := exec.Command(goBin, "build", "-tags", "failpoints", "-o", filepath.Join(dir, name), pkg)
+		cmd.Dir = repoRoot(t)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go build -tags failpoints %s: %s", pkg, out)
+	}
+	return filepath.Join(dir, "netns-pin")
 }
 
 var failpointHit = regexp.MustCompile(`failpoint\.Hit\("([^"]+)"\)`)
@@ -210,11 +212,11 @@ func (r result) String() string {
 	return fmt.Sprintf("exit %d: %s", r.rc, strings.TrimSpace(r.stderr+" "+r.stdout))
 }
 
-func (e *env) run(env []string, stdin []byte, failpoint string, args ...string) result {
+func (e *env) run(bin string, env []string, stdin []byte, failpoint string, args ...string) result {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e.bin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "NETNS_PIN_BOOT_ID_FILE=" + e.bootIDFile}, env...)
 	if failpoint != "" {
 		cmd.Env = append(cmd.Env, "NETNS_PIN_FAILPOINT="+failpoint)
@@ -225,7 +227,7 @@ func (e *env) run(env []string, stdin []byte, failpoint string, args ...string) 
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	require.NoError(e.t, ctx.Err(), "netns-pin %v timed out: %s", args, errb.String())
+	require.NoError(e.t, ctx.Err(), "%s %v timed out: %s", filepath.Base(bin), args, errb.String())
 	r := result{stdout: out.String(), stderr: errb.String()}
 	var exitErr *exec.ExitError
 	switch {
@@ -245,7 +247,7 @@ func (e *env) run(env []string, stdin []byte, failpoint string, args ...string) 
 			r.code, r.msg = cniErr.Code, cniErr.Msg
 		}
 	default:
-		require.NoError(e.t, err, "run netns-pin %v", args)
+		require.NoError(e.t, err, "run %s %v", filepath.Base(bin), args)
 	}
 	return r
 }
@@ -289,7 +291,7 @@ func (e *env) cni(c cniCall, failpoint string) result {
 		args := fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_UID=%s", c.podNS, c.podName, c.podUID)
 		vars = append(vars, "CNI_CONTAINERID="+c.containerID, "CNI_IFNAME="+ifName, "CNI_NETNS="+c.netnsPath, "CNI_ARGS="+args)
 	}
-	return e.run(vars, stdin, failpoint)
+	return e.run(e.bin, vars, stdin, failpoint)
 }
 
 func prevResult(netnsPath string, ips []string) map[string]any {
@@ -318,7 +320,7 @@ func (e *env) cliAt(pinDir, stateDir, failpoint string, args ...string) result {
 		sysfs, debugfs = e.blindRoots, e.blindRoots
 	}
 	argv := append([]string{"--pin-dir", pinDir, "--state-dir", stateDir, "--sysfs", sysfs, "--debugfs", debugfs}, args...)
-	return e.run(nil, nil, failpoint, argv...)
+	return e.run(filepath.Join(e.binDir, "netns-pinctl"), nil, nil, failpoint, argv...)
 }
 
 // makeNetns makes a named netns like a runtime does for a pod, with a veth

@@ -138,12 +138,16 @@ type driver struct {
 	// repaired: the current step ran an operation that repairs the store
 	// (takes its lock and repairs) to the end.
 	repaired bool
-	step     int
-	log      []string
-	ignore   map[string]bool
-	counts   map[string]int // invariant checks made
-	found    map[string]int // violations of ignored invariants
-	stepRuns map[string]int
+	// ctlRepaired: that operation was netns-pinctl's, whose repair also
+	// settles an abandoned record of this boot; the plugin's leaves it
+	// for netns-pinctl, which runs the chain's DEL first.
+	ctlRepaired bool
+	step        int
+	log         []string
+	ignore      map[string]bool
+	counts      map[string]int // invariant checks made
+	found       map[string]int // violations of ignored invariants
+	stepRuns    map[string]int
 }
 
 func (d *driver) logf(format string, args ...any) {
@@ -464,7 +468,7 @@ func (d *driver) randomStep() {
 
 func (d *driver) apply(rec stepRec, s stepDef) bool {
 	d.rng = rand.New(rand.NewPCG(rec.seed, uint64(len(rec.name))))
-	d.repaired = false
+	d.repaired, d.ctlRepaired = false, false
 	d.trace = append(d.trace, rec) // kept if the step breaks an invariant
 	if !s.run(d) {
 		d.trace = d.trace[:len(d.trace)-1]

@@ -99,11 +99,11 @@ var stepTable = []stepDef{
 		before := d.snapshot()
 		r := d.e.cli(d.e.pinDir, "", "--json", "list")
 		after := d.snapshot()
-		d.logf("netns-pin list -> %s", r)
+		d.logf("netns-pinctl list -> %s", r)
 		// list only looks: what needs settling is shown, not settled.
 		d.count("I4")
 		if after != before {
-			d.violation("I4", "netns-pin list changed the store:%s", before.diff(after))
+			d.violation("I4", "netns-pinctl list changed the store:%s", before.diff(after))
 			d.crashedAll() // only when the violation is ignored: let repair decide
 		}
 		if d.noStore(r) {
@@ -432,6 +432,9 @@ func (d *driver) gc(fp string) {
 			stale[h] = true
 		}
 	}
+	// The plugin leaves a teardown its runtime abandoned to the sweeper
+	// and netns-pinctl, which run the chain's DEL first: GC keeps it.
+	recs := d.records()
 	r := d.e.cni(cniCall{verb: "GC", valid: valid}, fp)
 	d.logf("GC valid=%v%s -> %s", names, fpNote(fp), r)
 	if r.killed {
@@ -445,6 +448,9 @@ func (d *driver) gc(fp string) {
 	}
 	d.repaired = true
 	for h := range stale {
+		if recs[h.att].Abandoned && h.pin == pinDraining && !h.uncertain {
+			continue
+		}
 		d.collected(h)
 	}
 }
@@ -511,7 +517,7 @@ func (d *driver) cliGC(fp string) {
 	}
 	var findings []struct{ Attachment, Action string }
 	if err := json.Unmarshal([]byte(r.stdout), &findings); err != nil {
-		d.violation("I5", "netns-pin gc --json printed no findings: %v: %s", err, r)
+		d.violation("I5", "netns-pinctl gc --json printed no findings: %v: %s", err, r)
 		return
 	}
 	got := map[string]string{}
@@ -520,7 +526,7 @@ func (d *driver) cliGC(fp string) {
 	}
 	for att, action := range want {
 		if got[att] != action {
-			d.violation("I5", "netns-pin gc reports %q for %s, want %q: %s", got[att], att, action, r)
+			d.violation("I5", "netns-pinctl gc reports %q for %s, want %q: %s", got[att], att, action, r)
 		}
 	}
 }
@@ -529,7 +535,7 @@ func (d *driver) cliGC(fp string) {
 // selects (gc: all; sweep: those the runtime forgot) and updates the model.
 func (d *driver) collectAll(fp string, argv []string, selects func(*holder) bool) result {
 	r := d.e.cli(d.e.pinDir, fp, argv...)
-	d.logf("netns-pin %s%s -> %s", strings.Join(argv, " "), fpNote(fp), r)
+	d.logf("netns-pinctl %s%s -> %s", strings.Join(argv, " "), fpNote(fp), r)
 	if d.noStore(r) {
 		return r
 	}
@@ -539,10 +545,10 @@ func (d *driver) collectAll(fp string, argv []string, selects func(*holder) bool
 	}
 	d.count("I5")
 	if r.rc != 0 {
-		d.violation("I5", "netns-pin %s failed: %s", strings.Join(argv, " "), r)
+		d.violation("I5", "netns-pinctl %s failed: %s", strings.Join(argv, " "), r)
 		return r
 	}
-	d.repaired = true
+	d.repaired, d.ctlRepaired = true, true
 	for _, h := range d.holders {
 		if (h.pin == pinDraining || h.pin == pinUnpinned) && !h.uncertain && selects(h) {
 			d.collected(h)
@@ -551,7 +557,7 @@ func (d *driver) collectAll(fp string, argv []string, selects func(*holder) bool
 	return r
 }
 
-// sweep runs one round of the node sweeper (`netns-pin sweep --once`): a
+// sweep runs one round of the node sweeper (`netns-pinctl sweep --once`): a
 // holder the runtime forgot (its netns file is gone) is released once
 // nothing uses it; everything else is left to the runtime and to GC.
 // Before the first pin there is no stateDir: the sweeper waits, and
@@ -559,22 +565,22 @@ func (d *driver) collectAll(fp string, argv []string, selects func(*holder) bool
 func (d *driver) sweep(fp string) {
 	if _, err := os.Stat(d.e.stateDir); err != nil {
 		r := d.e.cli(d.e.pinDir, fp, "sweep", "--once")
-		d.logf("netns-pin sweep --once (nothing pinned yet) -> %s", r)
+		d.logf("netns-pinctl sweep --once (nothing pinned yet) -> %s", r)
 		d.count("I5")
 		if r.rc != 0 && !r.killed {
-			d.violation("I5", "netns-pin sweep --once failed: %s", r)
+			d.violation("I5", "netns-pinctl sweep --once failed: %s", r)
 		}
 		return
 	}
 	d.collectAll(fp, []string{"sweep", "--once"}, func(h *holder) bool { return h.rt == rtGone })
 }
 
-// cliRelease runs `netns-pin release <attachment>` without --force: it
+// cliRelease runs `netns-pinctl release <attachment>` without --force: it
 // must refuse while the netns is in use and release it otherwise.
 func (d *driver) cliRelease(h *holder, fp string) {
 	prev := h.pin
 	r := d.e.cli(d.e.pinDir, fp, "release", h.att)
-	d.logf("netns-pin release %s (%s, in use by %v)%s -> %s", h.att, h, d.users(h), fpNote(fp), r)
+	d.logf("netns-pinctl release %s (%s, in use by %v)%s -> %s", h.att, h, d.users(h), fpNote(fp), r)
 	if d.noStore(r) {
 		return
 	}
@@ -583,7 +589,7 @@ func (d *driver) cliRelease(h *holder, fp string) {
 		d.dirty = true
 		return
 	}
-	d.repaired = true
+	d.repaired, d.ctlRepaired = true, true
 	d.count("I5")
 	switch {
 	case h.uncertain:
@@ -598,17 +604,17 @@ func (d *driver) cliRelease(h *holder, fp string) {
 	}
 }
 
-// cliForceRelease runs `netns-pin release <attachment> --force`, the
+// cliForceRelease runs `netns-pinctl release <attachment> --force`, the
 // operator's override: the pin goes even while clients use it, so the
 // model lets go of those clients too (the operator chose to cut them).
 // The links still move off first (I2) and nothing else changes.
 func (d *driver) cliForceRelease(h *holder) {
 	r := d.e.cli(d.e.pinDir, "", "release", h.att, "--force")
-	d.logf("netns-pin release %s --force (%s, in use by %v) -> %s", h.att, h, d.users(h), r)
+	d.logf("netns-pinctl release %s --force (%s, in use by %v) -> %s", h.att, h, d.users(h), r)
 	if d.noStore(r) {
 		return
 	}
-	d.repaired = true
+	d.repaired, d.ctlRepaired = true, true
 	d.count("I5")
 	if r.rc != 0 {
 		d.violation("I5", "release --force of %s failed: %s", h, r)
@@ -622,26 +628,26 @@ func (d *driver) cliForceRelease(h *holder) {
 	}
 }
 
-// cliGCDryRun runs `netns-pin gc --dry-run`: it says what gc would do and
+// cliGCDryRun runs `netns-pinctl gc --dry-run`: it says what gc would do and
 // changes nothing (I4), whatever state a crash left.
 func (d *driver) cliGCDryRun() {
 	before := d.snapshot()
 	r := d.e.cli(d.e.pinDir, "", "gc", "--dry-run")
-	d.logf("netns-pin gc --dry-run -> %s", r)
+	d.logf("netns-pinctl gc --dry-run -> %s", r)
 	d.count("I4")
 	if after := d.snapshot(); after != before {
-		d.violation("I4", "netns-pin gc --dry-run changed the store:%s", before.diff(after))
+		d.violation("I4", "netns-pinctl gc --dry-run changed the store:%s", before.diff(after))
 		d.crashedAll() // only when the violation is ignored: let repair decide
 	}
 	if d.noStore(r) {
 		return
 	}
 	if r.rc != 0 {
-		d.violation("I5", "netns-pin gc --dry-run failed: %s", r)
+		d.violation("I5", "netns-pinctl gc --dry-run failed: %s", r)
 	}
 }
 
-// cliUninstall runs `netns-pin uninstall` against a scratch CNI bin
+// cliUninstall runs `netns-pinctl uninstall` against a scratch CNI bin
 // folder: while anything is pinned it refuses (exit 1) and changes
 // nothing, its binary included (I4); with nothing pinned it runs with
 // --dry-run, which changes nothing either (the model keeps its folders).
@@ -666,21 +672,21 @@ func (d *driver) cliUninstall() {
 		d.violation("I4", "netns-pin %s removed the binary: %v (%s)", strings.Join(args, " "), err, r)
 	}
 	if pinned && (r.rc != 1 || !strings.Contains(r.stdout, "remains: ")) {
-		d.violation("I4", "netns-pin uninstall with pins did not refuse naming them: %s", r)
+		d.violation("I4", "netns-pinctl uninstall with pins did not refuse naming them: %s", r)
 	}
 }
 
-// cliInUse runs `netns-pin inuse <attachment>`: it must report references
+// cliInUse runs `netns-pinctl inuse <attachment>`: it must report references
 // exactly when the model has clients on the netns.
 func (d *driver) cliInUse(h *holder) {
 	before := d.snapshot()
 	r := d.e.cli(d.e.pinDir, "", "--json", "inuse", h.att)
 	after := d.snapshot()
-	d.logf("netns-pin inuse %s (%s, in use by %v) -> %s", h.att, h, d.users(h), r)
+	d.logf("netns-pinctl inuse %s (%s, in use by %v) -> %s", h.att, h, d.users(h), r)
 	// inuse only looks, as list does.
 	d.count("I4")
 	if after != before {
-		d.violation("I4", "netns-pin inuse changed the store:%s", before.diff(after))
+		d.violation("I4", "netns-pinctl inuse changed the store:%s", before.diff(after))
 		d.crashedAll() // only when the violation is ignored: let repair decide
 	}
 	if d.noStore(r) {
@@ -761,13 +767,15 @@ func (d *driver) recordUnreadable() bool {
 	}()
 	ops := []func() (string, result){
 		func() (string, result) { return "GC, nothing valid", d.e.cni(cniCall{verb: "GC"}, "") },
-		func() (string, result) { return "netns-pin gc", d.e.cli(d.e.pinDir, "", "gc") },
-		func() (string, result) { return "netns-pin sweep --once", d.e.cli(d.e.pinDir, "", "sweep", "--once") },
+		func() (string, result) { return "netns-pinctl gc", d.e.cli(d.e.pinDir, "", "gc") },
+		func() (string, result) {
+			return "netns-pinctl sweep --once", d.e.cli(d.e.pinDir, "", "sweep", "--once")
+		},
 	}
 	if others := d.filter(func(o *holder) bool { return o != h && o.pin != pinNone }); len(others) > 0 {
 		o := pick(d, others)
 		ops = append(ops, func() (string, result) {
-			return "netns-pin release " + o.att, d.e.cli(d.e.pinDir, "", "release", o.att)
+			return "netns-pinctl release " + o.att, d.e.cli(d.e.pinDir, "", "release", o.att)
 		})
 	}
 	for _, op := range ops {
@@ -855,7 +863,7 @@ func (d *driver) orphanRelease() bool {
 		args = append(args, "--force")
 	}
 	r := d.e.cli(d.e.pinDir, "", args...)
-	d.repaired = true // the command's repair settles unpinned records too
+	d.repaired, d.ctlRepaired = true, true // the command's repair settles unpinned records too
 	_, ownerErr := os.Stat(owner)
 	d.logf("pin %s without a record (pinDir owned: %v, used by a process: %v), netns-pin %s -> %s", name, ownerErr == nil, p != nil, strings.Join(args, " "), r)
 	d.count("I5")
@@ -873,7 +881,7 @@ func (d *driver) orphanRelease() bool {
 	}
 	if kept {
 		r = d.e.cli(d.e.pinDir, "", "release", name)
-		d.logf("netns-pin release %s (nothing uses it now) -> %s", name, r)
+		d.logf("netns-pinctl release %s (nothing uses it now) -> %s", name, r)
 		if d.mounts().pinned(pin, id) {
 			d.violation("I5", "pin %s without a record was kept although nothing uses it any more: %s", name, r)
 			unmountAll(d.t, pin)

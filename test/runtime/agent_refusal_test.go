@@ -150,7 +150,7 @@ func TestAgentWithoutListRBACIsNotReady(t *testing.T) {
 		require.True(t, host.Poll(10*time.Second, 100*time.Millisecond, func() bool {
 			st, _ = os.ReadFile(filepath.Join(status, agent.StatusFile))
 			return strings.Contains(string(st), `"list pods: `)
-		}), "the status file names the refused verb for netns-pin check: %s", st)
+		}), "the status file names the refused verb for netns-pinctl check: %s", st)
 		// Its Event on the Node cannot be posted either: that is said too.
 		assert.Contains(t, string(st), `"create events: `)
 	})

@@ -198,14 +198,14 @@ func (s *suite) startAgent(t *testing.T, sn *storageNet, node string) *nodeAgent
 	return a
 }
 
-// startSweeper runs `netns-pin sweep` on the network as the installer
+// startSweeper runs `netns-pinctl sweep` on the network as the installer
 // DaemonSet's sweep container runs it (there every 10 s; here every 100 ms),
 // until the test ends.
 func (s *suite) startSweeper(t *testing.T, sn *storageNet) {
 	t.Helper()
 	nad := filepath.Join(sn.dir, "sweep-nad.json")
 	require.NoError(t, os.WriteFile(nad, sn.conflist, 0o644))
-	sweeper := exec.Command(s.pinBin, "--conf", nad, "sweep", "--interval", "100ms")
+	sweeper := exec.Command(s.ctl, "--conf", nad, "sweep", "--interval", "100ms")
 	require.NoError(t, sweeper.Start())
 	done := make(chan error, 1)
 	go func() { done <- sweeper.Wait() }()

@@ -341,7 +341,7 @@ func (k *kubeAPI) putNAD(ns, name string, conflist []byte) error {
 }
 
 // nadJSON returns the NetworkAttachmentDefinition as the API server has
-// it, in JSON: the form conf.PluginEntry and `netns-pin --conf` read.
+// it, in JSON: the form conf.PluginEntry and `netns-pinctl --conf` read.
 func (k *kubeAPI) nadJSON(ns, name string) ([]byte, error) {
 	r := k.kubectl(nil, "-n", ns, "get", "network-attachment-definitions.k8s.cni.cncf.io", name, "-o", "json")
 	if r.Err != nil {

@@ -57,6 +57,7 @@ type suite struct {
 	cniConf      string
 	cgroupParent string
 	pinBin       string   // the netns-pin binary the runtime runs (through cni/bin)
+	ctl          string   // netns-pinctl, the operator's commands and the sweeper
 	calls        string   // what the runtime and Multus ran netns-pin for (installCallLog)
 	runtimeLog   string   // crio.log (CRI-O)
 	api          *kubeAPI // shared by the runtimes
@@ -167,6 +168,9 @@ func newSuite(rt string) (*suite, error) {
 	s.pinBin = filepath.Join(cniPath, "netns-pin")
 	if _, err := os.Stat(s.pinBin); err != nil {
 		return nil, fmt.Errorf("%s is missing: run `make build` (hack/tools.sh plugin) or set NETNS_PIN_CNI_PATH", s.pinBin)
+	}
+	if s.ctl, err = host.DiscoverCtl(repo); err != nil {
+		return nil, err
 	}
 	reapStale()
 	if d := os.Getenv("NETNS_PIN_RUNTIME_DIR"); d != "" {

@@ -143,21 +143,21 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 		assert.Contains(t, runtimeError(res), ce.Msg, "the runtime passes netns-pin's message on")
 		assert.Contains(t, ce.Details, "csi-vol-0000")
 
-		// `netns-pin inuse <cluster>` shows the same reference to the operator.
+		// `netns-pinctl inuse <cluster>` shows the same reference to the operator.
 		nad := filepath.Join(sn.dir, "nad.json")
 		nadJSON, err := s.api.nadJSON(nadNamespace, sn.name)
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(nad, nadJSON, 0o644))
-		r = host.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "inuse", cluster)
-		require.NoError(t, r.Err, "netns-pin inuse:\n%s", r)
+		r = host.RunCmd(cmdTimeout, nil, nil, s.ctl, "--conf", nad, "inuse", cluster)
+		require.NoError(t, r.Err, "netns-pinctl inuse:\n%s", r)
 		assert.Contains(t, r.Stdout, "csi-vol-0000")
 		assert.Contains(t, r.Stdout, holder.storageIP)
-		t.Logf("netns-pin inuse %s:\n%s", cluster, r.Stdout)
-		r = host.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "list")
-		require.NoError(t, r.Err, "netns-pin list:\n%s", r)
+		t.Logf("netns-pinctl inuse %s:\n%s", cluster, r.Stdout)
+		r = host.RunCmd(cmdTimeout, nil, nil, s.ctl, "--conf", nad, "list")
+		require.NoError(t, r.Err, "netns-pinctl list:\n%s", r)
 		assert.Contains(t, r.Stdout, holder.id+"."+storageIfName)
 		assert.Contains(t, r.Stdout, "draining")
-		t.Logf("netns-pin list:\n%s", r.Stdout)
+		t.Logf("netns-pinctl list:\n%s", r.Stdout)
 
 		// A retry while still referenced fails the same way.
 		res = holder.stop()

@@ -429,8 +429,8 @@ func TestThickMultusSweeperFinishes(t *testing.T) {
 	nad := filepath.Join(sn.dir, "nad.json")
 	require.NoError(t, os.WriteFile(nad, sn.conflist, 0o644))
 	sweep := func() {
-		r := host.RunCmd(cmdTimeout, nil, nil, s.pinBin, "--conf", nad, "sweep", "--once")
-		require.NoError(t, r.Err, "netns-pin sweep --once:\n%s", r)
+		r := host.RunCmd(cmdTimeout, nil, nil, s.ctl, "--conf", nad, "sweep", "--once")
+		require.NoError(t, r.Err, "netns-pinctl sweep --once:\n%s", r)
 	}
 	sweep()
 	sn.requirePinned(t, holder, cluster, "draining")

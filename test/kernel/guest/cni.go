@@ -124,9 +124,9 @@ func newChainOn(s *S, cluster string, pin bool, first netip.Addr, bridge, subnet
 // link is the cluster's well-known path (netNamespaceFilePath for ceph-csi).
 func (ch *chain) link() string { return filepath.Join(ch.pinDir, clusterNS, ch.cluster+".net") }
 
-// netnsPin runs the netns-pin CLI against this chain's folders.
+// netnsPin runs netns-pinctl against this chain's folders.
 func (ch *chain) netnsPin(args ...string) host.CmdResult {
-	return host.RunCmd(cmdTimeout, nil, nil, "/np/netns-pin", append([]string{"--conf", ch.confPath}, args...)...)
+	return host.RunCmd(cmdTimeout, nil, nil, "/np/netns-pinctl", append([]string{"--conf", ch.confPath}, args...)...)
 }
 
 // holder is one pod sandbox on a chain, in a netns made by `ip netns add`.

@@ -17,12 +17,13 @@ import (
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/human"
+	"github.com/netns-pin/netns-pin/internal/pinstore"
 	"github.com/netns-pin/netns-pin/inuse"
 	"github.com/netns-pin/netns-pin/netnsstore"
 	"github.com/netns-pin/netns-pin/nodecheck"
 )
 
-const cliUsage = `usage: netns-pin [flags] <command> [args] [flags]
+const cliUsage = `usage: netns-pinctl [flags] <command> [args] [flags]
 
 commands:
   list                          pinned netns, their state, age and why they are held
@@ -40,9 +41,10 @@ commands:
                                 pins, in-use roots, ceph-csi's paths, the csi
                                 plugins' view, the sweeper (exit 0/1/2)
   version                       print the version and the commit
-  install --cni-bin-dir DIR     copy netns-pin and netns-pin-* beside it into
-                                the CNI bin folder, atomically (the installer)
-  host-exec -- PROGRAM [ARGS]   exec PROGRAM in the host's mount namespace
+  install --cni-bin-dir DIR     copy the CNI plugin (netns-pin) beside this
+                                binary into the CNI bin folder, atomically
+  host-exec -- COMMAND [ARGS]   run netns-pinctl COMMAND in the host's mount
+                                namespace (from the installer's container)
   uninstall --cni-bin-dir DIR [--dry-run]
                                 remove netns-pin from this node (binaries,
                                 pinDir, stateDir, logFile) once no record,
@@ -52,13 +54,12 @@ commands:
 flags:
 `
 
-// runCLI is the operator's command line (the binary run without
-// CNI_COMMAND). Output is for people unless --json. Flags go before or
-// after the command, as people type them: `netns-pin list --json` lists
+// runCLI is the operator's command line. Output is for people unless --json. Flags go before or
+// after the command, as people type them: `netns-pinctl list --json` lists
 // as JSON, and no flag is ever ignored.
 func runCLI(argv []string, stdout, stderr io.Writer) int {
 	var g globalFlags
-	fs := flag.NewFlagSet("netns-pin", flag.ContinueOnError)
+	fs := flag.NewFlagSet("netns-pinctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	g.define(fs)
 	fs.Usage = func() { fmt.Fprint(stderr, cliUsage); fs.PrintDefaults() }
@@ -71,18 +72,18 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	if g.json && !jsonCommands[cmd] {
-		fmt.Fprintf(stderr, "netns-pin: --json: %s prints no JSON (list, inuse, gc, check and uninstall do)\n", cmd)
+		fmt.Fprintf(stderr, "netns-pinctl: --json: %s prints no JSON (list, inuse, gc, check and uninstall do)\n", cmd)
 		return 2
 	}
 	if cmd == "version" {
 		if len(rest) > 0 {
-			fmt.Fprintln(stderr, "usage: netns-pin version")
+			fmt.Fprintln(stderr, "usage: netns-pinctl version")
 			return 2
 		}
-		fmt.Fprintf(stdout, "%s\nCNI versions: %s\n", versionLine(), strings.Join(supportedVersions.SupportedVersions(), ", "))
+		fmt.Fprintln(stdout, versionLine())
 		return 0
 	}
-	if run, ok := standaloneCommands[cmd]; ok {
+	if run := standaloneCommand(cmd); run != nil {
 		return run(&g, rest, stdout, stderr)
 	}
 	cf, ok := parseCommand(cmd, rest, &g, stderr)
@@ -90,19 +91,19 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if g.json && !jsonCommands[cmd] {
-		fmt.Fprintf(stderr, "netns-pin: --json: %s prints no JSON (list, inuse, gc, check and uninstall do)\n", cmd)
+		fmt.Fprintf(stderr, "netns-pinctl: --json: %s prints no JSON (list, inuse, gc, check and uninstall do)\n", cmd)
 		return 2
 	}
 	c, err := conf.LoadFile(g.conf, g.paths)
 	if err != nil {
-		fmt.Fprintln(stderr, "netns-pin:", err)
+		fmt.Fprintln(stderr, "netns-pinctl:", err)
 		return 1
 	}
 	switch cmd {
 	case "sweep":
 		if cf.metrics != "" {
 			// The node's metrics are the node agent's, which needs no privilege.
-			fmt.Fprintln(stderr, "netns-pin: --metrics-address: the node's metrics are served by netns-pin-agent (deploy/agent-daemonset.yaml), not by the sweeper; drop the flag")
+			fmt.Fprintln(stderr, "netns-pinctl: --metrics-address: the node's metrics are served by netns-pin-agent (deploy/agent-daemonset.yaml), not by the sweeper; drop the flag")
 			return 2
 		}
 		// Without a network's configuration or folders, every store the
@@ -117,18 +118,18 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 	// Never create the folders from the command line: no stateDir means
 	// nothing was ever pinned with this configuration.
 	if _, err := os.Stat(c.StateDir); err != nil {
-		fmt.Fprintf(stderr, "netns-pin: nothing pinned here: %v (wrong --state-dir or --conf?)\n", err)
+		fmt.Fprintf(stderr, "netns-pinctl: nothing pinned here: %v (wrong --state-dir or --conf?)\n", err)
 		return 1
 	}
-	limitMemory()
+	pinstore.LimitMemory()
 	// What a command changes (a repair, a release, a forced release, an
 	// abandoned teardown it finishes) goes to the network's log like the
 	// plugin's own changes: the node keeps one account of its pins.
-	log, closeLog := newLogger(c, "component", "cli", "command", cmd)
+	log, closeLog := pinstore.NewLogger(c, "component", "cli", "command", cmd)
 	defer closeLog()
-	s, err := openStore(c, log, actorOf(cmd))
+	s, err := openStore(c, log, pinstore.ActorOf(cmd))
 	if err != nil {
-		fmt.Fprintln(stderr, "netns-pin:", err)
+		fmt.Fprintln(stderr, "netns-pinctl:", err)
 		return 1
 	}
 	defer s.Close()
@@ -183,13 +184,13 @@ type commandFlags struct {
 
 // commandUsage is each command's synopsis, printed when it is misused.
 var commandUsage = map[string]string{
-	"list":      "netns-pin list",
-	"inuse":     "netns-pin inuse <cluster (namespace/name) | attachment>",
-	"gc":        "netns-pin gc [--dry-run]",
-	"release":   "netns-pin release <attachment> [--force]",
-	"sweep":     "netns-pin sweep [--interval 10s | --once] [--metrics-address HOST:PORT]",
-	"check":     "netns-pin check [--ceph-csi-config FILE] [--csi-pid PID]... [--csi-container ID]...",
-	"uninstall": "netns-pin uninstall --cni-bin-dir DIR [--dry-run] [--cache-dir DIR]...",
+	"list":      "netns-pinctl list",
+	"inuse":     "netns-pinctl inuse <cluster (namespace/name) | attachment>",
+	"gc":        "netns-pinctl gc [--dry-run]",
+	"release":   "netns-pinctl release <attachment> [--force]",
+	"sweep":     "netns-pinctl sweep [--interval 10s | --once] [--metrics-address HOST:PORT]",
+	"check":     "netns-pinctl check [--ceph-csi-config FILE] [--csi-pid PID]... [--csi-container ID]...",
+	"uninstall": "netns-pinctl uninstall --cni-bin-dir DIR [--dry-run] [--cache-dir DIR]...",
 }
 
 // parseCommand reads the command's flags and arguments in any order, with
@@ -266,12 +267,12 @@ func parseCommand(cmd string, rest []string, g *globalFlags, stderr io.Writer) (
 // reportCLIError prints a failed command's error, with a hint where one
 // helps.
 func reportCLIError(stderr io.Writer, err error) {
-	fmt.Fprintln(stderr, "netns-pin:", err)
+	fmt.Fprintln(stderr, "netns-pinctl:", err)
 	switch {
 	case errors.Is(err, netnsstore.ErrOtherPinDir):
-		fmt.Fprintln(stderr, "netns-pin: give the --pin-dir of those records, or --conf with the network's configuration")
+		fmt.Fprintln(stderr, "netns-pinctl: give the --pin-dir of those records, or --conf with the network's configuration")
 	case errors.Is(err, netnsstore.ErrOtherStateDir):
-		fmt.Fprintln(stderr, "netns-pin: give the --state-dir of those pins, or --conf with the network's configuration")
+		fmt.Fprintln(stderr, "netns-pinctl: give the --state-dir of those pins, or --conf with the network's configuration")
 	}
 }
 
@@ -367,7 +368,7 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 	// asked to go, which is not the same as "nothing holds it".
 	fmt.Fprintln(tw, "CLUSTER\tATTACHMENT\tPOD\tSTATE\tAGE\tNETNS\tIPS\tHELD AT LAST DEL")
 	for _, r := range rs {
-		held := "not asked yet (netns-pin inuse checks now)"
+		held := "not asked yet (netns-pinctl inuse checks now)"
 		if r.State != "active" {
 			held = "-"
 		}
@@ -447,7 +448,7 @@ func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJ
 		reports = append(reports, inUseReport{r.Attachment, r.Cluster, r.PodNS + "/" + r.PodName, r.State, settlesNote(snap, r), refs})
 	}
 	if len(reports) == 0 {
-		return fmt.Errorf("no pinned attachment or cluster %q (see netns-pin list)", what)
+		return fmt.Errorf("no pinned attachment or cluster %q (see netns-pinctl list)", what)
 	}
 	if asJSON {
 		return json.NewEncoder(w).Encode(reports)
@@ -509,7 +510,7 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 		case err != nil:
 			return err
 		case r == nil:
-			return fmt.Errorf("no pinned attachment %q (see netns-pin list)", attachment)
+			return fmt.Errorf("no pinned attachment %q (see netns-pinctl list)", attachment)
 		}
 		if r.Cluster == "" {
 			fmt.Fprintf(w, "released %s (a pin without a record)\n", attachment)
@@ -545,7 +546,7 @@ func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bo
 	return released(r, err)
 }
 
-// runCheck is `netns-pin check`: exit 0 when the node is set up right, 1
+// runCheck is `netns-pinctl check`: exit 0 when the node is set up right, 1
 // when something is wrong, 2 when something could not be looked at.
 func runCheck(c *conf.Config, cf commandFlags, asJSON bool, stdout, stderr io.Writer) int {
 	rep := nodecheck.Run(nodecheck.Options{
@@ -563,7 +564,7 @@ func runCheck(c *conf.Config, cf commandFlags, asJSON bool, stdout, stderr io.Wr
 		err = rep.WriteTable(stdout)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "netns-pin:", err)
+		fmt.Fprintln(stderr, "netns-pinctl:", err)
 		return nodecheck.ExitUnknown
 	}
 	return rep.ExitCode()

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
-	"github.com/netns-pin/netns-pin/internal/smallfile"
+	"github.com/netns-pin/netns-pin/internal/pinstore"
 	"github.com/netns-pin/netns-pin/netnsstore"
 	"github.com/netns-pin/netns-pin/nodecheck"
 )
@@ -51,7 +51,7 @@ type uninstallReport struct {
 	Remains []remain `json:"remains"`
 }
 
-// runUninstall is `netns-pin uninstall --cni-bin-dir DIR [--dry-run]`:
+// runUninstall is `netns-pinctl uninstall --cni-bin-dir DIR [--dry-run]`:
 // the installer's clean removal (docs/operating.md, "Removing
 // netns-pin"). Under the store's lock it looks for what still needs
 // netns-pin on this node: records, pins, and the CNI result caches of
@@ -66,7 +66,7 @@ func runUninstall(c *conf.Config, cf commandFlags, jsonOut bool, stdout, stderr 
 	}
 	rep, err := uninstall(c, cf.cniBinDir, cf.dryRun)
 	if err != nil {
-		fmt.Fprintln(stderr, "netns-pin uninstall:", err)
+		fmt.Fprintln(stderr, "netns-pinctl uninstall:", err)
 		return 1
 	}
 	if jsonOut {
@@ -77,11 +77,11 @@ func runUninstall(c *conf.Config, cf commandFlags, jsonOut bool, stdout, stderr 
 	}
 	if len(rep.Remains) > 0 {
 		if !jsonOut {
-			fmt.Fprintf(stderr, "netns-pin uninstall: refused: %d thing(s) on this node still need netns-pin (above); "+
+			fmt.Fprintf(stderr, "netns-pinctl uninstall: refused: %d thing(s) on this node still need netns-pin (above); "+
 				"remove it from the NetworkAttachmentDefinitions, wait until these pods are gone, then run it again (docs/operating.md, \"Removing netns-pin\")\n",
 				len(rep.Remains))
 			if slices.ContainsFunc(rep.Remains, func(r remain) bool { return r.Kind == "finalizer" }) {
-				fmt.Fprintf(stderr, "netns-pin uninstall: pods of this node carried the finalizer %s at the node agent's last pass: "+
+				fmt.Fprintf(stderr, "netns-pinctl uninstall: pods of this node carried the finalizer %s at the node agent's last pass: "+
 					"take it out of their template (or delete the holder DaemonSet) and wait, with the agent still running, until they are gone; "+
 					"the agent lets them go and its next pass drops them from its status. "+
 					"If the agent is already gone: put it back, or check with kubectl that none of them is left and remove its status file\n",
@@ -206,7 +206,7 @@ func remains(c *conf.Config) ([]remain, error) {
 			PodNS   string `json:"podNamespace"`
 			PodName string `json:"podName"`
 		}
-		if data, err := smallfile.ReadPath(r.Path, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
+		if data, err := pinstore.ReadFile(r.Path, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
 			r.Pod = rec.PodNS + "/" + rec.PodName
 		}
 		out = append(out, r)
@@ -333,7 +333,7 @@ func cachedAttachments(dir string) ([]remain, error) {
 
 // cacheJSON reads and decodes a cache entry; false when it cannot.
 func cacheJSON(path string) ([]byte, any, bool) {
-	data, err := smallfile.ReadPath(path, maxCacheEntry)
+	data, err := pinstore.ReadFile(path, pinstore.MaxCacheEntry)
 	var v any
 	ok := err == nil && json.Unmarshal(data, &v) == nil
 	return data, v, ok

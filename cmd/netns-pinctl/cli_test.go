@@ -49,7 +49,7 @@ func TestCLIListInUseReleaseGC(t *testing.T) {
 	assert.Regexp(t, `(?m)^CLUSTER\s+ATTACHMENT\s+POD\s+STATE\s+AGE`, out)
 	assert.Regexp(t, `(?m)^rook-ceph/my-cluster\s+c1\.net1\s+rook-ceph/csi-holder-a\s+active\s+\d+s`, out)
 	assert.Contains(t, out, "HELD AT LAST DEL")
-	assert.Contains(t, out, "not asked yet (netns-pin inuse checks now)", "an active pin is not shown as held by nothing")
+	assert.Contains(t, out, "not asked yet (netns-pinctl inuse checks now)", "an active pin is not shown as held by nothing")
 
 	out, _, code = runCLIT(t, append(flags, "inuse", "rook-ceph/my-cluster")...)
 	require.Equal(t, 0, code)
@@ -127,10 +127,11 @@ func TestCLIUsageErrors(t *testing.T) {
 	assert.Contains(t, errOut, "/nonexistent/conf")
 	out, _, code := runCLIT(t, "version")
 	assert.Equal(t, 0, code)
-	assert.Contains(t, out, "1.1.0")
+	assert.Equal(t, versionLine()+"\n", out)
+	assert.Regexp(t, `^netns-pinctl \S+`, out, "its name and version")
 	_, errOut, code = runCLIT(t, "version", "--json")
 	assert.Equal(t, 2, code, "no flag is ignored")
-	assert.Contains(t, errOut, "usage: netns-pin version")
+	assert.Contains(t, errOut, "usage: netns-pinctl version")
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -169,14 +170,13 @@ func TestCLIFlagsAnywhereAndNoneIgnored(t *testing.T) {
 	} {
 		_, errOut, code := runCLIT(t, append(flags, args...)...)
 		assert.Equal(t, 2, code, "%v", args)
-		assert.Contains(t, errOut, "usage: netns-pin "+args[0], "%v", args)
+		assert.Contains(t, errOut, "usage: netns-pinctl "+args[0], "%v", args)
 	}
-	// A flag the command does not use is refused (at 3819815 release and
-	// version took --json and ignored it).
+	// A flag the command does not use is refused, never ignored.
 	for _, args := range [][]string{{"release", "c1.net1", "--json"}, {"--json", "release", "c1.net1"}, {"--json", "version"}, {"version", "--json"}, {"sweep", "--once", "--json"}} {
 		_, errOut, code := runCLIT(t, append(flags, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, errOut)
-		assert.Regexp(t, `--json: \w+ prints no JSON|usage: netns-pin version`, errOut, "%v", args)
+		assert.Regexp(t, `--json: \w+ prints no JSON|usage: netns-pinctl version`, errOut, "%v", args)
 	}
 	assert.FileExists(t, filepath.Join(s.PinDir, "pins/c1.net1"), "nothing was released")
 }

@@ -10,17 +10,18 @@ import (
 	"time"
 
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/internal/pinstore"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
-// runSweep is `netns-pin sweep`: the node's sweeper, a round every
+// runSweep is `netns-pinctl sweep`: the node's sweeper, a round every
 // interval until SIGTERM or SIGINT. Each round finishes the teardowns that
 // runtimes abandoned (netnsstore.Store.FinishAbandoned); what it does is
 // logged as JSON lines (stderr or logFile), and its status is written to
-// stateDir for `netns-pin check`. On a node where nothing was pinned yet it
+// stateDir for `netns-pinctl check`. On a node where nothing was pinned yet it
 // waits for the stateDir rather than create it.
 func runSweep(c *conf.Config, interval time.Duration, once, all bool) int {
-	log, closeLog := newLogger(c, "component", "sweep")
+	log, closeLog := pinstore.NewLogger(c, "component", "sweep")
 	defer closeLog()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -1,4 +1,4 @@
-package main
+package pinstore
 
 import (
 	"net/netip"

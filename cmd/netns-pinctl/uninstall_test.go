@@ -78,7 +78,7 @@ func (n *uninstallNode) run(args ...string) (int, string, string) {
 
 const pinChain = `{"cniVersion":"1.0.0","name":"ceph-public","plugins":[{"type":"macvlan"},{"type":"netns-pin","cniArgsNamespaces":["rook-ceph"]}]}`
 
-// netns-pin uninstall on real files: while a record, a pin or a cached
+// netns-pinctl uninstall on real files: while a record, a pin or a cached
 // attachment through netns-pin remains (a holder, a pod attached before
 // the NetworkAttachmentDefinition dropped netns-pin, whose DEL still runs
 // it), it removes nothing and names each; --dry-run says the same; once
@@ -163,7 +163,7 @@ func TestUninstallLogFileAndUsage(t *testing.T) {
 	out.Reset()
 	errOut.Reset()
 	assert.Equal(t, 2, runCLI([]string{"uninstall"}, &out, &errOut))
-	assert.Contains(t, errOut.String(), "usage: netns-pin uninstall --cni-bin-dir DIR")
+	assert.Contains(t, errOut.String(), "usage: netns-pinctl uninstall --cni-bin-dir DIR")
 }
 
 // The node agent's status names pods of the node that carry the finalizer

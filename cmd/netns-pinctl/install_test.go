@@ -24,13 +24,14 @@ func buildBinaries(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	goBin, err := exec.LookPath("go")
-	require.NoError(t, err, "the test builds the plugin with the go tool")
-	cmd := exec.Command(goBin, "build", "-o", filepath.Join(dir, "netns-pin"), ".")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "netns-pin-agent"), []byte("agent v2"), 0o755))
+	require.NoError(t, err, "the test builds both binaries with the go tool")
+	for name, pkg := range map[string]string{"netns-pinctl": ".", "netns-pin": "../../plugin"} {
+		cmd := exec.Command(goBin, "build", "-buildvcs=false", "-o", filepath.Join(dir, name), pkg)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go build %s: %s", pkg, out)
+	}
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "other-plugin"), []byte("not ours"), 0o755))
-	return filepath.Join(dir, "netns-pin")
+	return filepath.Join(dir, "netns-pinctl")
 }
 
 // The installer's copy on real files: an old binary is replaced whole,
@@ -39,13 +40,13 @@ func buildBinaries(t *testing.T) string {
 // one, fails with the reason and leaves the old binary.
 func TestInstall(t *testing.T) {
 	bin := buildBinaries(t)
-	want, err := os.ReadFile(bin)
+	want, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "netns-pin"))
 	require.NoError(t, err)
 
 	target := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(target, "netns-pin"), []byte("old binary"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(target, "bridge"), []byte("bridge"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(target, "netns-pin-agent"), []byte("an earlier build's sweeper helper"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(target, "netns-pin-agent"), []byte("the first image's agent copy"), 0o755))
 	r := host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", target, "--json")
 	require.NoError(t, r.Err, "%s", r)
 	var rep installReport
@@ -58,7 +59,7 @@ func TestInstall(t *testing.T) {
 
 	got, err := os.ReadFile(filepath.Join(target, "netns-pin"))
 	require.NoError(t, err)
-	assert.True(t, bytes.Equal(want, got), "the installed netns-pin is the binary")
+	assert.True(t, bytes.Equal(want, got), "the installed netns-pin is the plugin beside netns-pinctl")
 	fi, err := os.Stat(filepath.Join(target, "netns-pin"))
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
@@ -68,7 +69,7 @@ func TestInstall(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	assert.Equal(t, []string{"bridge", "netns-pin"}, names, "no temporary file, nothing else copied, the old netns-pin-agent removed")
+	assert.Equal(t, []string{"bridge", "netns-pin"}, names, "no temporary file, nothing else copied (netns-pinctl stays in the image), the old netns-pin-agent removed")
 
 	// The human line names the version and what was installed.
 	r = host.RunCmd(time.Minute, nil, nil, bin, "install", "--cni-bin-dir", target)
@@ -94,7 +95,7 @@ func TestInstall(t *testing.T) {
 
 	r = host.RunCmd(time.Minute, nil, nil, bin, "install")
 	assert.Error(t, r.Err)
-	assert.Contains(t, r.Stderr, "usage: netns-pin install --cni-bin-dir DIR")
+	assert.Contains(t, r.Stderr, "usage: netns-pinctl install --cni-bin-dir DIR")
 	r = host.RunCmd(time.Minute, nil, nil, bin, "--state-dir", "/x", "install", "--cni-bin-dir", target)
 	assert.Error(t, r.Err)
 	assert.Contains(t, r.Stderr, "reads no network configuration", "no flag is ignored")
@@ -117,33 +118,40 @@ func readOnlyDir(t *testing.T) string {
 	return dir
 }
 
-// host-exec runs the program in the host's mount namespace, also from a
-// process in a mount namespace of its own, as the sweep container is
-// (root: unshare --mount).
+// host-exec runs a netns-pinctl command in the host's mount namespace,
+// also from a process in a mount namespace of its own, as the sweep
+// container is (root: unshare --mount). There a tmpfs hides the store's
+// records: list run directly sees none, list through host-exec sees the
+// host's.
 func TestHostExec(t *testing.T) {
 	require.Equal(t, 0, os.Geteuid(), "needs root: a mount namespace of its own")
 	_, same, err := nsinfo.HostMountNS()
 	require.NoError(t, err)
 	require.True(t, same, "this test runs in the host's mount namespace")
-	hostNS, err := os.Readlink("/proc/self/ns/mnt")
-	require.NoError(t, err)
+	s, flags := cliStore(t)
 	bin := buildBinaries(t)
+	list := strings.Join(append(flags, "list"), " ")
+	hidden := func(cmd string) host.CmdResult {
+		return host.RunCmd(time.Minute, nil, nil, "unshare", "--mount", "--propagation", "private", "sh", "-c",
+			"mount -t tmpfs none "+s.StateDir+" && exec "+cmd)
+	}
 
-	r := host.RunCmd(time.Minute, nil, nil, "unshare", "--mount", "--propagation", "private", "readlink", "/proc/self/ns/mnt")
+	r := hidden(bin + " " + list)
+	assert.NotContains(t, r.Stdout+r.Stderr, "c1.net1", "the tmpfs hides the records from a direct run")
+	r = hidden(bin + " host-exec -- " + list)
 	require.NoError(t, r.Err, "%s", r)
-	require.NotEqual(t, hostNS, strings.TrimSpace(r.Stdout), "unshare --mount gives another mount namespace")
+	assert.Contains(t, r.Stdout, "c1.net1", "host-exec sees the host's store")
+	r = host.RunCmd(time.Minute, nil, nil, bin, append([]string{"host-exec", "--"}, append(flags, "list")...)...)
+	require.NoError(t, r.Err, "%s", r)
+	assert.Contains(t, r.Stdout, "c1.net1", "already there: exec'd as it is")
 
-	r = host.RunCmd(time.Minute, nil, nil, "unshare", "--mount", "--propagation", "private", bin, "host-exec", "--", "/usr/bin/readlink", "/proc/self/ns/mnt")
-	require.NoError(t, r.Err, "%s", r)
-	assert.Equal(t, hostNS, strings.TrimSpace(r.Stdout))
-	r = host.RunCmd(time.Minute, nil, nil, bin, "host-exec", "/usr/bin/readlink", "/proc/self/ns/mnt")
-	require.NoError(t, r.Err, "%s", r)
-	assert.Equal(t, hostNS, strings.TrimSpace(r.Stdout), "already there: exec'd as it is")
-
-	r = host.RunCmd(time.Minute, nil, nil, "unshare", "--mount", "--propagation", "private", bin, "host-exec", "--", "/nonexistent/program")
+	r = hidden(bin + " host-exec -- bogus")
 	assert.Error(t, r.Err)
-	assert.Contains(t, r.Stderr, "netns-pin host-exec /nonexistent/program: no such file or directory")
+	assert.Contains(t, r.Stderr, "usage: netns-pinctl")
 	r = host.RunCmd(time.Minute, nil, nil, bin, "host-exec")
 	assert.Error(t, r.Err)
-	assert.Contains(t, r.Stderr, "usage: netns-pin host-exec")
+	assert.Contains(t, r.Stderr, "usage: netns-pinctl host-exec")
+	r = host.RunCmd(time.Minute, nil, nil, bin, "host-exec", "host-exec", "list")
+	assert.Error(t, r.Err)
+	assert.Contains(t, r.Stderr, "usage: netns-pinctl host-exec", "no host-exec of host-exec")
 }

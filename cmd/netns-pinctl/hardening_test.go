@@ -15,54 +15,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
-
-// TestLogFileNeverFollowsASymlink: a symlink planted as logFile (its
-// default directory, /var/log, is group-writable on Debian) makes the log
-// go to stderr, and its target is not written; a FIFO or a directory is
-// refused at once, naming it. (At 3819815 logFile was opened
-// O_APPEND|O_CREATE through symlinks: root appended to the target, and a
-// FIFO without a reader blocked the open, so every ADD and DEL hung.)
-func TestLogFileNeverFollowsASymlink(t *testing.T) {
-	dir := t.TempDir()
-	target := filepath.Join(dir, "target")
-	require.NoError(t, os.WriteFile(target, []byte("keep\n"), 0o600))
-	link := filepath.Join(dir, "link")
-	require.NoError(t, os.Symlink(target, link))
-	fifo := filepath.Join(dir, "fifo")
-	require.NoError(t, unix.Mkfifo(fifo, 0o600))
-	sub := filepath.Join(dir, "dir")
-	require.NoError(t, os.Mkdir(sub, 0o700))
-
-	for path, want := range map[string]string{link: "a symlink", fifo: "a FIFO", sub: "a directory", "/dev/null": "a character device"} {
-		_, err := openLogFile(path)
-		require.Error(t, err, path)
-		assert.Contains(t, err.Error(), want, path)
-		assert.Contains(t, err.Error(), filepath.Base(path), path)
-		log, done := newLogger(&conf.Config{LogFile: path, LogLevel: "info"})
-		log.Info("written")
-		done()
-	}
-	data, err := os.ReadFile(target)
-	require.NoError(t, err)
-	assert.Equal(t, "keep\n", string(data), "the symlink's target is not written")
-
-	good := filepath.Join(dir, "netns-pin.log")
-	log, done := newLogger(&conf.Config{LogFile: good, LogLevel: "info"})
-	log.Info("written")
-	done()
-	data, err = os.ReadFile(good)
-	require.NoError(t, err)
-	assert.Contains(t, string(data), `"msg":"written"`)
-}
 
 // TestChainDelRunsOnlyInTheRecordedNetns: the chain's DEL gets as
 // CNI_NETNS the pin derived from the attachment, never the record's
 // pinPath, and only when that pin is the recorded netns: a pin that is
-// another netns (here the host's) runs no plugin. (At 3819815 the record's
-// pinPath went to the chain unchecked.)
+// another netns (here the host's) runs no plugin.
 func TestChainDelRunsOnlyInTheRecordedNetns(t *testing.T) {
 	require.Zero(t, os.Geteuid(), "bind-mounts a netns: run as root")
 	dir := t.TempDir()
@@ -99,8 +58,7 @@ func TestChainDelRunsOnlyInTheRecordedNetns(t *testing.T) {
 // keeps for an abandoned teardown (the chain's configuration, CNI_ARGS,
 // capability arguments: pod annotations may be in them) reaches no output:
 // list, list --json, inuse, inuse --json, release's refusal. The pod shows
-// as its namespace, name and UID. (At 3819815 list --json printed the
-// record whole, cache included.)
+// as its namespace, name and UID.
 func TestNoOutputCarriesTheTeardownCache(t *testing.T) {
 	s, flags := cliStore(t)
 	const secret = "annotation-secret-7f3a"
@@ -130,8 +88,7 @@ func TestNoOutputCarriesTheTeardownCache(t *testing.T) {
 // TestSweeperEndsWithinASecondOfSIGTERM: the sweeper process goes within a
 // second of SIGTERM while its round waits for the store's lock (held here,
 // as a stuck operation would hold it; it waits up to 30 s), and while it
-// waits for the next round. (At 3819815 the round ran to its end first: up
-// to the lock's 30 s, and for ever on a FIFO events file.)
+// waits for the next round.
 func TestSweeperEndsWithinASecondOfSIGTERM(t *testing.T) {
 	s, flags := cliStore(t)
 	bin := buildBinaries(t)
@@ -177,8 +134,7 @@ func TestSweeperEndsWithinASecondOfSIGTERM(t *testing.T) {
 // TestListAndInUseChangeNothing: list and inuse only look. A pin unmounted
 // from outside stays unmounted through them, its record byte for byte
 // the same, and they show that the next operation settles it; the next
-// operation (gc here) does. (At 3819815 both ran the store's repair, which
-// pinned it again, and could release pins or finish teardowns.)
+// operation (gc here) does.
 func TestListAndInUseChangeNothing(t *testing.T) {
 	s, flags := cliStore(t)
 	pin := filepath.Join(s.PinDir, "pins", "c1.net1")
@@ -213,4 +169,34 @@ func TestListAndInUseChangeNothing(t *testing.T) {
 	_, errOut, code = runCLIT(t, "--pin-dir", filepath.Join(t.TempDir(), "p"), "--state-dir", s.StateDir, "list")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "give the --pin-dir of those records")
+}
+
+// TestHostExecForwardsSIGTERM: the sweep container's first process is
+// host-exec, whose child runs the sweeper in the host's mount namespace;
+// SIGTERM to host-exec (what the kubelet sends) ends the child within a
+// second, and host-exec with it, exit 0.
+func TestHostExecForwardsSIGTERM(t *testing.T) {
+	require.Zero(t, os.Geteuid(), "a mount namespace of its own: run as root")
+	s, flags := cliStore(t)
+	bin := buildBinaries(t)
+	// unshare execs host-exec: the pid started is host-exec's.
+	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", bin, "host-exec", "--"}, append(flags, "sweep", "--interval", "1h")...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	var child int
+	require.Eventually(t, func() bool {
+		st, err := netnsstore.ReadSweepStatus(s.StateDir)
+		if err != nil || st == nil || st.LastRound.IsZero() {
+			return false
+		}
+		child = st.PID
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the sweeper ran its round")
+	require.NotEqual(t, cmd.Process.Pid, child, "the sweeper is host-exec's child")
+	start := time.Now()
+	require.NoError(t, cmd.Process.Signal(unix.SIGTERM))
+	require.NoError(t, cmd.Wait(), "exit 0 on SIGTERM: %s", stderr.String())
+	assert.Less(t, time.Since(start), time.Second, stderr.String())
+	assert.ErrorIs(t, unix.Kill(child, 0), unix.ESRCH, "the sweeper is gone with host-exec")
 }

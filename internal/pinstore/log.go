@@ -1,26 +1,26 @@
-package main
+package pinstore
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
-// newLogger returns a JSON-lines logger writing to the configured log file
+// NewLogger returns a JSON-lines logger writing to the configured log file
 // or stderr; stdout belongs to the CNI result alone.
-func newLogger(c *conf.Config, attrs ...any) (*slog.Logger, func()) {
+func NewLogger(c *conf.Config, attrs ...any) (*slog.Logger, func()) {
 	var w io.Writer = os.Stderr
 	closeFn := func() {}
 	var openErr error
 	if c.LogFile != "" {
-		f, err := openLogFile(c.LogFile)
+		f, err := OpenLogFile(c.LogFile)
 		if err == nil {
 			w, closeFn = f, func() { f.Close() }
 		}
@@ -46,31 +46,50 @@ func utcTime(groups []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// openLogFile opens logFile for appending as root does it safely in a
+// OpenLogFile opens logFile for appending as root does it safely in a
 // directory others may write to (/var/log is root:syslog 0775 on Debian):
 // never through a symlink, without blocking (a FIFO), and only a regular
 // file; anything else is an error naming it.
-func openLogFile(path string) (*os.File, error) {
+func OpenLogFile(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
-	var st unix.Stat_t
+	var fi fs.FileInfo
 	switch {
 	case err == nil:
-		err = unix.Fstat(int(f.Fd()), &st)
-	case !errors.Is(err, os.ErrNotExist):
-		if unix.Lstat(path, &st) != nil {
+		fi, err = f.Stat()
+	case !errors.Is(err, fs.ErrNotExist):
+		// O_NOFOLLOW on a symlink fails with ELOOP: name what is there.
+		if fi, _ = os.Lstat(path); fi == nil {
 			return nil, err
 		}
-	default:
-		return nil, err
+		err = nil
 	}
-	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+	if err == nil && fi.Mode().IsRegular() {
 		return f, nil
 	}
 	if f != nil {
 		f.Close()
 	}
-	if err == nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		err = fmt.Errorf("logFile %s is %s, not a regular file: not opened", path, smallfile.Kind(st.Mode))
+	if err != nil {
+		return nil, err
 	}
-	return nil, err
+	return nil, fmt.Errorf("logFile %s is %s, not a regular file: not opened", path, kind(fi.Mode()))
+}
+
+// kind names a file's type for an error: "a FIFO", "a symlink"...
+func kind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "mode " + m.String()
 }

@@ -18,17 +18,27 @@ import (
 	"github.com/netns-pin/netns-pin/internal/buildinfo"
 )
 
-// standaloneCommands read no network configuration and open no store: the
+// standaloneCommand returns the commands that read no network
+// configuration and open no store: the
 // installer's commands, which run in the installer image (static binaries
 // only, no shell) before anything is configured on the node.
-var standaloneCommands = map[string]func(g *globalFlags, args []string, stdout, stderr io.Writer) int{
-	"install":   runInstall,
-	"host-exec": runHostExec,
+func standaloneCommand(cmd string) func(g *globalFlags, args []string, stdout, stderr io.Writer) int {
+	switch cmd {
+	case "install":
+		return runInstall
+	case "host-exec":
+		return runHostExec
+	}
+	return nil
 }
 
-// versionLine is what `netns-pin version` prints first: the version and
+// versionLine is what `netns-pinctl version` prints first: the version and
 // the commit.
-func versionLine() string { return buildinfo.String("netns-pin", Version, Commit) }
+func versionLine() string { return buildinfo.String("netns-pinctl", Version, Commit) }
+
+// pluginName is the CNI plugin's binary, beside netns-pinctl in the image
+// and in the CNI bin folder once installed.
+const pluginName = "netns-pin"
 
 // refuseGlobalFlags: a standalone command takes --json at most; a --conf
 // or path flag given to it would be silently ignored, and no flag ever is.
@@ -38,7 +48,7 @@ func refuseGlobalFlags(g *globalFlags, cmd string, stderr io.Writer) bool {
 		given = given || v != ""
 	}
 	if given {
-		fmt.Fprintf(stderr, "netns-pin %s: reads no network configuration: --conf and the path flags do not apply\n", cmd)
+		fmt.Fprintf(stderr, "netns-pinctl %s: reads no network configuration: --conf and the path flags do not apply\n", cmd)
 	}
 	return given
 }
@@ -58,15 +68,15 @@ type installReport struct {
 	Installed []installedFile `json:"installed"`
 }
 
-// runInstall is `netns-pin install --cni-bin-dir DIR`, the installer
-// DaemonSet's init container: it copies this binary into the node's CNI
-// bin folder atomically, removes the netns-pin-agent that builds before the
-// node agent became its own program put there (nothing execs it any more;
-// the agent runs in a pod of its own, docs/design.md §18), then runs the installed netns-pin once to prove that
-// the node can execute it (a noexec mount, a binary of another
-// architecture) before the runtime calls it for a pod.
+// runInstall is `netns-pinctl install --cni-bin-dir DIR`, the installer
+// DaemonSet's init container: it copies the CNI plugin beside this binary
+// into the node's CNI bin folder atomically (nothing else: netns-pinctl
+// itself stays in the image), then runs the installed plugin once to
+// prove that the node can execute it (a noexec mount, a binary of another
+// architecture) and that it is this build, before the runtime calls it for
+// a pod.
 func runInstall(g *globalFlags, args []string, stdout, stderr io.Writer) int {
-	const usage = "usage: netns-pin install --cni-bin-dir DIR [--json]"
+	const usage = "usage: netns-pinctl install --cni-bin-dir DIR [--json]"
 	fs := flag.NewFlagSet("install", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprintln(stderr, usage) }
@@ -84,12 +94,12 @@ func runInstall(g *globalFlags, args []string, stdout, stderr io.Writer) int {
 	}
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintln(stderr, "netns-pin install: find this binary:", err)
+		fmt.Fprintln(stderr, "netns-pinctl install: find this binary:", err)
 		return 1
 	}
 	rep, err := install(self, *dir)
 	if err != nil {
-		fmt.Fprintln(stderr, "netns-pin install:", err)
+		fmt.Fprintln(stderr, "netns-pinctl install:", err)
 		return 1
 	}
 	if g.json {
@@ -101,11 +111,11 @@ func runInstall(g *globalFlags, args []string, stdout, stderr io.Writer) int {
 	for i, f := range rep.Installed {
 		names[i] = f.Name
 	}
-	fmt.Fprintf(stdout, "installed %s into %s: %s\n", strings.TrimPrefix(versionLine(), "netns-pin "), rep.Dir, strings.Join(names, ", "))
+	fmt.Fprintf(stdout, "installed %s into %s: %s\n", strings.TrimPrefix(versionLine(), "netns-pinctl "), rep.Dir, strings.Join(names, ", "))
 	return 0
 }
 
-// install copies self into dir as netns-pin and checks the installed
+// install copies the plugin beside self into dir and checks the installed
 // binary runs and is this build.
 func install(self, dir string) (*installReport, error) {
 	fi, err := os.Stat(dir)
@@ -116,18 +126,21 @@ func install(self, dir string) (*installReport, error) {
 		return nil, fmt.Errorf("--cni-bin-dir %s: not a directory", dir)
 	}
 	rep := &installReport{Version: Version, Commit: Commit, Dir: dir}
-	f, err := installFile(self, filepath.Join(dir, "netns-pin"))
+	dst := filepath.Join(dir, pluginName)
+	f, err := installFile(filepath.Join(filepath.Dir(self), pluginName), dst)
 	if err != nil {
 		return nil, err
 	}
 	rep.Installed = append(rep.Installed, f)
+	// The first image's installer put the node agent beside the plugin;
+	// the agent now runs in a pod of its own and nothing execs that copy.
 	if err := os.Remove(filepath.Join(dir, "netns-pin-agent")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("remove the old netns-pin-agent: %w", err)
 	}
 	if err := syncDir(dir); err != nil {
 		return nil, fmt.Errorf("sync %s: %w", dir, err)
 	}
-	if err := checkInstalled(filepath.Join(dir, "netns-pin")); err != nil {
+	if err := checkInstalled(dst); err != nil {
 		return nil, err
 	}
 	return rep, nil
@@ -187,21 +200,23 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// checkInstalled runs `<bin> version` and compares its first line with
-// this build's.
+// checkInstalled runs the installed plugin without CNI_COMMAND, which
+// prints its name, version and commit first on stderr, and compares them
+// with this build's.
 func checkInstalled(bin string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "version")
-	cmd.Env = []string{} // no CNI_COMMAND: the command line
-	cmd.Stdout, cmd.Stderr = &out, &errOut
+	var errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = []string{}
+	cmd.Stderr = &errOut
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("the installed %s does not run here: %w: %s", bin, err, strings.TrimSpace(errOut.String()))
 	}
-	first, _, _ := strings.Cut(out.String(), "\n")
-	if first != versionLine() {
-		return fmt.Errorf("the installed %s says %q, not %q", bin, first, versionLine())
+	want := buildinfo.String(pluginName, Version, Commit)
+	first, _, _ := strings.Cut(errOut.String(), "\n")
+	if got, _, _ := strings.Cut(first, ": "); got != want {
+		return fmt.Errorf("the installed %s says %q, not %q", bin, got, want)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -14,8 +13,8 @@ import (
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
-// The chain DEL of an abandoned attachment passes each plugin before
-// netns-pin what libcni's DelNetworkList would: its own configuration with
+// The chain DEL of an abandoned attachment is libcni's DelNetworkList: each
+// plugin before netns-pin gets its own configuration with
 // the list's name and version, the cached result as prevResult, the
 // capability arguments it declares, and the cached CNI_ARGS; in reverse
 // order, stopping at the first failure. The plugins here record what they
@@ -72,5 +71,4 @@ func TestChainDelPassesWhatLibcniWould(t *testing.T) {
 
 	r.Teardown.Cache = nil
 	assert.ErrorIs(t, runChainDel(r), errNoCache)
-	assert.True(t, strings.HasPrefix(cniArgs([][2]string{{"A", "1"}}), "A=1"))
 }
