@@ -21,7 +21,10 @@
 #
 # Environment: BENCHTIME (-benchtime of 5, 200ms), BENCHCOUNT (samples of 5,
 # 10), BENCH_SCALE (multiplies the rounds of 1, 2 and 4; 0.1 for a smoke
-# run), BENCH_FLAGS (more runner flags).
+# run), BENCH_FLAGS (more runner flags), BENCH_BEFORE (a git revision: its
+# plugin, built from `git archive` of it the way hack/tools.sh builds this
+# tree's, is measured in the same rounds, and every figure and ceiling line
+# shows it beside this tree's; so is its BenchmarkCheckNode when it has one).
 #
 # Everything made on the host carries the prefix printed at the start and is
 # removed at the end, also when the runner fails or is interrupted.
@@ -35,6 +38,7 @@ BENCHTIME="${BENCHTIME:-200ms}"
 BENCHCOUNT="${BENCHCOUNT:-10}"
 BENCH_SCALE="${BENCH_SCALE:-1}"
 BENCH_FLAGS="${BENCH_FLAGS:-}"
+BENCH_BEFORE="${BENCH_BEFORE:-}"
 CNI_BIN="${NETNS_PIN_CNI_PATH:-${ROOT}/.cache/cni/bin}"
 CNITOOL="${NETNS_PIN_CNITOOL:-${ROOT}/.cache/bin/cnitool}"
 
@@ -102,16 +106,31 @@ export CGO_ENABLED=0
 go build -trimpath -o "${BUILD}/baseline" ./test/baseline
 go build -o "${BUILD}/bench" ./hack/bench
 go test -c -o "${BUILD}/inuse.test" ./inuse
+BEFORE=()
+if [[ -n "${BENCH_BEFORE}" ]]; then
+	before="$(git rev-parse --verify "${BENCH_BEFORE}^{commit}")"
+	BEFORE=(-before "${BUILD}/netns-pin-before" -before-rev "$(git rev-parse --short "${before}")")
+	log "building the plugin of ${BENCH_BEFORE} (${before}) from git archive"
+	mkdir "${BUILD}/before"
+	git archive "${before}" | tar -x -C "${BUILD}/before"
+	(cd "${BUILD}/before" && go build -trimpath -o "${BUILD}/netns-pin-before" \
+		-ldflags "-X main.Version=$(git -C "${ROOT}" describe --tags --always "${before}") -X main.Commit=${before}" ./plugin)
+	if grep -qs '^func BenchmarkCheckNode' "${BUILD}"/before/inuse/*_test.go; then
+		(cd "${BUILD}/before" && go test -c -o "${BUILD}/inuse-before.test" ./inuse)
+		BEFORE+=(-inuse-test-before "${BUILD}/inuse-before.test")
+	fi
+fi
 
 mkdir -p .cache/bench
 rev="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-log "running (BENCH_SCALE=${BENCH_SCALE}, BENCHTIME=${BENCHTIME}, BENCHCOUNT=${BENCHCOUNT})"
+[[ -z "${BENCH_BEFORE}" ]] || rev+=", before: ${BENCH_BEFORE} = $(git rev-parse --short "${BENCH_BEFORE}^{commit}")"
+log "running (BENCH_SCALE=${BENCH_SCALE}, BENCHTIME=${BENCHTIME}, BENCHCOUNT=${BENCHCOUNT}, BENCH_BEFORE=${BENCH_BEFORE})"
 # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
 "${BUILD}/bench" \
 	-plugin bin/netns-pin -baseline "${BUILD}/baseline" \
 	-inuse-test "${BUILD}/inuse.test" -benchtime "${BENCHTIME}" -count "${BENCHCOUNT}" \
 	-work "${WORK}" -fixtures "${FIXT}" -prefix "${PREFIX}" -scale "${BENCH_SCALE}" \
-	-out .cache/bench/last.md \
+	-out .cache/bench/last.md "${BEFORE[@]}" \
 	-header "### netns-pin benchmarks (commit ${rev}, $(date -u +%Y-%m-%dT%H:%MZ))" \
 	${BENCH_FLAGS} &
 RUNNER_PID=$!
