@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,17 +92,16 @@ func (b *bench) addDel(ctx context.Context, ps []plugin, rounds int, holder bool
 		}
 		prev := prevResult(ip(i))
 		conf := map[string]any{"cniVersion": "1.0.0", "name": b.name("net"), "prevResult": prev}
-		for k, v := range p.entry {
-			conf[k] = v
-		}
+		maps.Copy(conf, p.entry)
 		stdin, err := json.Marshal(conf)
 		if err != nil {
 			return nil, err
 		}
 		var ss []sample
+		args := podArgs(ns, pod, cid)
 		for k, verb := range []string{"ADD", "DEL"} {
 			env := []string{"CNI_COMMAND=" + verb, "CNI_CONTAINERID=" + cid, "CNI_NETNS=" + nss[i], "CNI_IFNAME=eth0",
-				"CNI_PATH=" + b.cfg.cniPath, "CNI_ARGS=" + podArgs(ns, pod, cid)}
+				"CNI_PATH=" + b.cfg.cniPath, "CNI_ARGS=" + args}
 			s, out, err := b.exec(ctx, wrap, p.bin, nil, env, stdin)
 			switch {
 			case err != nil:
