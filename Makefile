@@ -20,7 +20,7 @@
 #   make kube-up / kube-down   a real one-node Kubernetes with netns-pin
 #                installed by its DaemonSet (hack/kube/, root); then
 #                .cache/kube/bin/kubectl --kubeconfig .cache/kube/admin.kubeconfig
-#   make bench   benchmarks (BENCHTIME=...)
+#   make bench   benchmarks (BENCHTIME, BENCHCOUNT, BENCH_SCALE, BENCH_BEFORE=<rev>)
 #   make fuzz    every Fuzz target for FUZZTIME each
 #   make clean   remove bin/ and .cache/
 
@@ -36,6 +36,7 @@ BENCHTIME ?= 200ms
 BENCHCOUNT ?= 10
 BENCH_SCALE ?= 1
 BENCH_FLAGS ?=
+BENCH_BEFORE ?=
 FUZZTIME  ?= 20s
 SOAK_STEPS ?= 5000
 E2E_RUN   ?= .
@@ -212,12 +213,13 @@ test: tools build
 	$(MAKE) --no-print-directory fmt-check vet staticcheck unit failpoints e2e-run demos E2E_BESIDE_AFTER=arm64; \
 	printf '\n=== make test: all passed (%ss)\n' "$$(( $$(date +%s) - start ))"
 
-# hack/bench.sh (root): builds the baseline plugin, the Go benchmark test
-# binaries and the runner, then measures netns-pin against its baselines,
-# interleaved, runs the Go benchmarks, and prints one markdown table with
-# PASS/MISS per target (also kept in .cache/bench/last.md).
+# hack/bench.sh (root): builds the do-nothing plugin, inuse's test binary and
+# the runner, then measures netns-pin against its baselines, interleaved, and
+# prints one markdown table with PASS/over per ceiling (also kept in
+# .cache/bench/last.md). BENCH_BEFORE=<git rev> measures that revision's
+# plugin in the same rounds; BENCH_SCALE=0.1 BENCHCOUNT=3 is a smoke run.
 bench: tools build
-	$(call step,bench,BENCHTIME='$(BENCHTIME)' BENCHCOUNT='$(BENCHCOUNT)' BENCH_SCALE='$(BENCH_SCALE)' BENCH_FLAGS='$(BENCH_FLAGS)' $(E2E_ENV) hack/bench.sh)
+	$(call step,bench,BENCHTIME='$(BENCHTIME)' BENCHCOUNT='$(BENCHCOUNT)' BENCH_SCALE='$(BENCH_SCALE)' BENCH_FLAGS='$(BENCH_FLAGS)' BENCH_BEFORE='$(BENCH_BEFORE)' $(E2E_ENV) hack/bench.sh)
 
 # Runs each Fuzz target of each package for FUZZTIME (go test -fuzz takes one target at a time).
 # A target that fails without writing a failing input to testdata/fuzz (go's

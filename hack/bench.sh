@@ -2,28 +2,29 @@
 # hack/bench.sh - what netns-pin adds to pod start and teardown, measured
 # against baselines (run by `make bench`, as root).
 #
-# Builds the baseline plugin (test/baseline), the test binaries of every
-# package with Go benchmarks and the runner (hack/bench), then runs the
-# runner, which installs every plugin it compares by copying it into one
-# folder (as the installer DaemonSet does), measures, interleaving the
-# commands it compares (Go benchmarks are summarised by benchstat), and
-# prints one markdown table and a PASS/MISS line per target. The report is
-# also kept in .cache/bench/last.md.
+# Builds the do-nothing chained plugin (test/baseline), the test binary of
+# inuse/ and the runner (hack/bench), then runs the runner, which installs
+# every plugin it compares by copying it into one folder (as the installer
+# DaemonSet does), measures them interleaved and prints one markdown table
+# of medians and ratios and a PASS/over line per ceiling (also kept in
+# .cache/bench/last.md):
 #
-#   1. passthrough ADD and DEL (non-holder pod): netns-pin vs baseline vs tuning
-#   2. holder ADD and DEL (unused) vs baseline, real netns from `ip netns add`,
-#      and the medians of the steps that netns-pin's debug log times
-#   3. cnitool bridge + host-local chain, with and without netns-pin,
-#      holder and non-holder pods, ADD+DEL
-#   4. in-use check: Go benchmark (n = 1, 100, 1000, 4096 fixture devices,
-#      clients, mounts) and whole-process DEL with 1000 more processes and
-#      fixture trees of 1000 / 4096 devices + clients
-#   5. 64 holders in 8 clusters, ADD+DEL all at once vs serialised
-#   6. peak RSS (ru_maxrss of each child) and binary sizes
+#   1. passthrough ADD and DEL (a pod that is no holder): netns-pin vs the
+#      do-nothing plugin vs tuning
+#   2. holder ADD and DEL (unused) vs the do-nothing plugin, real netns from
+#      `ip netns add`
+#   3. peak RSS of netns-pin (ru_maxrss of the probe runs of 1 and 2)
+#   4. what a user sees: bridge + host-local and macvlan + host-local through
+#      cnitool, ADD+DEL, the do-nothing plugin last vs netns-pin last
+#   5. the in-use check of an unused pin at node scale (inuse's
+#      BenchmarkCheckNode: 5,000 processes, 500 mounts, 100 rbd devices)
 #
-# Environment: BENCHTIME (Go -benchtime, 200ms), BENCHCOUNT (Go -count, 10),
-# BENCH_SCALE (multiplies the rounds; 0.2 for a smoke run), BENCH_FLAGS
-# (more runner flags, e.g. -sections passthrough,holder).
+# Environment: BENCHTIME (-benchtime of 5, 200ms), BENCHCOUNT (samples of 5,
+# 10), BENCH_SCALE (multiplies the rounds of 1, 2 and 4; 0.1 for a smoke
+# run), BENCH_FLAGS (more runner flags), BENCH_BEFORE (a git revision: its
+# plugin, built from `git archive` of it the way hack/tools.sh builds this
+# tree's, is measured in the same rounds, and every figure and ceiling line
+# shows it beside this tree's; so is its BenchmarkCheckNode when it has one).
 #
 # Everything made on the host carries the prefix printed at the start and is
 # removed at the end, also when the runner fails or is interrupted.
@@ -37,9 +38,9 @@ BENCHTIME="${BENCHTIME:-200ms}"
 BENCHCOUNT="${BENCHCOUNT:-10}"
 BENCH_SCALE="${BENCH_SCALE:-1}"
 BENCH_FLAGS="${BENCH_FLAGS:-}"
+BENCH_BEFORE="${BENCH_BEFORE:-}"
 CNI_BIN="${NETNS_PIN_CNI_PATH:-${ROOT}/.cache/cni/bin}"
 CNITOOL="${NETNS_PIN_CNITOOL:-${ROOT}/.cache/bin/cnitool}"
-BENCHSTAT="${ROOT}/.cache/bin/benchstat"
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 
@@ -49,7 +50,7 @@ if [[ "$(id -u)" != 0 ]]; then
 fi
 
 # The binaries `make bench` depends on; build them when run on its own.
-if [[ ! -x "${CNITOOL}" || ! -x "${BENCHSTAT}" || ! -x "${CNI_BIN}/bridge" || ! -x "${CNI_BIN}/host-local" || ! -x "${CNI_BIN}/tuning" ]]; then
+if [[ ! -x "${CNITOOL}" || ! -x "${CNI_BIN}/bridge" || ! -x "${CNI_BIN}/macvlan" || ! -x "${CNI_BIN}/host-local" || ! -x "${CNI_BIN}/tuning" ]]; then
 	hack/tools.sh packages
 	hack/tools.sh tools
 fi
@@ -104,25 +105,32 @@ log "building into ${BUILD} (prefix ${PREFIX})"
 export CGO_ENABLED=0
 go build -trimpath -o "${BUILD}/baseline" ./test/baseline
 go build -o "${BUILD}/bench" ./hack/bench
-# Test binaries of every package with Go benchmarks (the e2e suite has none).
-GOBENCH=()
-for dir in $(grep -rl --include='*_test.go' '^func Benchmark' . 2>/dev/null |
-	grep -v -e '^\./\.cache/' -e '^\./test/' | xargs -r -n1 dirname | sort -u); do
-	name="$(echo "${dir#./}" | tr '/' '_')"
-	go test -c -o "${BUILD}/${name}.test" "${dir}"
-	GOBENCH+=(-gobench "${ROOT}/${dir#./}=${BUILD}/${name}.test")
-done
+go test -c -o "${BUILD}/inuse.test" ./inuse
+BEFORE=()
+if [[ -n "${BENCH_BEFORE}" ]]; then
+	before="$(git rev-parse --verify "${BENCH_BEFORE}^{commit}")"
+	BEFORE=(-before "${BUILD}/netns-pin-before" -before-rev "$(git rev-parse --short "${before}")")
+	log "building the plugin of ${BENCH_BEFORE} (${before}) from git archive"
+	mkdir "${BUILD}/before"
+	git archive "${before}" | tar -x -C "${BUILD}/before"
+	(cd "${BUILD}/before" && go build -trimpath -o "${BUILD}/netns-pin-before" \
+		-ldflags "-X main.Version=$(git -C "${ROOT}" describe --tags --always "${before}") -X main.Commit=${before}" ./plugin)
+	if grep -qs '^func BenchmarkCheckNode' "${BUILD}"/before/inuse/*_test.go; then
+		(cd "${BUILD}/before" && go test -c -o "${BUILD}/inuse-before.test" ./inuse)
+		BEFORE+=(-inuse-test-before "${BUILD}/inuse-before.test")
+	fi
+fi
 
 mkdir -p .cache/bench
 rev="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-log "running (BENCH_SCALE=${BENCH_SCALE}, BENCHTIME=${BENCHTIME}, BENCHCOUNT=${BENCHCOUNT})"
+[[ -z "${BENCH_BEFORE}" ]] || rev+=", before: ${BENCH_BEFORE} = $(git rev-parse --short "${BENCH_BEFORE}^{commit}")"
+log "running (BENCH_SCALE=${BENCH_SCALE}, BENCHTIME=${BENCHTIME}, BENCHCOUNT=${BENCHCOUNT}, BENCH_BEFORE=${BENCH_BEFORE})"
 # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
 "${BUILD}/bench" \
 	-plugin bin/netns-pin -baseline "${BUILD}/baseline" \
-	-benchstat "${BENCHSTAT}" \
-	"${GOBENCH[@]}" -benchtime "${BENCHTIME}" -gocount "${BENCHCOUNT}" \
+	-inuse-test "${BUILD}/inuse.test" -benchtime "${BENCHTIME}" -count "${BENCHCOUNT}" \
 	-work "${WORK}" -fixtures "${FIXT}" -prefix "${PREFIX}" -scale "${BENCH_SCALE}" \
-	-out .cache/bench/last.md \
+	-out .cache/bench/last.md "${BEFORE[@]}" \
 	-header "### netns-pin benchmarks (commit ${rev}, $(date -u +%Y-%m-%dT%H:%MZ))" \
 	${BENCH_FLAGS} &
 RUNNER_PID=$!

@@ -1,600 +1,337 @@
 package main
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/netns-pin/netns-pin/internal/host"
 )
 
 type bench struct {
-	cfg              config
-	wrap             string // rsswrap binary ("" without a C compiler)
-	env              *env
-	rep              *report
-	pinDir, stateDir string    // of the running section
-	pinRSS           []float64 // ru_maxrss (KiB) of every netns-pin probe run
-	start            time.Time
-	cutShort         bool // the time budget ran out
+	cfg      config
+	env      *env
+	wrap     string               // rsswrap
+	rss      map[string][]float64 // peak RSS (KiB) of every probe run, by netns-pin build
+	rows     []row
+	ceilings []string
+	notes    []string
 }
 
-// The targets of the issue, each checked by the section that measures it.
-const (
-	tPassBase   = "passthrough %s within 1.05× of the baseline plugin"
-	tPassTuning = "passthrough %s no slower than tuning"
-	tHolderAdd  = "holder ADD within 1.5× of the baseline"
-	tHolderDel  = "holder DEL, unused, within 2.0× of the baseline"
-	tInUse      = "in-use check at 1000 rbd devices + 1000 CephFS clients under 20 ms"
-)
+// plugin is a chained plugin compared, with its conflist entry; build is
+// "" for those that are no netns-pin build, and pinDir "" for those that
+// pin nothing.
+type plugin struct {
+	label, bin, build, pinDir string
+	entry                     map[string]any
+}
 
-// rounds scales a round count, never below 3.
-func (b *bench) rounds(n int) int {
-	return max(3, int(math.Round(float64(n)*b.cfg.scale)))
+const holderNS = "rook-ceph"
+
+// pins are the netns-pin builds, the one under test first, each with pins
+// and records of its own below the section's folder, and a Rook-like
+// holder rule.
+func (b *bench) pins(section string) []plugin {
+	var ps []plugin
+	for _, x := range [][3]string{{"netns-pin", b.cfg.plugin, "netns-pin"}, {"netns-pin " + b.cfg.beforeRev, b.cfg.before, "netns-pin-before"}} {
+		if x[1] == "" {
+			continue
+		}
+		dir := filepath.Join(b.cfg.work, section, x[2])
+		ps = append(ps, plugin{label: x[0], bin: x[1], build: x[0], pinDir: filepath.Join(dir, "pin"), entry: map[string]any{
+			"type": x[2], "pinDir": filepath.Join(dir, "pin"), "stateDir": filepath.Join(dir, "state"),
+			"holders": []map[string]any{{"podNamespace": holderNS, "podName": "csi-holder-*", "cluster": holderNS + "/my-cluster"}},
+		}})
+	}
+	return ps
+}
+
+func (b *bench) doNothing() plugin {
+	return plugin{label: "do-nothing (test/baseline)", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}}
 }
 
 // name is a host-unique name for a netns, link or network.
 func (b *bench) name(s string) string { return b.cfg.prefix + "-" + s }
 
-// newCID is a fresh container ID.
-func newCID() string { return "bench" + host.RandHex(27) }
-
-const holderNS = "rook-ceph"
-
-// pinEntry is netns-pin's conflist entry: a Rook-like holder rule, pins and
-// records in the section's folders; extra fields override.
-func (b *bench) pinEntry(extra map[string]any) map[string]any {
-	m := map[string]any{
-		"type":     "netns-pin",
-		"pinDir":   b.pinDir,
-		"stateDir": b.stateDir,
-		"holders":  []map[string]any{{"podNamespace": holderNS, "podName": "csi-holder-*", "cluster": holderNS + "/my-cluster"}},
-	}
-	maps.Copy(m, extra)
-	return m
+// podArgs are CNI_ARGS as containerd passes them for a pod.
+func podArgs(namespace, name, containerID string) string {
+	uid := fmt.Sprintf("%s-%s-%s-%s-%s", host.RandHex(8), host.RandHex(4), host.RandHex(4), host.RandHex(4), host.RandHex(12))
+	return fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s;K8S_POD_INFRA_CONTAINER_ID=%s;K8S_POD_UID=%s", namespace, name, containerID, uid)
 }
 
-// plugin is a chained plugin measured, with its conflist entry; pinDir is
-// "" for those that pin nothing (baseline, tuning).
-type plugin struct {
-	label, bin string
-	entry      map[string]any
-	pinDir     string
+// prevResult is what a bridge + host-local ADD prints for a pod whose
+// address is ip: the previous result every chained plugin call gets.
+func prevResult(ip string) json.RawMessage {
+	return json.RawMessage(`{"cniVersion": "1.0.0",
+		"interfaces": [{"name": "cni0", "mac": "2a:5c:19:8e:41:07"}, {"name": "veth3f1a9c2e", "mac": "c6:1e:83:52:9b:aa"},
+			{"name": "eth0", "mac": "8e:2d:07:4b:c3:11", "sandbox": "/var/run/netns/cni-0b5f7a1e-6c1d-8e4a-2f3b-9d8c7e6f5a4b"}],
+		"ips": [{"interface": 2, "address": "` + ip + `/24", "gateway": "10.250.0.1"}],
+		"routes": [{"dst": "0.0.0.0/0", "gw": "10.250.0.1"}],
+		"dns": {"nameservers": ["10.96.0.10"], "search": ["default.svc.cluster.local", "svc.cluster.local", "cluster.local"], "options": ["ndots:5"]}}`)
 }
 
-// builds are the netns-pin builds: the one under test, then the candidates
-// (-alt), each with pins and records of its own.
-func (b *bench) builds(extra map[string]any) []plugin {
-	ps := []plugin{{label: "**netns-pin**", bin: b.cfg.plugin, entry: b.pinEntry(extra), pinDir: b.pinDir}}
-	for k, a := range b.cfg.alts {
-		m, dir := b.pinEntry(extra), filepath.Dir(b.pinDir)
-		m["pinDir"], m["stateDir"] = filepath.Join(dir, fmt.Sprintf("pin-alt%d", k)), filepath.Join(dir, fmt.Sprintf("state-alt%d", k))
-		ps = append(ps, plugin{label: "candidate " + a.label, bin: a.bin, entry: m, pinDir: m["pinDir"].(string)})
-	}
-	return ps
-}
-
-// keepPinRSS records the peak RSS of netns-pin probe runs (a target).
-func (b *bench) keepPinRSS(s *series) { b.pinRSS = append(b.pinRSS, s.rss...) }
-
-// wantPins fails unless exactly n pin files are present in pinDir.
-func wantPins(pinDir string, n int, what string) error {
-	ents, err := os.ReadDir(filepath.Join(pinDir, "pins"))
-	if errors.Is(err, os.ErrNotExist) {
-		err = nil
-	}
-	if err == nil && len(ents) != n {
-		var left []string
-		for _, e := range ents {
-			left = append(left, e.Name())
+// addDel measures ADD then DEL of a fresh attachment by each plugin of
+// ps, interleaved: a pod (a holder when holder) in netns nss[i] whose
+// address is ip(i). Each must print nothing but the CNI result: prevResult
+// on ADD, nothing on DEL; a netns-pin build pins a holder on ADD and
+// leaves no pin after DEL.
+func (b *bench) addDel(ctx context.Context, ps []plugin, rounds int, holder bool, nss []string, ip func(i int) string) ([]result, error) {
+	res, err := b.interleave(ctx, len(ps), rounds, 2, func(ctx context.Context, i int, wrap string) ([]sample, error) {
+		p, cid, pod, ns := ps[i], "bench"+host.RandHex(27), "web-7d9f8c6b5-"+host.RandHex(5), "default"
+		if holder {
+			pod, ns = "csi-holder-"+host.RandHex(5), holderNS
 		}
-		err = fmt.Errorf("%s: want %d pin(s), have %v", what, n, left)
+		prev := prevResult(ip(i))
+		conf := map[string]any{"cniVersion": "1.0.0", "name": b.name("net"), "prevResult": prev}
+		maps.Copy(conf, p.entry)
+		stdin, err := json.Marshal(conf)
+		if err != nil {
+			return nil, err
+		}
+		var ss []sample
+		args := podArgs(ns, pod, cid)
+		for k, verb := range []string{"ADD", "DEL"} {
+			env := []string{"CNI_COMMAND=" + verb, "CNI_CONTAINERID=" + cid, "CNI_NETNS=" + nss[i], "CNI_IFNAME=eth0",
+				"CNI_PATH=" + b.cfg.cniPath, "CNI_ARGS=" + args}
+			s, out, err := b.exec(ctx, wrap, p.bin, nil, env, stdin)
+			switch {
+			case err != nil:
+			case verb == "ADD" && !sameJSON(out, prev):
+				err = fmt.Errorf("%s ADD printed more or other than prevResult:\n%s", p.label, out)
+			case verb == "DEL" && len(out) > 0:
+				err = fmt.Errorf("%s DEL printed:\n%s", p.label, out)
+			case p.pinDir != "":
+				want := 0
+				if holder && k == 0 {
+					want = 1
+				}
+				if ents, _ := os.ReadDir(filepath.Join(p.pinDir, "pins")); len(ents) != want {
+					err = fmt.Errorf("%s %s: %d pin(s), want %d", p.label, verb, len(ents), want)
+				}
+			}
+			if err != nil {
+				return nil, err
+			}
+			ss = append(ss, s)
+		}
+		return ss, nil
+	})
+	for i, p := range ps {
+		if err == nil && p.build != "" {
+			b.rss[p.build] = append(b.rss[p.build], res[i].rss...)
+		}
 	}
-	return err
+	return res, err
 }
 
-// ---------------------------------------------------------------------
-// 1. passthrough ADD and DEL of a non-holder pod: netns-pin vs baseline vs
-// tuning.
+// ratioCeiling adds the ceiling "what, at most limit" on v[0], the build
+// under test's ratio, with v[1], the before build's, beside it.
+func (b *bench) ratioCeiling(what string, limit float64, v ...float64) {
+	figures := ratio(v[0])
+	if len(v) > 1 {
+		figures += fmt.Sprintf(" (%s: %s)", b.cfg.beforeRev, ratio(v[1]))
+	}
+	b.ceiling(fmt.Sprintf("%s, at most %s", what, ratio(limit)), v[0] <= limit, figures)
+}
 
+// passthrough: ADD and DEL of a pod that is no holder, netns-pin against
+// the do-nothing plugin and tuning.
 func (b *bench) passthrough(ctx context.Context) error {
 	ns, err := b.env.netns(b.name("pt"), "10.250.0.5/24")
 	if err != nil {
 		return err
 	}
-	builds := b.builds(nil)
-	ps := append([]plugin{builds[0],
-		{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}},
-		{label: "tuning (empty config)", bin: b.cfg.tuning, entry: map[string]any{"type": "tuning"}},
-	}, builds[1:]...)
-	for _, verb := range []string{"ADD", "DEL"} {
-		if err := b.passthroughVerb(ctx, verb, ns, ps); err != nil {
-			return err
-		}
-	}
-	return wantPins(b.pinDir, 0, "a non-holder pod made pins")
-}
-
-// passthroughVerb measures one verb of a non-holder pod: ADD prints
-// prevResult unchanged, DEL prints nothing; both take the same stdin, as
-// a runtime passes prevResult to DEL too.
-func (b *bench) passthroughVerb(ctx context.Context, verb, ns string, ps []plugin) error {
-	prev := prevResult("10.250.0.5")
-	cid := newCID()
-	env := cniEnv(verb, cid, ns, podArgs("default", "web-7d9f8c6b5-x2x9k", cid), b.cfg.cniPath)
-	ss, rss, err := b.measure(ctx, len(ps), probeRuns, b.rounds(1000), rotate(len(ps), func(ctx context.Context, i int, wrap string) (sample, error) {
-		x, out, err := call{bin: ps[i].bin, env: env, stdin: pluginConf(b.name("passthrough"), ps[i].entry, prev)}.run(ctx, wrap)
-		switch {
-		case err != nil:
-		case verb == "ADD" && !sameJSON(out, prev):
-			err = fmt.Errorf("%s did not print prevResult unchanged:\n%s", ps[i].label, out)
-		case verb == "DEL" && len(out) != 0:
-			err = fmt.Errorf("%s printed on DEL:\n%s", ps[i].label, out)
-		}
-		return x, err
-	}))
+	ps := append(b.pins("passthrough"), b.doNothing(), plugin{label: "tuning v1.10.0, empty config", bin: b.cfg.tuning, entry: map[string]any{"type": "tuning"}})
+	res, err := b.addDel(ctx, ps, b.rounds(1000), false, slices.Repeat([]string{ns}, len(ps)), func(int) string { return "10.250.0.5" })
 	if err != nil {
 		return err
 	}
-	b.keepPinRSS(&rss[0])
-	pin, base, tun := &ss[0], &ss[1], &ss[2]
-	b.rep.timed("1", "passthrough "+verb+", non-holder pod: **netns-pin**", pin, &rss[0], versus(pin, base, " baseline")+"; "+versus(pin, tun, " tuning"),
-		fmt.Sprintf("%s; %s (%s baseline, %s tuning)", over(pin, base), cpuNote(pin), ratioOf(pin.cpu, base.cpu), ratioOf(pin.cpu, tun.cpu)))
-	b.rep.timed("1", "passthrough "+verb+": baseline plugin (skel + types, parses prevResult)", base, &rss[1], "1.00×", cpuNote(base))
-	b.rep.timed("1", "passthrough "+verb+": tuning v1.10.0, empty config", tun, &rss[2], ratioOf(tun.d, base.d)+" baseline", cpuNote(tun))
-	for i := 3; i < len(ps); i++ {
-		t := &ss[i]
-		b.rep.timed("1", "passthrough "+verb+": "+ps[i].label, t, &rss[i],
-			fmt.Sprintf("%s; %s tuning; %s", versus(t, base, " baseline"), ratioOf(t.d, tun.d), versus(t, pin, " netns-pin")), cpuNote(t))
+	nop, tun := len(ps)-2, len(ps)-1
+	for f, verb := range []string{"ADD", "DEL"} {
+		var vsNop, vsTun []float64
+		for i, p := range ps {
+			rn, rt := median(res[i].t[f])/median(res[nop].t[f]), median(res[i].t[f])/median(res[tun].t[f])
+			b.add("passthrough "+verb+": "+p.label, res[i].t[f], ratio(rn)+" do-nothing, "+ratio(rt)+" tuning", res[i].rss)
+			if p.build != "" {
+				vsNop, vsTun = append(vsNop, rn), append(vsTun, rt)
+			}
+		}
+		b.ratioCeiling("passthrough "+verb+" vs do-nothing", 1.10, vsNop...)
+		b.ratioCeiling("passthrough "+verb+" vs tuning", 1.05, vsTun...)
 	}
-	b.rep.ratioTarget(fmt.Sprintf(tPassBase, verb), pin, base, 1.05)
-	b.rep.ratioTarget(fmt.Sprintf(tPassTuning, verb), pin, tun, 1.00)
 	return nil
 }
 
-// ---------------------------------------------------------------------
-// 2. holder ADD (pin + record + links) and DEL (in-use check, unused) vs
-// the baseline plugin.
-
-// holderVariant is one plugin of section 2, with a pool of netns.
-type holderVariant struct {
-	plugin
-	nss []string
+// holder: ADD (lock, record, bind mount, link) and DEL of an unused pin
+// (in-use check, unmount, unlink, record) against the do-nothing plugin,
+// each plugin in a netns of its own with a global address.
+func (b *bench) holder(ctx context.Context) error {
+	ps := append(b.pins("holder"), b.doNothing())
+	var nss []string
+	ip := func(i int) string { return fmt.Sprintf("10.250.1.%d", 2+i) }
+	for i := range ps {
+		ns, err := b.env.netns(b.name(fmt.Sprintf("h%d", i)), ip(i)+"/24")
+		if err != nil {
+			return err
+		}
+		nss = append(nss, ns)
+	}
+	res, err := b.addDel(ctx, ps, b.rounds(300), true, nss, ip)
+	if err != nil {
+		return err
+	}
+	nop := len(ps) - 1
+	for f, what := range []string{"holder ADD", "holder DEL, unused"} {
+		var rs []float64
+		for i, p := range ps {
+			r := median(res[i].t[f]) / median(res[nop].t[f])
+			b.add(what+": "+p.label, res[i].t[f], ratio(r)+" do-nothing", res[i].rss)
+			if p.build != "" {
+				rs = append(rs, r)
+			}
+		}
+		b.ratioCeiling(what+" vs do-nothing", []float64{1.5, 2.0}[f], rs...)
+	}
+	return nil
 }
 
-const holderPool = 2
+// peakRSS reports the peak RSS of every probe run of each netns-pin build.
+func (b *bench) peakRSS() {
+	var peaks []float64
+	for _, p := range b.pins("") {
+		if rss := b.rss[p.build]; len(rss) > 0 {
+			peaks = append(peaks, slices.Max(rss))
+			b.rows = append(b.rows, row{name: "peak RSS of " + p.label + ", every probe run of passthrough and holder ADD and DEL",
+				n: fmt.Sprint(len(rss)), med: mib(median(rss)), ratio: "max " + mib(slices.Max(rss)), rss: mib(slices.Max(rss))})
+		}
+	}
+	if len(peaks) > 0 {
+		figures := mib(peaks[0])
+		if len(peaks) > 1 {
+			figures += fmt.Sprintf(" (%s: %s)", b.cfg.beforeRev, mib(peaks[1]))
+		}
+		b.ceiling("peak RSS of netns-pin, at most 12 MiB", peaks[0] <= 12*1024, figures)
+	}
+}
 
-// holderVariants are netns-pin, netns-pin with its records on tmpfs (the
-// difference is what the fsyncs of the records cost), the candidates and,
-// last, the baseline.
-func (b *bench) holderVariants() ([]holderVariant, error) {
-	pin2, builds := filepath.Join(filepath.Dir(b.pinDir), "pin-tmpfs-state"), b.builds(nil)
-	ps := append([]plugin{builds[0], {label: "netns-pin, stateDir on tmpfs", bin: b.cfg.plugin, pinDir: pin2,
-		entry: b.pinEntry(map[string]any{"pinDir": pin2, "stateDir": filepath.Join(b.cfg.fixtures, "holder-state")})}}, builds[1:]...)
-	ps = append(ps, plugin{label: "baseline", bin: b.cfg.baseline, entry: map[string]any{"type": "baseline"}})
-	vs := make([]holderVariant, len(ps))
-	for i := range vs {
-		for j := range holderPool {
-			p, err := b.env.netns(b.name(fmt.Sprintf("h%d%d", i, j)), fmt.Sprintf("10.250.1.%d/24", 2+i*holderPool+j))
+// chains is what a user sees: the whole chain a pod that is no holder
+// runs, through cnitool, ADD+DEL, with the do-nothing plugin last against
+// netns-pin last, for bridge + host-local and macvlan + host-local; each
+// plugin set its own network, its own bridge and its own pod netns.
+func (b *bench) chains(ctx context.Context) error {
+	netconf, master := filepath.Join(b.cfg.work, "net.d"), b.name("m0")
+	if err := os.MkdirAll(netconf, 0o755); err != nil {
+		return err
+	}
+	// macvlan's master: one end of a veth pair (this kernel may have no
+	// dummy links)
+	if err := b.env.link(master, "veth", "peer", "name", b.name("m1")); err != nil {
+		return err
+	}
+	for k, kind := range []string{"bridge", "macvlan"} {
+		lasts := append([]plugin{b.doNothing()}, b.pins("chain-"+kind)...)
+		var nets, nss []string
+		for i, last := range lasts {
+			net := b.name(fmt.Sprintf("%c%d", kind[0], i))
+			first := map[string]any{"type": kind, "ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(b.cfg.work, "host-local"),
+				"ranges": [][]map[string]any{{{"subnet": fmt.Sprintf("10.%d.%d.0/24", 252+k, i)}}}}}
+			if kind == "bridge" {
+				first["bridge"] = b.name(fmt.Sprintf("b%d", i))
+				if err := b.env.link(first["bridge"].(string), "bridge"); err != nil {
+					return err
+				}
+			} else {
+				first["master"], first["mode"] = master, "bridge"
+			}
+			data, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": net, "plugins": []any{first, last.entry}})
+			if err == nil {
+				err = os.WriteFile(filepath.Join(netconf, net+".conflist"), data, 0o644)
+			}
+			ns, err2 := b.env.netns(b.name(fmt.Sprintf("%c%dp", kind[0], i)), "")
+			if err = errors.Join(err, err2); err != nil {
+				return err
+			}
+			nets, nss = append(nets, net), append(nss, ns)
+		}
+		res, err := b.interleave(ctx, len(lasts), b.rounds(120), 1, func(ctx context.Context, i int, _ string) ([]sample, error) {
+			env := []string{"CNI_PATH=" + b.cfg.cniPath, "NETCONFPATH=" + netconf, "CNI_IFNAME=eth0",
+				"CNI_ARGS=" + podArgs("default", "web-7d9f8c6b5-"+host.RandHex(5), host.RandHex(64))}
+			add, _, err := b.exec(ctx, "", b.cfg.cnitool, []string{"add", nets[i], nss[i]}, env, nil)
 			if err != nil {
 				return nil, err
 			}
-			vs[i].plugin, vs[i].nss = ps[i], append(vs[i].nss, p)
-		}
-	}
-	return vs, nil
-}
-
-// holderRound is one round: ADD of a fresh holder attachment by each
-// variant, then their DELs, in an order that rotates every round. out[i]
-// is variant i's ADD, out[len(vs)+i] its DEL.
-func (b *bench) holderRound(ctx context.Context, vs []holderVariant, r int, wrap string, out []series) error {
-	n, atts := len(vs), make([]attachment, len(vs))
-	for k := range 2 * n {
-		i, step := (k+r)%n, k/n // step 0: ADD, 1: DEL
-		if step == 0 {
-			j := r % holderPool
-			atts[i] = b.attach("holder", vs[i].nss[j], "csi-holder-"+host.RandHex(5), vs[i].entry, fmt.Sprintf("10.250.1.%d", 2+j))
-		}
-		verb := []string{"ADD", "DEL"}[step]
-		x, _, err := b.call(vs[i].bin, verb, atts[i]).run(ctx, wrap)
-		if err == nil && vs[i].pinDir != "" { // netns-pin made its pin, or removed it
-			err = wantPins(vs[i].pinDir, 1-step, "holder "+verb)
-		}
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", vs[i].label, verb, err)
-		}
-		out[step*n+i].add(x)
-	}
-	return nil
-}
-
-func (b *bench) holder(ctx context.Context) error {
-	vs, err := b.holderVariants()
-	if err != nil {
-		return err
-	}
-	n := len(vs)
-	ss, rss, err := b.measure(ctx, 2*n, probeRuns, b.rounds(300), func(ctx context.Context, r int, wrap string, out []series) error {
-		return b.holderRound(ctx, vs, r, wrap, out)
-	})
-	if err != nil {
-		return err
-	}
-	for i, v := range vs {
-		if v.pinDir != "" {
-			b.keepPinRSS(&rss[i])
-			b.keepPinRSS(&rss[n+i])
-		}
-	}
-	b.holderRows(vs, "holder ADD (lock, addresses, record, bind mount, link)", ss[:n], rss[:n])
-	b.holderRows(vs, "holder DEL, unused (in-use check of this host, unmount, unlink, records)", ss[n:], rss[n:])
-	b.rep.ratioTarget(tHolderAdd, &ss[0], &ss[n-1], 1.5)
-	b.rep.ratioTarget(tHolderDel, &ss[n], &ss[2*n-1], 2.0)
-	return b.holderSteps(ctx, vs[0])
-}
-
-// holderSteps runs holder ADD and DEL of netns-pin with the debug log,
-// untimed, and reports the median of each step the store times (see
-// netnsstore's steps): where the time over the baseline goes.
-func (b *bench) holderSteps(ctx context.Context, v holderVariant) error {
-	v.entry = maps.Clone(v.entry)
-	v.entry["logLevel"] = "debug"
-	runs := b.rounds(60)
-	verbs := []string{"ADD", "DEL"}
-	logs := make([]bytes.Buffer, len(verbs))
-	for r := range runs {
-		j := r % holderPool
-		a := b.attach("holder", v.nss[j], "csi-holder-"+host.RandHex(5), v.entry, fmt.Sprintf("10.250.1.%d", 2+j))
-		for i, verb := range verbs {
-			c := b.call(v.bin, verb, a)
-			c.log = &logs[i]
-			if _, _, err := c.run(ctx, ""); err != nil {
-				return fmt.Errorf("steps, %s: %w", verb, err)
-			}
-		}
-	}
-	for i, what := range []string{"holder ADD", "holder DEL, unused"} {
-		us, order, err := stepMedians(logs[i].Bytes())
+			del, _, err := b.exec(ctx, "", b.cfg.cnitool, []string{"del", nets[i], nss[i]}, env, nil)
+			return []sample{{d: add.d + del.d}}, err
+		})
 		if err != nil {
 			return err
 		}
-		notes := make([]string, len(order))
-		for k, name := range order {
-			notes[k] = fmt.Sprintf("%s %s", name, fmtDur(us[name]*float64(time.Microsecond)))
+		chain, base := kind+" + host-local", median(res[0].t[0])
+		b.add("pod ADD+DEL, "+chain+" + do-nothing", res[0].t[0], "1.00x", nil)
+		var figures []string
+		for i, last := range lasts[1:] {
+			t := res[i+1].t[0]
+			r := ratio(median(t)/base) + ", " + plusMs(median(t)-base)
+			b.add("pod ADD+DEL, "+chain+" + "+last.label, t, r, nil)
+			figures = append(figures, r)
 		}
-		b.rep.add(row{section: "2", name: what + " by step, netns-pin's debug log (medians, untimed runs)", n: fmt.Sprint(runs),
-			note: strings.Join(notes, ", ")})
+		f := figures[0]
+		if len(figures) > 1 {
+			f += fmt.Sprintf(" (%s: %s)", b.cfg.beforeRev, figures[1])
+		}
+		b.ceiling("pod ADD+DEL, "+chain+", netns-pin last vs do-nothing last, at most 1.02x", median(res[1].t[0])/base <= 1.02, f)
 	}
 	return nil
 }
 
-// stepMedians reads the "steps (µs)" lines of a debug log: the median of
-// each step, and the steps in the order they ran.
-func stepMedians(log []byte) (map[string]float64, []string, error) {
-	all, order := map[string][]float64{}, []string(nil)
-	for _, line := range bytes.Split(bytes.TrimSpace(log), []byte("\n")) {
-		if !bytes.Contains(line, []byte(`"msg":"steps (µs)"`)) {
-			continue
-		}
-		dec := json.NewDecoder(bytes.NewReader(line))
-		if _, err := dec.Token(); err != nil {
-			return nil, nil, fmt.Errorf("steps log %q: %w", line, err)
-		}
-		for afterMsg := false; dec.More(); {
-			key, err := dec.Token()
+// inuse runs BenchmarkCheckNode of inuse/ (the in-use check of an unused
+// pin on a node of 5,000 processes, 500 mounts and 100 rbd devices, fixture
+// trees on tmpfs) count times, one sample a run, interleaved with the
+// before revision's when it has that benchmark.
+func (b *bench) inuse(ctx context.Context) error {
+	bins, labels := []string{b.cfg.inuseTest}, []string{"netns-pin"}
+	if b.cfg.inuseTestBefore != "" {
+		bins, labels = append(bins, b.cfg.inuseTestBefore), append(labels, "netns-pin "+b.cfg.beforeRev)
+	}
+	times := make([][]float64, len(bins))
+	for r := range b.cfg.count {
+		for k := range bins {
+			i := (k + r) % len(bins)
+			cmd := exec.CommandContext(ctx, bins[i], "-test.run", "^$", "-test.bench", "^BenchmarkCheckNode$", "-test.benchtime", b.cfg.benchtime, "-test.count", "1")
+			cmd.Env = append(os.Environ(), "TMPDIR="+b.cfg.fixtures)
+			out, err := cmd.CombinedOutput()
 			if err != nil {
-				return nil, nil, fmt.Errorf("steps log %q: %w", line, err)
+				return fmt.Errorf("%s: %w\n%s", bins[i], err, out)
 			}
-			var val any
-			if err := dec.Decode(&val); err != nil {
-				return nil, nil, fmt.Errorf("steps log %q: %w", line, err)
-			}
-			name, _ := key.(string)
-			if us, ok := val.(float64); ok && afterMsg {
-				if _, seen := all[name]; !seen {
-					order = append(order, name)
+			for line := range strings.Lines(string(out)) {
+				if f := strings.Fields(line); len(f) >= 4 && strings.HasPrefix(f[0], "BenchmarkCheckNode") && f[3] == "ns/op" {
+					v, err := strconv.ParseFloat(f[2], 64)
+					if err != nil {
+						return fmt.Errorf("%s: %q: %w", bins[i], line, err)
+					}
+					times[i] = append(times[i], v)
 				}
-				all[name] = append(all[name], us)
 			}
-			afterMsg = afterMsg || name == "msg"
 		}
 	}
-	if len(order) == 0 {
-		return nil, nil, errors.New("no steps in the debug log")
-	}
-	out := map[string]float64{}
-	for name, v := range all {
-		slices.Sort(v)
-		out[name] = v[len(v)/2]
-	}
-	return out, order, nil
-}
-
-func (b *bench) holderRows(vs []holderVariant, what string, ss, rss []series) {
-	base := &ss[len(vs)-1]
-	for i, v := range vs {
-		t := &ss[i]
-		ratio, note := "1.00×", cpuNote(t)
-		if i < len(vs)-1 {
-			ratio, note = versus(t, base, " baseline"), over(t, base)+"; "+note
+	for i, t := range times {
+		if len(t) == 0 {
+			return fmt.Errorf("%s printed no BenchmarkCheckNode result", bins[i])
 		}
-		if i == 1 {
-			note += "; record fsyncs cost " + fmtDur(median(ss[0].d)-median(t.d))
-		}
-		b.rep.timed("2", what+": "+v.label, t, &rss[i], ratio, note)
-	}
-}
-
-// ---------------------------------------------------------------------
-// 3. the whole chain through cnitool: bridge + host-local alone vs with
-// netns-pin, for a non-holder and a holder pod; ADD+DEL per round.
-
-// chainVariant is one network of section 3 and the pod that joins it.
-type chainVariant struct {
-	label, net string
-	holder     bool
-	netns      string
-}
-
-// chainNetworks writes the conflists of three networks, bridge +
-// host-local then nothing, netns-pin or the baseline plugin, makes their
-// bridges and returns the variants to measure. (cnitool keeps results in
-// libcni's cache, /var/lib/cni/results; a DEL removes them, the sweep of
-// hack/bench.sh those of a failed one.)
-func (b *bench) chainNetworks(netconf string) ([]chainVariant, error) {
-	var nets []string
-	for i, last := range []map[string]any{nil, b.pinEntry(nil), {"type": "baseline"}} {
-		net, bridge := b.name(fmt.Sprintf("chain%d", i)), b.name(fmt.Sprintf("b%d", i))
-		if err := b.env.bridge(bridge); err != nil {
-			return nil, err
-		}
-		plugins := []any{map[string]any{"type": "bridge", "bridge": bridge, "ipam": map[string]any{
-			"type": "host-local", "dataDir": filepath.Join(b.cfg.work, fmt.Sprintf("host-local-%d", i)),
-			"ranges": [][]map[string]any{{{"subnet": fmt.Sprintf("10.251.%d.0/24", i)}}},
-		}}}
-		if last != nil {
-			plugins = append(plugins, last)
-		}
-		data, err := json.MarshalIndent(map[string]any{"cniVersion": "1.0.0", "name": net, "plugins": plugins}, "", "  ")
-		if err == nil {
-			err = os.WriteFile(filepath.Join(netconf, net+".conflist"), data, 0o644)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("conflist %s: %w", net, err)
-		}
-		nets = append(nets, net)
-	}
-	vs := []chainVariant{
-		{label: "bridge + host-local", net: nets[0]},
-		{label: "bridge + host-local + baseline plugin (the cost of any chained plugin)", net: nets[2]},
-		{label: "bridge + host-local + **netns-pin**, non-holder pod", net: nets[1]},
-		{label: "bridge + host-local + **netns-pin**, holder pod", net: nets[1], holder: true},
-	}
-	for i := range vs {
-		p, err := b.env.netns(b.name(fmt.Sprintf("c%d", i)), "")
-		if err != nil {
-			return nil, err
-		}
-		vs[i].netns = p
-	}
-	return vs, nil
-}
-
-// chainPod runs one pod's ADD and DEL through cnitool; under rsswrap the
-// peak RSS is the whole tree's (cnitool and the plugins it runs).
-func (b *bench) chainPod(ctx context.Context, v chainVariant, env []string, wrap string) (add, del sample, err error) {
-	ns, name := "default", "web-7d9f8c6b5-"+host.RandHex(5)
-	if v.holder {
-		ns, name = holderNS, "csi-holder-"+host.RandHex(5)
-	}
-	env = append(env, "CNI_IFNAME=eth0", "CNI_ARGS="+podArgs(ns, name, host.RandHex(64)))
-	add, _, err = call{bin: b.cfg.cnitool, args: []string{"add", v.net, v.netns}, env: env}.run(ctx, wrap)
-	if err == nil && v.holder {
-		err = wantPins(b.pinDir, 1, "holder ADD through cnitool")
-	}
-	if err != nil {
-		return add, del, err
-	}
-	del, _, err = call{bin: b.cfg.cnitool, args: []string{"del", v.net, v.netns}, env: env}.run(ctx, wrap)
-	if err == nil {
-		err = wantPins(b.pinDir, 0, "DEL through cnitool")
-	}
-	return add, del, err
-}
-
-func (b *bench) chain(ctx context.Context) error {
-	// netns-pin and the baseline plugin are found by type on CNI_PATH,
-	// whose first folder holds the copies measured everywhere (install).
-	netconf := filepath.Join(b.cfg.work, "net.d")
-	if err := os.MkdirAll(netconf, 0o755); err != nil {
-		return fmt.Errorf("chain folders: %w", err)
-	}
-	vs, err := b.chainNetworks(netconf)
-	if err != nil {
-		return err
-	}
-	env := []string{"CNI_PATH=" + b.cfg.cniPath, "NETCONFPATH=" + netconf}
-	adds, dels := make([]series, len(vs)), make([]series, len(vs))
-	ss, rss, err := b.measure(ctx, len(vs), probeRuns, b.rounds(120), rotate(len(vs), func(ctx context.Context, i int, wrap string) (sample, error) {
-		a, d, err := b.chainPod(ctx, vs[i], slices.Clip(env), wrap)
-		if wrap == "" {
-			adds[i].add(a)
-			dels[i].add(d)
-		}
-		return sample{d: a.d + d.d, cpu: a.cpu + d.cpu, rssKiB: max(a.rssKiB, d.rssKiB)}, err
-	}))
-	if err != nil {
-		return err
-	}
-	base, chained := median(ss[0].d), median(ss[1].d)
-	for i, v := range vs {
-		t := &ss[i]
-		ratio, note := "1.00×", fmt.Sprintf("ADD %s + DEL %s", fmtDur(median(adds[i].d)), fmtDur(median(dels[i].d)))
+		r := ""
 		if i > 0 {
-			who, added := "netns-pin", median(t.d)-base
-			if i == 1 {
-				who = "a chained plugin"
-			}
-			ratio = versus(t, &ss[0], "")
-			note += fmt.Sprintf("; %s adds %s = %.1f%% of the chain's setup", who, fmtDur(added), 100*added/base)
+			r = ratio(median(t)/median(times[0])) + " netns-pin"
 		}
-		if i >= 2 {
-			note += fmt.Sprintf(", %s more than the chained baseline", fmtDur(median(t.d)-chained))
-		}
-		b.rep.timed("3", "pod network ADD+DEL via cnitool: "+v.label, t, &rss[i], ratio, note)
+		b.add("in-use check, unused pin, 5,000 processes, 500 mounts, 100 rbd devices (go test -bench, "+labels[i]+")", t, cmp.Or(r, "—"), nil)
 	}
 	return nil
-}
-
-// ---------------------------------------------------------------------
-// 5. 64 holders (8 clusters) ADD+DEL at once vs the same work serialised.
-
-const concPods, concClusters = 64, 8
-
-// concMode is one way of running the 64 pods of one build.
-type concMode struct {
-	plugin
-	parallel bool
-	add, del series // per call, of the timed runs
-}
-
-// concRun runs ADD then DEL of a holder attachment in each netns of nss,
-// all at once or one after the other, and keeps the per-call samples when
-// keep.
-func (b *bench) concRun(ctx context.Context, m *concMode, nss []string, keep bool) error {
-	calls, errs := make([][2]sample, len(nss)), make([]error, len(nss))
-	one := func(i int) {
-		a := b.attach("concurrent", nss[i], fmt.Sprintf("holder-c%d-%s", i%concClusters, host.RandHex(5)), m.entry, fmt.Sprintf("10.250.2.%d", i+2))
-		if calls[i][0], _, errs[i] = b.call(m.bin, "ADD", a).run(ctx, ""); errs[i] == nil {
-			calls[i][1], _, errs[i] = b.call(m.bin, "DEL", a).run(ctx, "")
-		}
-	}
-	var wg sync.WaitGroup
-	for i := range nss {
-		if m.parallel {
-			wg.Go(func() { one(i) })
-			continue
-		}
-		if one(i); errs[i] != nil { // serialised: stop at the first failure
-			break
-		}
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil || !keep {
-		return err
-	}
-	for _, c := range calls {
-		m.add.add(c[0])
-		m.del.add(c[1])
-	}
-	return nil
-}
-
-func (b *bench) concurrent(ctx context.Context) error {
-	var nss []string
-	for i := range concPods {
-		p, err := b.env.netns(b.name(fmt.Sprintf("k%d", i)), fmt.Sprintf("10.250.2.%d/24", i+2))
-		if err != nil {
-			return err
-		}
-		nss = append(nss, p)
-	}
-	var rules []map[string]any
-	for k := range concClusters {
-		rules = append(rules, map[string]any{"podNamespace": holderNS, "podName": fmt.Sprintf("holder-c%d-*", k), "cluster": fmt.Sprintf("%s/cluster-%d", holderNS, k)})
-	}
-	// Each build all at once (index 2k, warmed up first), then serialised.
-	var modes []*concMode
-	for _, p := range b.builds(map[string]any{"holders": rules}) {
-		par := &concMode{plugin: p, parallel: true}
-		if err := b.concRun(ctx, par, nss, false); err != nil {
-			return err
-		}
-		modes = append(modes, par, &concMode{plugin: p})
-	}
-	ss, _, err := b.measure(ctx, len(modes), 0, b.rounds(7), rotate(len(modes), func(ctx context.Context, i int, _ string) (sample, error) {
-		t0 := time.Now()
-		err := b.concRun(ctx, modes[i], nss, true)
-		d := time.Since(t0)
-		if err == nil {
-			err = wantPins(modes[i].pinDir, 0, "pins left after every DEL")
-		}
-		return sample{d: d}, err
-	}))
-	if err != nil {
-		return err
-	}
-	podsPerSec := func(s *series) float64 { return concPods / (median(s.d) / 1e9) }
-	for k := 0; k < len(modes); k += 2 {
-		conc, serial, m, ser := &ss[k], &ss[k+1], modes[k], modes[k+1]
-		b.rep.timed("5", fmt.Sprintf("%d holders × (ADD+DEL), %d clusters, all at once (wall): %s", concPods, concClusters, m.label), conc, nil,
-			ratioOf(conc.d, serial.d)+" serial time",
-			fmt.Sprintf("%.0f pods/s; speedup %.2f×; per call ADD %s, DEL %s (median, incl. lock wait)",
-				podsPerSec(conc), median(serial.d)/median(conc.d), fmtDur(median(m.add.d)), fmtDur(median(m.del.d))))
-		b.rep.timed("5", "same work serialised (wall): "+m.label, serial, nil, "1.00×",
-			fmt.Sprintf("%.0f pods/s; per call ADD %s, DEL %s", podsPerSec(serial), fmtDur(median(ser.add.d)), fmtDur(median(ser.del.d))))
-	}
-	return nil
-}
-
-// ---------------------------------------------------------------------
-// 6. binary sizes (peak RSS is in every row's RSS column).
-
-func (b *bench) sizes(context.Context) error {
-	bins := []struct{ label, path string }{
-		{"netns-pin", b.cfg.plugin}, {"baseline", b.cfg.baseline}, {"tuning v1.10.0", b.cfg.tuning},
-	}
-	full, stripped := make([]int64, len(bins)), make([]int64, len(bins)) // ratios to bins[1], the baseline
-	for i, x := range bins {
-		fi, err := os.Stat(x.path)
-		if err != nil {
-			return fmt.Errorf("binary size: %w", err)
-		}
-		full[i] = fi.Size()
-		// Stripped the same way for all three (symbol table and DWARF
-		// removed, like -ldflags=-s -w); without strip(1), no stripped size.
-		st := filepath.Join(b.cfg.work, filepath.Base(x.path)+".stripped")
-		if err := sh("strip", "-o", st, x.path); err != nil {
-			logf("no stripped size: %v", err)
-			continue
-		}
-		if fi, err = os.Stat(st); err != nil {
-			return fmt.Errorf("stripped size: %w", err)
-		}
-		stripped[i] = fi.Size()
-	}
-	for i, x := range bins {
-		r := row{section: "6", name: "binary size: " + x.label, med: fmtBytes(full[i]), ratio: fmtRatio(float64(full[i])/float64(full[1])) + " baseline"}
-		if stripped[i] > 0 {
-			r.note = fmt.Sprintf("stripped %s (%s baseline)", fmtBytes(stripped[i]), fmtRatio(float64(stripped[i])/float64(stripped[1])))
-		}
-		b.rep.add(r)
-	}
-	if rss := b.pinRSS; len(rss) > 0 {
-		lo, hi := minMax(rss)
-		b.rep.add(row{section: "6", name: "peak RSS, every netns-pin probe run above (ADD, DEL, passthrough)", n: fmt.Sprint(len(rss)),
-			med: fmtKiB(median(rss)) + " median", rss: fmtKiB(hi) + " max",
-			note: fmt.Sprintf("min %s; ru_maxrss of the child under rsswrap (fork without CLONE_VM)", fmtKiB(lo))})
-	}
-	return nil
-}
-
-// rssTarget checks the peak RSS of every netns-pin probe run.
-func (b *bench) rssTarget() {
-	if len(b.pinRSS) > 0 {
-		_, hi := minMax(b.pinRSS)
-		b.rep.verdict("peak RSS of any invocation under 8 MiB", fmt.Sprintf("max %s over %d netns-pin runs (median %s)",
-			fmtKiB(hi), len(b.pinRSS), fmtKiB(median(b.pinRSS))), hi < 8*1024)
-	}
 }

@@ -30,8 +30,8 @@ const (
 // them: n rbd devices of cluster FSIDA sharing krbd's clients (one per
 // netns and map options: two, client10000 and client10001), and n CephFS
 // mounts of cluster FSIDB, each a client of its own, with status. addr(i)
-// is the IP address of volume i's clients. The Go benchmark of the in-use
-// check and `make bench`'s whole-DEL runs use the same node.
+// is the IP address of volume i's clients. The Go benchmarks of the in-use
+// check (BenchmarkCheck, BenchmarkCheckNode) lay out their nodes with it.
 func Volumes(sysfs, debugfs string, n int, addr func(i int) string) error {
 	err := DebugfsClient(debugfs, FSIDA, 10000, "")
 	if n > 1 {
