@@ -20,7 +20,6 @@
 # Everything lands in the git-ignored folder .cache/:
 #   .cache/bin/cnitool          cnitool ${CNITOOL_VERSION}
 #   .cache/bin/staticcheck      staticcheck ${STATICCHECK_VERSION}
-#   .cache/bin/benchstat        benchstat ${BENCHSTAT_VERSION} (make bench)
 #   .cache/cni/bin/<plugin>     reference plugins ${PLUGINS_VERSION} + netns-pin
 #   .cache/stamps/              one file per built tool version
 set -euo pipefail
@@ -35,7 +34,6 @@ CNITOOL_VERSION="v1.3.1"
 PLUGINS_VERSION="v1.10.0"
 STATICCHECK_VERSION="v0.8.2"
 # golang.org/x/perf has no release tags: a pinned pseudo-version.
-BENCHSTAT_VERSION="v0.0.0-20260908200009-22c9c6c9d4da"
 # Reference plugins (path under github.com/containernetworking/plugins/plugins/).
 PLUGINS=(
 	main/bridge
@@ -143,8 +141,6 @@ install_tools() {
 		"github.com/containernetworking/cni/cnitool@${CNITOOL_VERSION}"
 	go_install staticcheck "${STATICCHECK_VERSION}" "${BIN_DIR}" \
 		"honnef.co/go/tools/cmd/staticcheck@${STATICCHECK_VERSION}"
-	go_install benchstat "${BENCHSTAT_VERSION}" "${BIN_DIR}" \
-		"golang.org/x/perf/cmd/benchstat@${BENCHSTAT_VERSION}"
 	local pkgs=() p sum
 	for p in "${PLUGINS[@]}"; do
 		pkgs+=("github.com/containernetworking/plugins/plugins/${p}@${PLUGINS_VERSION}")
