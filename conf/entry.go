@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
-	"github.com/netns-pin/netns-pin/internal/smallfile"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // PluginEntry finds the netns-pin entry in a configuration file as an
@@ -61,7 +62,12 @@ func PluginEntry(data []byte) ([]byte, error) {
 func LoadFile(path string, overrides map[string]string) (*Config, error) {
 	data := []byte(`{"type":"netns-pin"}`)
 	if path != "" {
-		raw, err := smallfile.ReadPath(path, 1<<20)
+		f, err := os.OpenFile(path, regfile.ReadFlags, 0)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		raw, err := regfile.Read(f, 1<<20)
 		if err != nil {
 			return nil, err
 		}

@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // openTrustedDir opens the absolute directory dir by walking it from "/"
@@ -38,6 +36,12 @@ func openTrustedDir(dir string, create bool, mode uint32) (int, error) {
 	return fd, err
 }
 
+// dirFlags open one component of a directory's path: a name that is never
+// ".." (the paths are clean, openDirBeneath refuses it), so O_NOFOLLOW is
+// all it takes to stay beneath the directory and off every symlink, what
+// regfile.OpenBeneath asks openat2 for.
+const dirFlags = unix.O_DIRECTORY | unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+
 func openTrustedChain(dir string, create bool, mode uint32) (int, error) {
 	fd, err := unix.Open("/", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -55,8 +59,7 @@ func openTrustedChain(dir string, create bool, mode uint32) (int, error) {
 	for i, part := range parts {
 		last := i == len(parts)-1
 		at = filepath.Join(at, part)
-		flags := unix.O_DIRECTORY | unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW
-		next, err := smallfile.OpenAt(fd, part, flags, 0)
+		next, err := unix.Openat(fd, part, dirFlags, 0)
 		if errors.Is(err, unix.ENOENT) && create {
 			m := uint32(0o755)
 			if last {
@@ -66,7 +69,7 @@ func openTrustedChain(dir string, create bool, mode uint32) (int, error) {
 				unix.Close(fd)
 				return -1, fmt.Errorf("create %s: %w", at, err)
 			}
-			next, err = smallfile.OpenAt(fd, part, flags, 0)
+			next, err = unix.Openat(fd, part, dirFlags, 0)
 		}
 		unix.Close(fd)
 		if err != nil {
@@ -153,13 +156,13 @@ func openDirBeneath(root int, rel string, create bool, mode uint32) (int, error)
 			unix.Close(fd)
 			return -1, fmt.Errorf("path %q leaves its directory", rel)
 		}
-		next, err := smallfile.OpenAt(fd, part, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		next, err := unix.Openat(fd, part, dirFlags, 0)
 		if errors.Is(err, unix.ENOENT) && create {
 			if err := unix.Mkdirat(fd, part, mode); err != nil && !errors.Is(err, unix.EEXIST) {
 				unix.Close(fd)
 				return -1, fmt.Errorf("mkdir %s: %w", part, err)
 			}
-			next, err = smallfile.OpenAt(fd, part, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			next, err = unix.Openat(fd, part, dirFlags, 0)
 		}
 		unix.Close(fd)
 		if err != nil {

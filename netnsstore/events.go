@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/internal/smallfile"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // The events file counts what happens in short-lived processes (a runtime's
@@ -115,15 +117,15 @@ func (s *Store) note(e Event) {
 	if e.By == "" {
 		e.By = ByRepair
 	}
-	fd, err := smallfile.OpenAt(s.stateFd, eventsFile, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o600)
-	var st unix.Stat_t
+	f, err := regfile.OpenBeneath(s.stateFd, eventsFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NONBLOCK, 0o600)
+	var fi os.FileInfo
 	if err == nil {
-		if _, err = unix.Write(fd, []byte(e.line())); err == nil {
-			err = unix.Fstat(fd, &st)
+		if _, err = f.WriteString(e.line()); err == nil {
+			fi, err = f.Stat()
 		}
-		unix.Close(fd)
+		err = errors.Join(err, f.Close())
 	}
-	if err == nil && st.Size > eventsFoldAt {
+	if err == nil && fi.Size() > eventsFoldAt {
 		_, err = s.fold()
 	}
 	if err != nil {
@@ -145,14 +147,25 @@ const eventsFoldAt = 1 << 20
 // nothing more). A file shorter than from was folded or replaced: it is
 // read again from 0 (reset says so). No file: no events.
 func readEventsAt(dirfd int, from int64) (events []Event, next int64, reset bool, _ error) {
-	data, size, err := smallfile.ReadChunkAt(dirfd, eventsFile, from, eventsChunk)
-	if err == nil && size < from {
-		reset, from = true, 0
-		data, _, err = smallfile.ReadChunkAt(dirfd, eventsFile, 0, eventsChunk)
-	}
+	f, err := regfile.OpenBeneath(dirfd, eventsFile, regfile.ReadFlags, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, from > 0, nil
 	}
+	if err != nil {
+		return nil, from, false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = &os.PathError{Op: "read", Path: eventsFile, Err: errors.New("not a regular file")}
+	}
+	if err != nil {
+		return nil, from, false, err
+	}
+	if fi.Size() < from {
+		reset, from = true, 0
+	}
+	data, err := io.ReadAll(io.NewSectionReader(f, from, eventsChunk))
 	if err != nil {
 		return nil, from, false, err
 	}

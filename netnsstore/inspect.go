@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // What `netns-pinctl check` (package nodecheck) reads of a store: the same
@@ -170,7 +169,7 @@ func (s *Store) Inspect() (*Snapshot, error) {
 
 // readOwner is pinDir's owner file as it stands ("" when none).
 func (s *Store) readOwner() string {
-	data, _ := smallfile.ReadAt(s.pinDirFd, ownerFile, 4096)
+	data, _ := readFile(s.pinDirFd, ownerFile, 4096)
 	return strings.TrimSuffix(string(data), "\n")
 }
 

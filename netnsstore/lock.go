@@ -3,11 +3,12 @@ package netnsstore
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/internal/smallfile"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 const lockFile = "lock"
@@ -28,19 +29,19 @@ var ErrLockTimeout = errors.New("timed out waiting for the lock")
 // by the next process possible. Taking the lock also reopens pinDir (see
 // openPinDir).
 func (s *Store) lock() (unlock func(), err error) {
-	fd, err := smallfile.OpenAt(s.stateFd, lockFile, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	f, err := regfile.OpenBeneath(s.stateFd, lockFile, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s/%s: %w", s.StateDir, lockFile, err)
 	}
-	if err := flockWithin(fd, s.lockTimeout); err != nil {
-		unix.Close(fd)
+	if err := flockWithin(int(f.Fd()), s.lockTimeout); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("lock %s/%s: %w", s.StateDir, lockFile, err)
 	}
 	if err := s.openPinDir(); err != nil {
-		unix.Close(fd)
+		f.Close()
 		return nil, err
 	}
-	return func() { unix.Close(fd) }, nil
+	return func() { f.Close() }, nil
 }
 
 // flockWithin takes an exclusive flock, giving up after timeout. A

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/internal/smallfile"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // ownerFile, in pinDir, names the stateDir whose records own the pins.
@@ -27,7 +28,7 @@ var ErrOtherStateDir = errors.New("the pins were made under another stateDir")
 // false when pinDir has none yet (an empty pinDir, or one of an earlier
 // version), ErrOtherStateDir when it is another.
 func (s *Store) checkOwner() (bool, error) {
-	data, err := smallfile.ReadAt(s.pinDirFd, ownerFile, 4096)
+	data, err := readFile(s.pinDirFd, ownerFile, 4096)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("read %s/%s: %w", s.PinDir, ownerFile, err)
 	}
@@ -54,16 +55,15 @@ func (s *Store) claimPinDir(v *view) error {
 		return err
 	}
 	tmp := tmpPrefix + ownerFile + "." + strconv.Itoa(unix.Getpid())
-	fd, err := smallfile.OpenAt(s.pinDirFd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+	f, err := regfile.OpenBeneath(s.pinDirFd, tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("claim pinDir %s: %w", s.PinDir, err)
 	}
-	_, err = unix.Write(fd, []byte(s.StateDir+"\n"))
+	_, err = f.WriteString(s.StateDir + "\n")
 	if err == nil {
-		err = unix.Fsync(fd)
+		err = f.Sync()
 	}
-	unix.Close(fd)
-	if err == nil {
+	if err = errors.Join(err, f.Close()); err == nil {
 		err = unix.Linkat(s.pinDirFd, tmp, s.pinDirFd, ownerFile, 0)
 		if errors.Is(err, unix.EEXIST) {
 			err = s.replaceEmptyOwner(tmp)

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/internal/smallfile"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // pinPath is where the pin of an attachment lives.
@@ -29,15 +29,15 @@ func (s *Store) mountPin(src *os.File, srcID NetnsID, name string) error {
 	case mounted:
 		return fmt.Errorf("pin %s is already a mount of another namespace %v", s.pinPath(name), id)
 	}
-	fd, err := smallfile.OpenAt(s.pinsFd, name, unix.O_CREAT|unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o444)
+	f, err := regfile.OpenBeneath(s.pinsFd, name, os.O_CREATE|os.O_RDONLY, 0o444)
 	if err != nil {
 		return fmt.Errorf("create pin %s: %w", s.pinPath(name), err)
 	}
-	defer unix.Close(fd)
+	defer f.Close()
 	// Both ends through /proc/self/fd: the source is the namespace that was
 	// validated, the target the file just created beneath pins/, so nothing
 	// renamed or planted in between can change what gets mounted where.
-	if err := unix.Mount(fdPath(int(src.Fd())), fdPath(fd), "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(fdPath(int(src.Fd())), fdPath(int(f.Fd())), "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("pin %s: bind mount: %w", s.pinPath(name), err)
 	}
 	return nil
@@ -88,10 +88,10 @@ func (s *Store) unpin(name string) error {
 // trusted chain), never through its path: a pinDir swapped since the
 // check cannot make it unmount anything else.
 func (s *Store) unmountPin(name string) error {
-	fd, err := smallfile.OpenAt(s.pinsFd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	f, err := regfile.OpenBeneath(s.pinsFd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
-	return unix.Unmount(fdPath(fd), unix.MNT_DETACH)
+	defer f.Close()
+	return unix.Unmount(fdPath(int(f.Fd())), unix.MNT_DETACH)
 }

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/netns-pin/netns-pin/internal/smallfile"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // The states of a record: where an attachment is in its life
@@ -147,17 +147,16 @@ func (s *Store) writeRecord(r *Record) error {
 // durable syncs the file before the rename and the folder after.
 func (s *Store) replaceFile(dirfd int, name string, data []byte, durable bool) error {
 	tmp := tmpPrefix + name
-	fd, err := smallfile.OpenAt(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	f, err := regfile.OpenBeneath(dirfd, tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	_, werr := unix.Write(fd, data)
-	if werr == nil && durable {
-		werr = unix.Fsync(fd)
+	_, err = f.Write(data)
+	if err == nil && durable {
+		err = f.Sync()
 	}
-	unix.Close(fd)
-	if werr != nil {
-		return errors.Join(werr, unlinkIfExists(dirfd, tmp))
+	if err = errors.Join(err, f.Close()); err != nil {
+		return errors.Join(err, unlinkIfExists(dirfd, tmp))
 	}
 	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
 		return fmt.Errorf("rename: %w", errors.Join(err, unlinkIfExists(dirfd, tmp)))
@@ -190,7 +189,7 @@ func HasRecord(stateDir, attachment string) (bool, error) {
 // One of another pinDir is ErrOtherPinDir and one of a newer format
 // errNewerFormat, both untouched.
 func (s *Store) readRecord(attachment string) (*Record, error) {
-	data, err := smallfile.ReadAt(s.recordsFd, attachment+recordSuffix, 1<<20)
+	data, err := readFile(s.recordsFd, attachment+recordSuffix, 1<<20)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/failpoint"
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // The store registry is how every reader of the node finds every store
@@ -85,7 +84,7 @@ func (s *Store) register() error {
 		return fmt.Errorf("register the store in %s: %w", s.registry, err)
 	}
 	name := RegistrationName(s.StateDir)
-	if have, err := smallfile.ReadIn(s.registry, name, 1<<16); err == nil && bytes.Equal(have, want) {
+	if have, err := readIn(s.registry, name, 1<<16); err == nil && bytes.Equal(have, want) {
 		return nil
 	}
 	fd, err := openTrustedDir(s.registry, true, 0o755)
@@ -147,7 +146,7 @@ func Registered(dir string) ([]RegisteredStore, error) {
 			continue // a leftover of a crash between write and rename
 		}
 		rs := RegisteredStore{File: n}
-		data, err := smallfile.ReadIn(dir, n, 1<<16)
+		data, err := readIn(dir, n, 1<<16)
 		if err == nil {
 			err = json.Unmarshal(data, &rs.Registration)
 		}

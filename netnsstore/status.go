@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"time"
-
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // sweepStatusFile, in stateDir, is the node sweeper's account of its last
@@ -46,7 +44,7 @@ func (s *Store) WriteSweepStatus(st SweepStatus) error {
 // ReadSweepStatus reads the sweeper's status file of stateDir; nil, nil
 // when no sweeper ever ran a round there.
 func ReadSweepStatus(stateDir string) (*SweepStatus, error) {
-	data, err := smallfile.ReadIn(stateDir, sweepStatusFile, 1<<20)
+	data, err := readIn(stateDir, sweepStatusFile, 1<<20)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

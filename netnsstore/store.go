@@ -9,13 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/failpoint"
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // PinsSubdir is the folder under pinDir that holds the pins.
@@ -148,7 +148,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 var errNoCheck = errors.New("no in-use check configured")
 
 func (s *Store) open() error {
-	boot, err := smallfile.ReadPath(failpoint.BootIDPath(bootIDPath), 4096)
+	boot, err := os.ReadFile(failpoint.BootIDPath(bootIDPath))
 	if err != nil {
 		return fmt.Errorf("read boot id: %w", err)
 	}

@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // ReadRecords is the store as a reader without privilege sees it: the
@@ -40,7 +38,7 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 		if !ok || strings.HasPrefix(n, tmpPrefix) {
 			continue // a leftover of a crash between write and rename: no record
 		}
-		data, err := smallfile.ReadIn(stateDir, recordsSubdir+"/"+n, 1<<20)
+		data, err := readIn(stateDir, recordsSubdir+"/"+n, 1<<20)
 		var r *Record
 		if err == nil {
 			r, err = decodeRecord(data, att, "the node agent")
@@ -62,7 +60,7 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 // reader without privilege or lock (the node agent): from offset from, at
 // most a chunk, to its last whole line. Only the store folds the file.
 func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
-	err = smallfile.In(stateDir, func(dirfd int) (err error) {
+	err = inDir(stateDir, func(dirfd int) (err error) {
 		events, next, reset, err = readEventsAt(dirfd, from)
 		return err
 	})

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/netns-pin/netns-pin/internal/human"
-	"github.com/netns-pin/netns-pin/internal/smallfile"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // agentStatus is what the node agent (cmd/netns-pin-agent) writes to
@@ -43,16 +45,12 @@ func AgentStatusFile(dir string) string { return filepath.Join(dir, "status.json
 // ran there, and nil. A status that cannot be read is an error: the pods
 // are unknown.
 func FinalizerPods(dir string) ([]string, error) {
-	data, err := smallfile.ReadIn(dir, "status.json", 1<<20)
+	st, err := readAgentStatus(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("the node agent's status %s: %w", AgentStatusFile(dir), err)
-	}
-	var st agentStatus
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("the node agent's status %s is not JSON: %w", AgentStatusFile(dir), err)
+		return nil, err
 	}
 	pods := make([]string, 0, len(st.Finalizers))
 	for _, p := range st.Finalizers {
@@ -61,12 +59,38 @@ func FinalizerPods(dir string) ([]string, error) {
 	return pods, nil
 }
 
+// readAgentStatus reads status.json beneath dir, dir itself opened
+// without following a symlink as its last component: as the store's
+// readers read stateDir, a link planted there is never followed.
+func readAgentStatus(dir string) (*agentStatus, error) {
+	where := AgentStatusFile(dir)
+	d, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the node agent's status %s: %w", where, err)
+	}
+	defer d.Close()
+	f, err := regfile.OpenBeneath(int(d.Fd()), "status.json", regfile.ReadFlags, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the node agent's status %s: %w", where, err)
+	}
+	defer f.Close()
+	data, err := regfile.Read(f, 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("the node agent's status %s: %w", where, err)
+	}
+	var st agentStatus
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("the node agent's status %s is not JSON: %w", where, err)
+	}
+	return &st, nil
+}
+
 // agent reports the node agent: running or not, and the pods that carry
 // the finalizer without a pin (being deleted: waiting for the agent).
 func (c *checker) agent() {
 	dir := strings.TrimSuffix(c.o.StateDir, "/") + "-agent"
 	where := filepath.Join(dir, "status.json")
-	data, err := smallfile.ReadIn(dir, "status.json", 1<<20)
+	st, err := readAgentStatus(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		c.r.add(Finding{Check: "agent", Level: Warning, Where: where,
@@ -74,12 +98,7 @@ func (c *checker) agent() {
 			Fix:  "install the netns-pin-agent DaemonSet (deploy/agent-daemonset.yaml); pods of this node that carry it: kubectl get pods -A --field-selector spec.nodeName=<node> -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.finalizers}{\"\\n\"}{end}'"})
 		return
 	case err != nil:
-		c.r.add(Finding{Check: "agent", Level: Unknown, Where: where, What: "cannot read the node agent's status: " + err.Error()})
-		return
-	}
-	var st agentStatus
-	if err := json.Unmarshal(data, &st); err != nil {
-		c.r.add(Finding{Check: "agent", Level: Unknown, Where: where, What: "the node agent's status is not JSON: " + err.Error()})
+		c.r.add(Finding{Check: "agent", Level: Unknown, Where: where, What: err.Error()})
 		return
 	}
 	now := c.o.Now()

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/human"
-	"github.com/netns-pin/netns-pin/internal/smallfile"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -78,7 +78,12 @@ type cephCSIEntry struct {
 // readCephCSIConfig reads config.json, or a ConfigMap (as JSON) that
 // carries it under data."config.json".
 func readCephCSIConfig(path string) ([]cephCSIEntry, error) {
-	data, err := smallfile.ReadPath(path, 1<<20)
+	f, err := os.OpenFile(path, regfile.ReadFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := regfile.Read(f, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -307,10 +312,7 @@ func nsfsIDWithin(path string, d time.Duration) (netnsstore.NetnsID, error) {
 }
 
 func readSmall(path string) string {
-	data, err := smallfile.ReadPath(path, 4096)
-	if err != nil {
-		return ""
-	}
+	data, _ := os.ReadFile(path)
 	return string(data)
 }
 

@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
-
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // The host's mount namespace is PID 1's; where /proc/1/ns is unreadable
@@ -78,7 +76,7 @@ func HostMountNS() (ref string, same bool, err error) {
 }
 
 func isKthreadd() bool {
-	comm, err := smallfile.ReadPath("/proc/2/comm", 64)
+	comm, err := os.ReadFile("/proc/2/comm")
 	return err == nil && strings.TrimSpace(string(comm)) == "kthreadd"
 }
 
