@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // NewLogger returns a JSON-lines logger writing to the configured log file
@@ -72,24 +73,5 @@ func OpenLogFile(path string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("logFile %s is %s, not a regular file: not opened", path, kind(fi.Mode()))
-}
-
-// kind names a file's type for an error: "a FIFO", "a symlink"...
-func kind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "a symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m.IsDir():
-		return "a directory"
-	}
-	return "mode " + m.String()
+	return nil, fmt.Errorf("logFile %s is %s, not a regular file: not opened", path, regfile.Kind(fi.Mode()))
 }

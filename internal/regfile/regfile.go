@@ -55,7 +55,7 @@ func Read(f *os.File, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, &os.PathError{Op: "read", Path: f.Name(), Err: errors.New("not a regular file: " + cmp.Or(kinds[fi.Mode().Type()], fi.Mode().Type().String()))}
+		return nil, &os.PathError{Op: "read", Path: f.Name(), Err: errors.New("not a regular file: " + Kind(fi.Mode()))}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err == nil && int64(len(data)) > limit {
@@ -64,6 +64,9 @@ func Read(f *os.File, limit int64) ([]byte, error) {
 	return data, err
 }
 
-// kinds name the types of file Read refuses.
+// Kind names the type of a file that is not regular, for an error: "a
+// FIFO", "a symlink", ...
+func Kind(m fs.FileMode) string { return cmp.Or(kinds[m.Type()], m.Type().String()) }
+
 var kinds = map[fs.FileMode]string{fs.ModeNamedPipe: "a FIFO", fs.ModeDevice | fs.ModeCharDevice: "a character device",
-	fs.ModeDevice: "a block device", fs.ModeSocket: "a socket", fs.ModeDir: "a directory"}
+	fs.ModeDevice: "a block device", fs.ModeSocket: "a socket", fs.ModeDir: "a directory", fs.ModeSymlink: "a symlink"}
