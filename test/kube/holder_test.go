@@ -154,7 +154,7 @@ func TestHolderDaemonSetRollout(t *testing.T) {
 	wantLine := "netns-pin: cluster " + h.cluster + ": holder pod " + old.pod.String() + " is still in use by"
 	assert.Contains(t, msg, wantLine, "the event carries netns-pin's line")
 	assert.Contains(t, msg, "process ", "the event names the first references")
-	assert.Regexp(t, regexp.MustCompile(`netns-pin .*inuse `+regexp.QuoteMeta(old.sb.id+"."+storageIf)), msg,
+	assert.Regexp(t, regexp.MustCompile(`netns-pinctl .*inuse `+regexp.QuoteMeta(old.sb.id+"."+storageIf)), msg,
 		"the event says how to see every reference")
 	assert.NotContains(t, msg, "\\n", "one readable line, no escaped newlines")
 	describe := c.mustKubectl(t, "-n", pinNamespace, "describe", "pod", old.pod.Metadata.Name)

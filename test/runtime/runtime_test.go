@@ -122,7 +122,7 @@ func TestStopRefusedWhileReferenced(t *testing.T) {
 		t.Logf("crictl stopp error: %s", runtimeError(res))
 		assert.Contains(t, runtimeError(res), "netns-pin: cluster "+cluster+": holder pod rook-ceph/"+holder.name+" is still in use by", "crictl stopp error")
 		assert.Contains(t, runtimeError(res), "csi-vol-0000", "the error names the rbd image")
-		assert.Regexp(t, `\(see: netns-pin .*--state-dir `+regexp.QuoteMeta(sn.stateDir)+` .*inuse `+regexp.QuoteMeta(holder.id+"."+storageIfName)+`\)`,
+		assert.Regexp(t, `\(see: netns-pinctl .*--state-dir `+regexp.QuoteMeta(sn.stateDir)+` .*inuse `+regexp.QuoteMeta(holder.id+"."+storageIfName)+`\)`,
 			runtimeError(res), "the error says how to see every reference")
 
 		// The sandbox is refused but its network stays: the runtime keeps the
