@@ -176,6 +176,13 @@ func (c *Config) Flags() string {
 	return b.String()
 }
 
+// InUseCommand is the operator command that lists what uses the pin of
+// attachment, with the flags that find this configuration's store and
+// kernel files.
+func (c *Config) InUseCommand(attachment string) string {
+	return "netns-pinctl" + c.Flags() + " inuse " + attachment
+}
+
 func (c *Config) applyDefaults() {
 	setDefault(&c.PinDir, DefaultPinDir)
 	setDefault(&c.StateDir, DefaultStateDir)

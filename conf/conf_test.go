@@ -386,3 +386,12 @@ func TestLinkTemplatesBelongToOneCluster(t *testing.T) {
 		}
 	}
 }
+
+func TestInUseCommandNamesNonDefaultFolders(t *testing.T) {
+	c, err := Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"netns-pin"}`))
+	require.NoError(t, err)
+	assert.Equal(t, "netns-pinctl inuse abc.net1", c.InUseCommand("abc.net1"))
+	c, err = Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"netns-pin","pinDir":"/srv/pins","inUse":{"proc":"/host/proc"}}`))
+	require.NoError(t, err)
+	assert.Equal(t, "netns-pinctl --pin-dir /srv/pins --proc /host/proc inuse abc.net1", c.InUseCommand("abc.net1"))
+}

@@ -297,15 +297,9 @@ func safeText(s string) string {
 // references and the command that lists them all; details has every one.
 func inUseCNIError(e *netnsstore.InUseError, c *conf.Config) error {
 	refs := e.References
-	msg := refusal.Message(e.Record.Cluster, e.Record.PodNS, e.Record.PodName, refs, inUseCommand(c, e.Record.Attachment))
+	msg := refusal.Message(e.Record.Cluster, e.Record.PodNS, e.Record.PodName, refs, c.InUseCommand(e.Record.Attachment))
 	// One line: runtimes show msg and details joined in the pod's events.
 	return types.NewError(types.ErrTryAgainLater, msg, strings.Join(refs, "; "))
-}
-
-// inUseCommand is the operator command that lists what the DEL found, with
-// the flags this configuration needs to find the same pin and kernel files.
-func inUseCommand(c *conf.Config, attachment string) string {
-	return "netns-pinctl" + c.Flags() + " inuse " + attachment
 }
 
 func cmdCheck(args *skel.CmdArgs) error {

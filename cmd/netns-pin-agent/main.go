@@ -138,7 +138,7 @@ func inUseCommand(stateDir, pinDir, attachment string) string {
 			*ps.Field(&c) = ps.Default
 		}
 	}
-	return "netns-pin" + c.Flags() + " inuse " + attachment
+	return c.InUseCommand(attachment)
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -157,6 +157,14 @@ func TestHolderDaemonSetRollout(t *testing.T) {
 	assert.Regexp(t, regexp.MustCompile(`netns-pinctl .*inuse `+regexp.QuoteMeta(old.sb.id+"."+storageIf)), msg,
 		"the event says how to see every reference")
 	assert.NotContains(t, msg, "\\n", "one readable line, no escaped newlines")
+	var refused []event
+	require.True(t, host.Poll(releaseTimeout, time.Second, func() bool {
+		refused = c.eventsOf(t, old.pod, "NetnsReleaseRefused")
+		return len(refused) > 0
+	}), "no NetnsReleaseRefused event of the node agent for the old holder %s", old.pod)
+	assert.Contains(t, refused[0].Message, wantLine, "the agent's event says what the runtime's says")
+	assert.Regexp(t, regexp.MustCompile(`netns-pinctl .*inuse `+regexp.QuoteMeta(old.sb.id+"."+storageIf)), refused[0].Message,
+		"the agent's event names the same command")
 	describe := c.mustKubectl(t, "-n", pinNamespace, "describe", "pod", old.pod.Metadata.Name)
 	assert.Contains(t, describe, "FailedKillPod")
 	assert.Contains(t, describe, wantLine, "kubectl describe pod shows the reason")
