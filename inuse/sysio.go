@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,17 +91,10 @@ func isDenied(err error) bool {
 }
 
 // isID reports whether a directory entry is a pid (in procfs) or an rbd
-// device id (in sysfs): digits, and few enough to be a number.
+// device id (in sysfs), not one of the named entries beside them.
 func isID(name string) bool {
-	if len(name) == 0 || len(name) > 9 {
-		return false
-	}
-	for _, c := range name {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+	_, err := strconv.ParseUint(name, 10, 32)
+	return err == nil
 }
 
 // parallel calls fn(w, i) for every i in [0, n) from up to c.workers
