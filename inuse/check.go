@@ -36,17 +36,17 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // Options configures a check. The zero value means the defaults.
@@ -137,12 +137,8 @@ func Check(t Target, o Options) ([]Reference, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &checker{t: t, o: o, dents: make([]byte, 32<<10)}
-	c.bufs = make([]workerBufs, min(runtime.GOMAXPROCS(0), maxWorkers))
-	for i := range c.bufs {
-		c.bufs[i].buf = make([]byte, 4<<10)
-	}
-	c.progress.items = make([]atomic.Int64, len(c.bufs))
+	c := &checker{t: t, o: o, workers: min(runtime.GOMAXPROCS(0), maxWorkers)}
+	c.progress.items = make([]atomic.Int64, c.workers)
 	for _, ip := range t.IPs {
 		if ip.IsValid() {
 			c.ips = append(c.ips, ip.Unmap().WithZone(""))
@@ -191,8 +187,7 @@ type checker struct {
 	t        Target
 	o        Options
 	ips      []netip.Addr
-	dents    []byte // getdents buffer of the top-level directories
-	bufs     []workerBufs
+	workers  int // goroutines of parallel
 	progress progress
 
 	refs         []Reference
@@ -221,26 +216,25 @@ func (c *checker) ours(a netip.Addr) bool { return slices.Contains(c.ips, a.Unma
 // ceph runs the krbd, CephFS and unattributed-client signals.
 func (c *checker) ceph() error {
 	cephDir := filepath.Join(c.o.Debugfs, "ceph")
-	c.progress.set("open " + cephDir)
-	dfd, err := openDir(cephDir)
+	c.progress.set("read directory " + cephDir)
+	ents, err := os.ReadDir(cephDir)
+	debugfs := err == nil
 	var noStatus []string
 	switch {
 	case err == nil:
-		defer unix.Close(dfd)
-		if noStatus, err = c.debugfsClients(dfd, cephDir); err != nil {
+		if noStatus, err = c.debugfsClients(cephDir, ents); err != nil {
 			return err
 		}
 	case errors.Is(err, unix.ENOENT) || (isDenied(err) && c.o.Unattributed == PolicyBlock):
 		// debugfs not mounted, libceph not loaded, or debugfs locked
 		// down: CephFS kernel clients are only visible in mountinfo,
 		// where each is a reference of every pin.
-		dfd = -1
 	case isDenied(err):
 		// Under "ignore" debugfs is the only way to tell whose a CephFS
 		// client is: without it, one of this pin's would go unseen.
-		return fmt.Errorf("open %s: %w (with unattributed: ignore, CephFS clients are told apart only through debugfs: make it readable, or use unattributed: block)", cephDir, err)
+		return fmt.Errorf("%w (with unattributed: ignore, CephFS clients are told apart only through debugfs: make it readable, or use unattributed: block)", err)
 	default:
-		return fmt.Errorf("open %s: %w", cephDir, err)
+		return err
 	}
 	if c.o.Unattributed == PolicyBlock && len(noStatus) > 0 {
 		c.noStatus = make(map[string]int, len(noStatus))
@@ -256,7 +250,7 @@ func (c *checker) ceph() error {
 	if c.o.Unattributed != PolicyBlock {
 		return nil
 	}
-	if dfd < 0 {
+	if !debugfs {
 		// Read in the pass over the processes (processes): one mountinfo
 		// per mount namespace, told by the same look at each process.
 		c.scanMounts = c.cephFSRegistered()
@@ -264,7 +258,7 @@ func (c *checker) ceph() error {
 	}
 	c.progress.set("stat debugfs client directories in " + cephDir)
 	for i, name := range noStatus {
-		if c.claimed[i].Load() || !existsAt(dfd, name) {
+		if c.claimed[i].Load() || !exists(filepath.Join(cephDir, name)) {
 			continue // an rbd device's client, or gone
 		}
 		fsid, id, _ := parseClientDirName(name) // indexed only when it parsed
@@ -281,13 +275,12 @@ func (c *checker) ceph() error {
 // (net/ceph/debugfs.c); only CephFS clients have "status" (fs/ceph/debugfs.c,
 // Linux >= 5.11), whose instance line carries the address the monitors saw.
 // It returns the directories without status, sorted.
-func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
-	c.progress.set("read directory " + dir)
-	names, err := dirNames(dfd, c.dents, func(name []byte, typ uint8) bool {
-		return typ == unix.DT_DIR || typ == unix.DT_UNKNOWN
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", dir, err)
+func (c *checker) debugfsClients(dir string, ents []os.DirEntry) ([]string, error) {
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
 	}
 	const (
 		other = iota
@@ -301,19 +294,19 @@ func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
 	}
 	res := make([]result, len(names))
 	describe := func(i int) string { return "read " + filepath.Join(dir, names[i], "status") }
-	err = c.parallel(len(names), describe, func(w, i int) error {
+	err := c.parallel(len(names), describe, func(_, i int) error {
 		fsid, id, ok := parseClientDirName(names[i])
 		if !ok {
 			return nil
 		}
-		data, err := readAt(dfd, names[i]+"/status", c.bufs[w].buf)
+		data, err := readFile(filepath.Join(dir, names[i], "status"), maxSmallFile)
 		switch {
 		case err == nil:
 		case isGone(err):
 			res[i].what = noStatus
 			return nil
 		default:
-			return fmt.Errorf("read %s: %w", filepath.Join(dir, names[i], "status"), err)
+			return err
 		}
 		st, err := parseStatus(string(data))
 		if err != nil {
@@ -364,25 +357,21 @@ func (c *checker) debugfsClients(dfd int, dir string) ([]string, error) {
 // libceph never shares a client across network namespaces.
 func (c *checker) rbdDevices() error {
 	dir := filepath.Join(c.o.Sysfs, "bus", "rbd", "devices")
-	c.progress.set("open " + dir)
-	fd, err := openDir(dir)
+	c.progress.set("read directory " + dir)
+	// Entries are symlinks to ../../../devices/rbd/<id>.
+	ids, err := dirNames(dir)
 	if errors.Is(err, unix.ENOENT) {
 		return nil // rbd module not loaded
 	}
 	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
+		return err
 	}
-	defer unix.Close(fd)
-	// Entries are symlinks to ../../../devices/rbd/<id>.
-	ids, err := dirNames(fd, c.dents, func(name []byte, _ uint8) bool { return isDigits(name) && len(name) <= 9 })
-	if err != nil {
-		return fmt.Errorf("read %s: %w", dir, err)
-	}
+	ids = slices.DeleteFunc(ids, func(id string) bool { return !isID(id) })
 	res := make([]Reference, len(ids))
 	describe := func(i int) string { return "read attributes of " + filepath.Join(dir, ids[i]) }
-	err = c.parallel(len(ids), describe, func(w, i int) error {
+	err = c.parallel(len(ids), describe, func(_, i int) error {
 		var err error
-		res[i], err = c.rbdDevice(fd, dir, ids[i], c.bufs[w].buf)
+		res[i], err = c.rbdDevice(filepath.Join(dir, ids[i]), ids[i])
 		return err
 	})
 	if err != nil {
@@ -403,24 +392,17 @@ func (c *checker) rbdDevices() error {
 // the device is the pin's, kindCephClient when it cannot be attributed (and
 // unattributed clients count), and no kind otherwise; on the way it claims
 // the debugfs directory of the device's client.
-func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, error) {
-	dirfd, prefix := fd, id+"/"
+func (c *checker) rbdDevice(dir, id string) (Reference, error) {
 	attr := func(a string) (string, bool, error) {
-		data, err := readAt(dirfd, prefix+a, buf)
+		data, err := readFile(filepath.Join(dir, a), maxSmallFile)
 		if isGone(err) {
 			return "", false, nil
 		}
-		if err != nil {
-			return "", false, fmt.Errorf("read %s: %w", filepath.Join(dir, id, a), err)
-		}
-		return trimSpace(data), true, nil
+		return strings.TrimSpace(string(data)), err == nil, err
 	}
 	raw, ok, err := attr("client_addr")
 	if err != nil {
 		return Reference{}, err
-	}
-	if !ok && !existsAt(fd, id) {
-		return Reference{}, nil // unmapped while we looked
 	}
 	ref := c.rbdClient(raw, ok)
 	if ref.Kind == kindCephClient && c.o.Unattributed != PolicyBlock {
@@ -431,19 +413,9 @@ func (c *checker) rbdDevice(fd int, dir, id string, buf []byte) (Reference, erro
 		// its client could be the owner of.
 		return Reference{}, nil
 	}
-	if ref.Kind != "" {
-		// Six more attributes to read: open the device directory once,
-		// so that each read does not resolve the bus symlink
-		// (../../../devices/rbd/<id>) again.
-		devfd, err := unix.Openat(fd, id, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if isGone(err) {
-			return Reference{}, nil
-		}
-		if err != nil {
-			return Reference{}, fmt.Errorf("open %s: %w", filepath.Join(dir, id), err)
-		}
-		defer unix.Close(devfd)
-		dirfd, prefix = devfd, ""
+	if ref.Kind != "" && !exists(dir) {
+		// Unmapped while we looked: its attributes went with it.
+		return Reference{}, nil
 	}
 	fsid, _, err := attr("cluster_fsid")
 	if err != nil {
@@ -507,7 +479,7 @@ func (c *checker) rbdClient(raw string, ok bool) Reference {
 func (c *checker) cephFSRegistered() bool {
 	path := filepath.Join(c.o.Proc, "filesystems")
 	c.progress.set("read " + path)
-	data, err := smallfile.ReadPath(path, maxTable)
+	data, err := readFile(path, maxTable)
 	return err != nil || hasCephFS(data) // unreadable: not known to be absent, look
 }
 
@@ -544,14 +516,14 @@ func (c *checker) mountinfoOf(pids []string, procs []procResult) error {
 		}
 		path := filepath.Join(c.o.Proc, pid, "mountinfo")
 		c.progress.set("read " + path)
-		data, err := smallfile.ReadPath(path, maxTable)
+		data, err := readFile(path, maxTable)
 		if isGone(err) || errors.Is(err, unix.EINVAL) {
 			// EINVAL: the process is exiting and has left its mount
 			// namespace (fs/proc_namespace.c mounts_open_common).
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
+			return err
 		}
 		c.cephMounts(data, seen)
 	}
@@ -560,13 +532,13 @@ func (c *checker) mountinfoOf(pids []string, procs []procResult) error {
 
 // mountNS is the inode of process pid's mount namespace, 0 when it cannot
 // be told.
-func (c *checker) mountNS(procfd int, pid string) uint64 {
-	var link [64]byte
-	if ino, ok, err := nsLinkIno(procfd, pid+"/ns/mnt", "mnt", link[:]); err == nil && ok {
+func (c *checker) mountNS(pid string) uint64 {
+	path := filepath.Join(c.o.Proc, pid, "ns", "mnt")
+	if ino, ok, err := nsLinkIno(path, "mnt"); err == nil && ok {
 		return ino
 	}
 	var st unix.Stat_t
-	if err := statAt(procfd, pid+"/ns/mnt", &st); err == nil {
+	if err := unix.Stat(path, &st); err == nil {
 		return st.Ino
 	}
 	return 0

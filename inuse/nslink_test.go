@@ -14,36 +14,29 @@ import (
 // does not read "<kind>:[<inode>]" (a fixture's symlink to a plain file, a
 // plain file) is not taken for one, and the caller stats.
 func TestNsLinkIno(t *testing.T) {
-	proc, err := unix.Open("/proc", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	require.NoError(t, err)
-	defer unix.Close(proc)
-	buf := make([]byte, 64)
 	for _, kind := range []string{"net", "mnt"} {
 		var st unix.Stat_t
-		require.NoError(t, statAt(proc, "self/ns/"+kind, &st))
-		ino, ok, err := nsLinkIno(proc, "self/ns/"+kind, kind, buf)
+		require.NoError(t, unix.Stat("/proc/self/ns/"+kind, &st))
+		ino, ok, err := nsLinkIno("/proc/self/ns/"+kind, kind)
 		require.NoError(t, err)
 		assert.True(t, ok, kind)
 		assert.Equal(t, st.Ino, ino, kind)
 	}
-	_, ok, err := nsLinkIno(proc, "self/ns/net", "mnt", buf)
+	_, ok, err := nsLinkIno("/proc/self/ns/net", "mnt")
 	require.NoError(t, err)
 	assert.False(t, ok, "a net link is no mnt link")
 
 	dir := t.TempDir()
-	dfd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	require.NoError(t, err)
-	defer unix.Close(dfd)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "plain"), nil, 0o644))
 	for name, target := range map[string]string{"to-file": "plain", "lookalike": "net:[12x]", "short": "net:[]"} {
 		require.NoError(t, os.Symlink(target, filepath.Join(dir, name)))
-		_, ok, err := nsLinkIno(dfd, name, "net", buf)
+		_, ok, err := nsLinkIno(filepath.Join(dir, name), "net")
 		require.NoError(t, err, name)
 		assert.False(t, ok, name)
 	}
-	_, ok, err = nsLinkIno(dfd, "plain", "net", buf)
+	_, ok, err = nsLinkIno(filepath.Join(dir, "plain"), "net")
 	require.NoError(t, err)
 	assert.False(t, ok, "a plain file")
-	_, _, err = nsLinkIno(dfd, "missing", "net", buf)
+	_, _, err = nsLinkIno(filepath.Join(dir, "missing"), "net")
 	assert.True(t, isGone(err))
 }

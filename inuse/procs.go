@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
 
 // processesAndSockets runs the process and kernel-socket signals in one pass
@@ -93,12 +93,12 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 			return nil
 		}
 		for i, p := range paths {
-			data, err := smallfile.ReadPath(p, maxTable)
+			data, err := readFile(p, maxTable)
 			if i == 1 && errors.Is(err, unix.ENOENT) {
 				continue // IPv6 disabled
 			}
 			if err != nil {
-				return fmt.Errorf("read %s in netns %s: %w", p, c.t.NetnsPath, err)
+				return err
 			}
 			tables[i] = data
 		}
@@ -133,7 +133,7 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 // costs nothing. When sockstat cannot be read the tables are read.
 func (c *checker) noTCPSockets() bool {
 	for _, f := range []struct{ name, key string }{{"sockstat", "TCP:"}, {"sockstat6", "TCP6:"}} {
-		data, err := smallfile.ReadPath(filepath.Join(c.o.Proc, "thread-self", "net", f.name), maxSmallFile)
+		data, err := readFile(filepath.Join(c.o.Proc, "thread-self", "net", f.name), maxSmallFile)
 		if f.name == "sockstat6" && errors.Is(err, unix.ENOENT) {
 			continue // IPv6 disabled
 		}
@@ -176,21 +176,12 @@ func (c *checker) processes(cands []tcpSocket) ([]bool, error) {
 	}
 	needles := podCgroupNeedles(c.t.PodUID)
 	c.progress.set("read directory " + c.o.Proc)
-	procfd, err := openDir(c.o.Proc)
+	pids, err := dirNames(c.o.Proc)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", c.o.Proc, err)
+		return nil, err
 	}
-	defer unix.Close(procfd)
 	// Numeric entries only: not self, thread-self, sys, ...
-	pids, err := dirNames(procfd, c.dents, func(name []byte, _ uint8) bool { return isDigits(name) && len(name) <= 9 })
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", c.o.Proc, err)
-	}
-	if index != nil {
-		for i := range c.bufs {
-			c.bufs[i].dents = make([]byte, 16<<10)
-		}
-	}
+	pids = slices.DeleteFunc(pids, func(name string) bool { return !isID(name) })
 	res := make([]procResult, len(pids))
 	describe := func(i int) string {
 		if index != nil {
@@ -198,9 +189,9 @@ func (c *checker) processes(cands []tcpSocket) ([]bool, error) {
 		}
 		return "read ns/net, cgroup or comm of " + filepath.Join(c.o.Proc, pids[i])
 	}
-	err = c.parallel(len(pids), describe, func(w, i int) error {
+	err = c.parallel(len(pids), describe, func(_, i int) error {
 		var err error
-		res[i], err = c.process(procfd, pids[i], &c.bufs[w], index, needles, cands)
+		res[i], err = c.process(pids[i], index, needles, cands)
 		return err
 	})
 	if err != nil {
@@ -249,25 +240,26 @@ type procResult struct {
 // candidate sockets (index: by inode, nil for none) it holds, and whether
 // it is one of the holder pod's own processes (its cgroup contains one of
 // needles), which hold sockets but are no reference.
-func (c *checker) process(procfd int, pid string, b *workerBufs, index map[uint64]int, needles [][]byte, cands []tcpSocket) (procResult, error) {
+func (c *checker) process(pid string, index map[uint64]int, needles [][]byte, cands []tcpSocket) (procResult, error) {
 	var res procResult
 	if c.scanMounts {
-		res.mntNS = c.mountNS(procfd, pid)
+		res.mntNS = c.mountNS(pid)
 	}
-	inNetns, unknown, gone := c.inTargetNetns(procfd, pid)
+	inNetns, unknown, gone := c.inTargetNetns(pid)
 	if gone {
 		return procResult{mntNS: res.mntNS}, nil
 	}
+	dir := filepath.Join(c.o.Proc, pid)
 	if index != nil {
 		var err error
-		if res.mine, err = heldSockets(procfd, pid, index, b.dents); err != nil {
-			return res, fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "fd"), err)
+		if res.mine, err = heldSockets(filepath.Join(dir, "fd"), index); err != nil {
+			return res, err
 		}
 	}
 	if !inNetns && len(res.mine) == 0 && unknown == nil {
 		return res, nil
 	}
-	cg, err := readAt(procfd, pid+"/cgroup", b.buf)
+	cg, err := readFile(filepath.Join(dir, "cgroup"), maxSmallFile)
 	switch {
 	case err == nil:
 		for _, n := range needles {
@@ -279,17 +271,17 @@ func (c *checker) process(procfd int, pid string, b *workerBufs, index map[uint6
 		return res, nil
 	case isDenied(err):
 	default:
-		return res, fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "cgroup"), err)
+		return res, err
 	}
-	comm, err := readAt(procfd, pid+"/comm", b.buf)
+	comm, err := readFile(filepath.Join(dir, "comm"), maxSmallFile)
 	if isGone(err) {
 		return res, nil
 	}
 	if err != nil && !isDenied(err) {
-		return res, fmt.Errorf("read %s: %w", filepath.Join(c.o.Proc, pid, "comm"), err)
+		return res, err
 	}
 	n, _ := strconv.Atoi(pid) // digits, listed so
-	ref := Reference{Kind: kindProcess, PID: n, Comm: trimSpace(comm), InNetns: inNetns, Sockets: len(res.mine)}
+	ref := Reference{Kind: kindProcess, PID: n, Comm: strings.TrimSpace(string(comm)), InNetns: inNetns, Sockets: len(res.mine)}
 	if unknown != nil {
 		ref.Reason = "cannot tell its network namespace: " + unknown.Error()
 	}
@@ -306,12 +298,12 @@ func (c *checker) process(procfd int, pid string, b *workerBufs, index map[uint6
 // inTargetNetns tells whether process pid runs in the target netns (never,
 // when the check has no target netns). unknown says why that cannot be
 // told; gone that the process went away.
-func (c *checker) inTargetNetns(procfd int, pid string) (in bool, unknown error, gone bool) {
+func (c *checker) inTargetNetns(pid string) (in bool, unknown error, gone bool) {
 	if c.t.Ino == 0 {
 		return false, nil, false
 	}
-	var link [64]byte
-	ino, ok, err := nsLinkIno(procfd, pid+"/ns/net", "net", link[:])
+	path := filepath.Join(c.o.Proc, pid, "ns", "net")
+	ino, ok, err := nsLinkIno(path, "net")
 	switch {
 	case isGone(err):
 		return false, nil, true
@@ -320,7 +312,7 @@ func (c *checker) inTargetNetns(procfd int, pid string) (in bool, unknown error,
 	}
 	// The same inode, or the link did not tell: the stat decides.
 	var st unix.Stat_t
-	err = statAt(procfd, pid+"/ns/net", &st)
+	err = unix.Stat(path, &st)
 	switch {
 	case err == nil:
 		return uint64(st.Dev) == c.t.Dev && st.Ino == c.t.Ino, nil, false
@@ -330,11 +322,11 @@ func (c *checker) inTargetNetns(procfd int, pid string) (in bool, unknown error,
 	// The kernel may refuse even root (an LSM, PID 1 of an outer
 	// container): tell the netns another way, and count the process when
 	// that fails too.
-	in, known, gone := c.netnsByProcNet(procfd, pid)
+	in, known, gone := c.netnsByProcNet(pid)
 	if gone || known {
 		return in, nil, gone
 	}
-	return false, fmt.Errorf("stat %s: %w", filepath.Join(c.o.Proc, pid, "ns", "net"), err), false
+	return false, fmt.Errorf("stat %s: %w", path, err), false
 }
 
 // netnsByProcNet tells whether process pid runs in the target netns when
@@ -345,9 +337,9 @@ func (c *checker) inTargetNetns(procfd int, pid string) (in bool, unknown error,
 // check of ns/net. It is compared with the target's (read from inside it
 // when its pin could be entered) or, failing that, with this process's own
 // netns, which is never the target. known is false when neither decides.
-func (c *checker) netnsByProcNet(procfd int, pid string) (in, known, gone bool) {
+func (c *checker) netnsByProcNet(pid string) (in, known, gone bool) {
 	var st unix.Stat_t
-	err := statAt(procfd, pid+"/net/dev", &st)
+	err := unix.Stat(filepath.Join(c.o.Proc, pid, "net", "dev"), &st)
 	switch {
 	case isGone(err):
 		return false, false, true
@@ -368,38 +360,32 @@ func (c *checker) netnsByProcNet(procfd int, pid string) (in, known, gone bool) 
 // never stat'ed: stat would follow a descriptor of a file on a Ceph mount
 // into the file system and hang on a dead client. A process that exits or
 // that the kernel does not let us look into holds nothing we can see.
-func heldSockets(procfd int, pid string, index map[uint64]int, dents []byte) ([]int, error) {
-	fd, err := unix.Openat(procfd, pid+"/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+func heldSockets(fdDir string, index map[uint64]int) ([]int, error) {
+	fds, err := dirNames(fdDir)
 	if isGone(err) || isDenied(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
-	var link [64]byte
 	var out []int
-	err = walkDir(fd, dents, func(name []byte, _ uint8) error {
-		n, err := unix.Readlinkat(fd, string(name), link[:])
-		if err != nil {
-			if isGone(err) || isDenied(err) {
-				return nil
-			}
-			return err
+	for _, fd := range fds {
+		link, err := os.Readlink(filepath.Join(fdDir, fd))
+		if isGone(err) || isDenied(err) {
+			continue // closed meanwhile, or hidden from us
 		}
-		ino, ok := linkInode(link[:n], "socket")
+		if err != nil {
+			return nil, err
+		}
+		ino, ok := linkInode([]byte(link), "socket")
 		if !ok {
-			return nil
+			continue
 		}
 		if i, ok := index[ino]; ok && !slices.Contains(out, i) {
 			out = append(out, i)
 		}
-		return nil
-	})
-	if isGone(err) {
-		err = nil
 	}
-	return out, err
+	return out, nil
 }
 
 // linkInode parses a procfs link that names an inode, "<kind>:[<digits>]":

@@ -1,74 +1,17 @@
 package inuse
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/netns-pin/netns-pin/internal/smallfile"
 )
-
-// Small, allocation-free file system helpers. The check reads thousands of
-// tiny sysfs, debugfs and procfs files on every holder DEL; os.ReadFile costs
-// open, an epoll registration attempt, fstat, two reads and close per file,
-// these helpers open (relative to an open directory, so the kernel does not
-// walk the whole path again), read once and close, through smallfile.
-
-// openDir opens a directory for getdents and *at calls.
-func openDir(path string) (int, error) {
-	return smallfile.Retry(func() (int, error) { return unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0) })
-}
-
-// walkDir calls fn with the name and d_type of every entry of the open
-// directory fd except "." and "..". name aliases buf and is only valid
-// during the call. fn returning an error stops the walk.
-func walkDir(fd int, buf []byte, fn func(name []byte, typ uint8) error) error {
-	for {
-		n, err := smallfile.Retry(func() (int, error) { return unix.Getdents(fd, buf) })
-		if err != nil {
-			return err
-		}
-		if n <= 0 {
-			return nil
-		}
-		// struct linux_dirent64 { u64 d_ino; s64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
-		for off := 0; off+19 <= n; {
-			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
-			if reclen < 19 || off+reclen > n {
-				return errors.New("getdents: malformed record")
-			}
-			typ := buf[off+18]
-			name := buf[off+19 : off+reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			off += reclen
-			if len(name) == 0 || (name[0] == '.' && (len(name) == 1 || (len(name) == 2 && name[1] == '.'))) {
-				continue
-			}
-			if err := fn(name, typ); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// readAt reads the procfs, sysfs or debugfs file name (relative to dirfd)
-// into buf and returns the bytes read, which alias buf until it is reused
-// (smallfile's fast path: one read, no allocation, no stat).
-func readAt(dirfd int, name string, buf []byte) ([]byte, error) {
-	fd, err := smallfile.OpenIn(dirfd, name)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	return smallfile.Read(fd, buf[:cap(buf)], maxSmallFile, true)
-}
 
 // maxSmallFile bounds a sysfs attribute, a debugfs status or a process's
 // cgroup and comm (a page, or a few).
@@ -78,37 +21,59 @@ const maxSmallFile = 1 << 20
 // table.
 const maxTable = 64 << 20
 
-// statAt stats name relative to dirfd, following symlinks (the ns/net links
-// in procfs resolve to the nsfs inode).
-func statAt(dirfd int, name string, st *unix.Stat_t) error {
-	_, err := smallfile.Retry(func() (int, error) { return 0, unix.Fstatat(dirfd, name, st, 0) })
-	return err
+// readFile reads the procfs, sysfs or debugfs file path whole, up to limit
+// bytes: a larger file is an error, so that a runaway file cannot make the
+// plugin read it into memory.
+func readFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", path, limit)
+	}
+	return data, nil
+}
+
+// dirNames returns the names in directory dir, in the order the kernel
+// lists them (procfs: by pid).
+func dirNames(dir string) ([]string, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Readdirnames(-1)
 }
 
 // nsLinkIno reads the namespace inode a procfs ns link (/proc/<pid>/ns/net)
-// names, "net:[4026531840]", with readlinkat: a third of the cost of the
-// stat that follows it into nsfs, which matters once per process and
-// check. ok is false when the link does not read that way (a fixture's
-// plain file): then the caller stats. nsfs is one file system, so the
-// inode alone tells namespaces apart; a match is confirmed by stat.
-func nsLinkIno(dirfd int, name, kind string, buf []byte) (ino uint64, ok bool, err error) {
-	n, err := smallfile.Retry(func() (int, error) { return unix.Readlinkat(dirfd, name, buf) })
+// names, "net:[4026531840]". Unlike a stat it does not follow the link into
+// nsfs, so a process of another netns, most of them, needs nothing more.
+// ok is false when the link does not read that way (a fixture's plain
+// file): then the caller stats. nsfs is one file system, so the inode alone
+// tells namespaces apart; a match is confirmed by stat.
+func nsLinkIno(path, kind string) (ino uint64, ok bool, err error) {
+	link, err := os.Readlink(path)
+	if errors.Is(err, unix.EINVAL) {
+		return 0, false, nil
+	}
 	if err != nil {
-		if errors.Is(err, unix.EINVAL) {
-			return 0, false, nil
-		}
 		return 0, false, err
 	}
-	ino, ok = linkInode(buf[:n], kind)
+	ino, ok = linkInode([]byte(link), kind)
 	return ino, ok, nil
 }
 
-// existsAt reports whether name exists relative to dirfd without following a
-// final symlink. Errors other than ENOENT count as existing: callers use it to
-// tell "vanished during the scan" from everything else.
-func existsAt(dirfd int, name string) bool {
-	var st unix.Stat_t
-	err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+// exists reports whether path exists, without following a final symlink.
+// Errors other than ENOENT count as existing: callers use it to tell
+// "vanished during the scan" from everything else.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
 	return !errors.Is(err, unix.ENOENT)
 }
 
@@ -125,31 +90,18 @@ func isDenied(err error) bool {
 	return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)
 }
 
-func isDigits(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+// isID reports whether a directory entry is a pid (in procfs) or an rbd
+// device id (in sysfs), not one of the named entries beside them.
+func isID(name string) bool {
+	_, err := strconv.ParseUint(name, 10, 32)
+	return err == nil
 }
 
-func trimSpace(b []byte) string { return string(bytes.TrimSpace(b)) }
-
-// workerBufs are one goroutine's buffers.
-type workerBufs struct {
-	buf   []byte // small files
-	dents []byte // getdents of a nested directory (/proc/<pid>/fd)
-}
-
-// parallel calls fn(w, i) for every i in [0, n) from up to len(c.bufs)
-// goroutines and returns the first error; w indexes the calling goroutine's
-// buffers. Reading thousands of sysfs and procfs files is syscall-bound
-// (microseconds each, mostly path lookup and the show callbacks), and those
-// syscalls scale with CPUs. describe names item i for a timeout message.
+// parallel calls fn(w, i) for every i in [0, n) from up to c.workers
+// goroutines and returns the first error; w numbers the calling goroutine.
+// Reading thousands of sysfs and procfs files is syscall-bound (mostly path
+// lookup and the show callbacks), and those syscalls scale with CPUs.
+// describe names item i for a timeout message.
 func (c *checker) parallel(n int, describe func(i int) string, fn func(w, i int) error) error {
 	// A worker takes chunk items at a time, and is started only for
 	// perWorker items: in a fresh process (every CNI call is one) a
@@ -159,7 +111,7 @@ func (c *checker) parallel(n int, describe func(i int) string, fn func(w, i int)
 	c.progress.loop(describe)
 	defer c.progress.loop(nil)
 	items := c.progress.items
-	workers := min(len(c.bufs), n/perWorker)
+	workers := min(c.workers, n/perWorker)
 	if workers <= 1 {
 		for i := range n {
 			items[0].Store(int64(i) + 1)
@@ -235,17 +187,4 @@ func (p *progress) String() string {
 		return *s
 	}
 	return "start"
-}
-
-// dirNames returns the names of the entries of the open directory fd for
-// which keep returns true.
-func dirNames(fd int, dents []byte, keep func(name []byte, typ uint8) bool) ([]string, error) {
-	var names []string
-	err := walkDir(fd, dents, func(name []byte, typ uint8) error {
-		if keep(name, typ) {
-			names = append(names, string(name))
-		}
-		return nil
-	})
-	return names, err
 }

@@ -16,8 +16,8 @@ import (
 // which no worker takes another chunk.
 func TestParallelVisitsEveryItemOnce(t *testing.T) {
 	for _, n := range []int{0, 1, 47, 95, 96, 500, 4096} {
-		c := &checker{bufs: make([]workerBufs, 4)}
-		c.progress.items = make([]atomic.Int64, len(c.bufs))
+		c := &checker{workers: 4}
+		c.progress.items = make([]atomic.Int64, c.workers)
 		want := 1 // goroutines
 		if n >= 2*48 {
 			want = min(4, n/48)
@@ -51,8 +51,8 @@ func TestParallelVisitsEveryItemOnce(t *testing.T) {
 		}
 	}
 
-	c := &checker{bufs: make([]workerBufs, 2)}
-	c.progress.items = make([]atomic.Int64, len(c.bufs))
+	c := &checker{workers: 2}
+	c.progress.items = make([]atomic.Int64, c.workers)
 	boom := errors.New("boom")
 	var calls atomic.Int64
 	err := c.parallel(4096, func(i int) string { return "" }, func(w, i int) error {
