@@ -61,8 +61,7 @@ type Options struct {
 	// empty means PolicyBlock.
 	Unattributed Policy
 	// Timeout bounds a check; zero means 10 seconds. A check reads
-	// kernel files only, in milliseconds, but a kernel call that never
-	// returns must not hang the CNI DEL that runs it: Check then returns an
+	// kernel files only, but a kernel call that never returns must not hang the CNI DEL that runs it: Check then returns an
 	// error naming the file it was blocked on.
 	Timeout time.Duration
 }

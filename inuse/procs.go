@@ -129,8 +129,8 @@ func (c *checker) readSockets() ([]tcpSocket, error) {
 // noTCPSockets reports whether the netns of the calling thread has no TCP
 // socket at all, from sockstat's per-netns counters ("TCP: inuse 0",
 // "TCP6: inuse 0"). Reading the tcp tables walks the host-wide socket hash
-// whatever the netns, which costs milliseconds on a busy node; sockstat
-// costs nothing. When sockstat cannot be read the tables are read.
+// whatever the netns, so its cost grows with the node's sockets; sockstat
+// is two short lines. When sockstat cannot be read the tables are read.
 func (c *checker) noTCPSockets() bool {
 	for _, f := range []struct{ name, key string }{{"sockstat", "TCP:"}, {"sockstat6", "TCP6:"}} {
 		data, err := readFile(filepath.Join(c.o.Proc, "thread-self", "net", f.name), maxSmallFile)

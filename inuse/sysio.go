@@ -105,8 +105,8 @@ func isID(name string) bool {
 func (c *checker) parallel(n int, describe func(i int) string, fn func(w, i int) error) error {
 	// A worker takes chunk items at a time, and is started only for
 	// perWorker items: in a fresh process (every CNI call is one) a
-	// goroutine that needs a thread of its own costs about as much as
-	// reading fifty processes' ns/net (docs/performance.md).
+	// goroutine that needs a thread of its own costs as much as many of
+	// the reads it would take over (docs/performance.md).
 	const chunk, perWorker = 32, 48
 	c.progress.loop(describe)
 	defer c.progress.loop(nil)
