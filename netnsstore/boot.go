@@ -32,15 +32,15 @@ const bootMarker = "boot-id"
 // pinDir. A missing marker (a new stateDir, or one of a netns-pin that
 // synced every record) drops nothing.
 // A read-only view changes nothing: it is told what would be dropped.
-func (s *Store) markBoot(v *view) error {
+func (s *Store) markBoot(v *view, readOnly bool) error {
 	prev, prevPinDir, err := s.markedBoot()
 	switch {
 	case err != nil:
 		return err
-	case v.readOnly:
+	case readOnly:
 		for _, n := range s.tornOf(v, prev, prevPinDir) {
 			delete(v.bad, n)
-			v.dropsNext = append(v.dropsNext, tornFinding(n, prev))
+			v.repaired = append(v.repaired, tornFinding(n, prev))
 		}
 		return nil
 	case prev == s.bootID && prevPinDir == s.PinDir:

@@ -85,20 +85,18 @@ type Snapshot struct {
 	Dropped []Finding
 	Pins    []PinStatus
 	Links   []LinkStatus
-	// Owner is the stateDir that pinDir names as the owner of its pins
-	// ("" none yet); OwnerErr says why it could not be read.
-	Owner    string
+	// OwnerErr is set when pinDir names another stateDir as the owner of
+	// its pins (ErrOtherStateDir).
 	OwnerErr error
 	BootID   string
 }
 
-// Inspect reads records, pins and links under the lock, changing nothing
-// (records of the previous format are read as they are), for a check of
-// the node.
+// Inspect reads records, pins and links under the lock, changing nothing,
+// for a check of the node.
 func (s *Store) Inspect() (*Snapshot, error) {
 	snap := &Snapshot{BootID: s.bootID}
 	take := func(v *view) error {
-		snap.Records, snap.Unreadable, snap.Dropped = v.recs, v.bad, v.dropsNext
+		snap.Records, snap.Unreadable, snap.Dropped = v.recs, v.bad, v.repaired
 		return nil
 	}
 	err := s.locked(true, take)
@@ -114,7 +112,6 @@ func (s *Store) Inspect() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap.Owner = s.readOwner()
 	names, err := readDirNames(s.pinsFd)
 	if err != nil {
 		return nil, fmt.Errorf("read %s/%s: %w", s.PinDir, PinsSubdir, err)
@@ -165,12 +162,6 @@ func (s *Store) Inspect() (*Snapshot, error) {
 	}
 	add(stray, "", "")
 	return snap, nil
-}
-
-// readOwner is pinDir's owner file as it stands ("" when none).
-func (s *Store) readOwner() string {
-	data, _ := readFile(s.pinDirFd, ownerFile, 4096)
-	return strings.TrimSuffix(string(data), "\n")
 }
 
 func (s *Store) linkStatus(link, cluster, want string) LinkStatus {

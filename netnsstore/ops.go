@@ -22,17 +22,14 @@ type view struct {
 	// of the lock, so that repair's settling is not repeated by the
 	// operation that follows it.
 	checked map[string]bool
-	// repaired: what repair did in this hold of the lock, for the
-	// operator's gc to report with the rest.
+	// repaired: what the preamble (markBoot, repair) did in this hold of
+	// the lock, for the operator's gc to report with the rest; in a
+	// read-only view, the records the first operation that may write
+	// drops (markBoot), taken out of bad.
 	repaired []Finding
 	// owned: pinDir names this store's stateDir as its owner, so a pin
 	// without a record here is an orphan of this store (see ownerFile).
 	owned bool
-	// readOnly: the operation writes nothing (see locked).
-	readOnly bool
-	// dropsNext: in a read-only view, the records that the first
-	// operation that may write drops (markBoot), taken out of bad.
-	dropsNext []Finding
 }
 
 func (v *view) get(attachment string) *Record {
@@ -86,8 +83,8 @@ func (s *Store) op(skip string, fn func(v *view) error) error {
 }
 
 // locked runs fn under the store's lock with every record read. A
-// readOnly operation (Inspect, a dry run) reads records as they are and
-// writes nothing: no upgrade of an old record, no boot marker.
+// readOnly operation (Inspect, a dry run) writes nothing: no leftover of
+// a crash is removed, no boot marker written.
 func (s *Store) locked(readOnly bool, fn func(v *view) error) error {
 	s.steps.start()
 	unlock, err := s.lock()
@@ -103,7 +100,7 @@ func (s *Store) locked(readOnly bool, fn func(v *view) error) error {
 	if v.owned, err = s.checkOwner(); err != nil {
 		return err
 	}
-	if err := s.markBoot(v); err != nil {
+	if err := s.markBoot(v, readOnly); err != nil {
 		return err
 	}
 	s.steps.mark("read records")
@@ -118,7 +115,7 @@ func (s *Store) load(readOnly bool) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &view{recs: rs, bad: bad, readOnly: readOnly}, nil
+	return &view{recs: rs, bad: bad, checked: map[string]bool{}}, nil
 }
 
 // Pin pins the netns of the holder attachment that req describes (its

@@ -249,8 +249,7 @@ func newerFormatError(attachment string, r *Record, reader string) error {
 }
 
 func (s *Store) removeRecord(attachment string) error {
-	err := unix.Unlinkat(s.recordsFd, attachment+recordSuffix, 0)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := unlinkIfExists(s.recordsFd, attachment+recordSuffix); err != nil {
 		return fmt.Errorf("remove record %s: %w", attachment, err)
 	}
 	return nil

@@ -111,7 +111,7 @@ func Unregister(dir, stateDir string) error {
 	}
 	defer unix.Close(fd)
 	name := RegistrationName(stateDir)
-	if err := unix.Unlinkat(fd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := unlinkIfExists(fd, name); err != nil {
 		return fmt.Errorf("unregister %s: remove %s/%s: %w", stateDir, dir, name, err)
 	}
 	if err := unix.Fsync(fd); err != nil {

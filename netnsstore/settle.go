@@ -49,9 +49,6 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	if h != nil {
 		defer h.Close()
 	}
-	if v.checked == nil {
-		v.checked = map[string]bool{}
-	}
 	v.checked[r.Attachment] = true
 	var uses []Use
 	if err == nil && s.linksMove(v, r) {

@@ -86,7 +86,7 @@ func TestSpecialFilesAreErrorsNamingThem(t *testing.T) {
 	}
 
 	events := filepath.Join(s.StateDir, eventsFile)
-	special(t, events, func() error { _, err := s.fold(); return err })
+	special(t, events, s.fold)
 	special(t, events, func() error { _, _, _, err := ReadEvents(s.StateDir, 0); return err })
 
 	status := filepath.Join(s.StateDir, sweepStatusFile)

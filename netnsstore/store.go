@@ -172,12 +172,7 @@ func (s *Store) open() error {
 // pinDir onto itself since, and a descriptor opened before that refers to
 // the covered directory, where pins are neither made nor seen.
 func (s *Store) openPinDir() (err error) {
-	for _, fd := range []*int{&s.pinDirFd, &s.pinsFd} {
-		if *fd >= 0 {
-			unix.Close(*fd)
-			*fd = -1
-		}
-	}
+	closeFds(&s.pinDirFd, &s.pinsFd)
 	if s.pinDirFd, err = openTrustedDir(s.PinDir, false, 0); err != nil {
 		return fmt.Errorf("pinDir: %w", err)
 	}
@@ -207,8 +202,10 @@ func (s *Store) ensureShared() error {
 }
 
 // Close releases the directory descriptors.
-func (s *Store) Close() {
-	for _, fd := range []*int{&s.pinDirFd, &s.pinsFd, &s.stateFd, &s.recordsFd} {
+func (s *Store) Close() { closeFds(&s.pinDirFd, &s.pinsFd, &s.stateFd, &s.recordsFd) }
+
+func closeFds(fds ...*int) {
+	for _, fd := range fds {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1

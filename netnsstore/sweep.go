@@ -39,7 +39,7 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 	var out []Finding
 	err := s.locked(true, func(v *view) error {
 		var errs []error
-		out = append(out, v.dropsNext...) // what the first operation of this boot drops
+		out = append(out, v.repaired...) // what the first operation of this boot drops
 		blocked := v.blocked()
 		for _, r := range v.recs {
 			d := s.diagnose(r)
