@@ -365,57 +365,55 @@ func (s *Store) List() ([]*Record, error) {
 // is active or draining, its pin is a mount of the netns at netnsPath, and
 // every link of its cluster follows the link rule.
 func (s *Store) Check(attachment, netnsPath string) error {
-	return s.locked(false, func(v *view) error { return s.check(v, attachment, netnsPath) })
-}
-
-func (s *Store) check(v *view, attachment, netnsPath string) error {
-	if err := v.bad[attachment]; err != nil {
-		return err
-	}
-	r := v.get(attachment)
-	if r == nil {
-		return fmt.Errorf("attachment %s has no record: it is not pinned", attachment)
-	}
-	if r.State != StateActive && r.State != StateDraining {
-		return fmt.Errorf("attachment %s is in state %s", attachment, r.State)
-	}
-	if r.BootID != s.bootID {
-		return fmt.Errorf("attachment %s was pinned in an earlier boot %s", attachment, r.BootID)
-	}
-	id, mounted, err := s.pinState(attachment)
-	if err != nil {
-		return err
-	}
-	if !mounted {
-		return fmt.Errorf("pin %s is not mounted", s.pinPath(attachment))
-	}
-	if id != r.NetnsID() {
-		return fmt.Errorf("pin %s holds %v, record says %v", s.pinPath(attachment), id, r.NetnsID())
-	}
-	if netnsPath != "" {
-		f, cur, err := openNetns(netnsPath)
+	return s.locked(false, func(v *view) error {
+		if err := v.bad[attachment]; err != nil {
+			return err
+		}
+		r := v.get(attachment)
+		if r == nil {
+			return fmt.Errorf("attachment %s has no record: it is not pinned", attachment)
+		}
+		if r.State != StateActive && r.State != StateDraining {
+			return fmt.Errorf("attachment %s is in state %s", attachment, r.State)
+		}
+		if r.BootID != s.bootID {
+			return fmt.Errorf("attachment %s was pinned in an earlier boot %s", attachment, r.BootID)
+		}
+		id, mounted, err := s.pinState(attachment)
 		if err != nil {
 			return err
 		}
-		f.Close()
-		if cur != r.NetnsID() {
-			return fmt.Errorf("pin %s holds %v but CNI_NETNS %s is %v", s.pinPath(attachment), id, netnsPath, cur)
+		if !mounted {
+			return fmt.Errorf("pin %s is not mounted", s.pinPath(attachment))
 		}
-	}
-	if err := v.blocked(); err != nil {
-		return err
-	}
-	target := linkTargetOf(r.Cluster, v.recs)
-	for _, l := range clusterLinks(r.Cluster, v.recs) {
-		got, err := s.linkTarget(l)
-		if err != nil {
+		if id != r.NetnsID() {
+			return fmt.Errorf("pin %s holds %v, record says %v", s.pinPath(attachment), id, r.NetnsID())
+		}
+		if netnsPath != "" {
+			f, cur, err := openNetns(netnsPath)
+			if err != nil {
+				return err
+			}
+			f.Close()
+			if cur != r.NetnsID() {
+				return fmt.Errorf("pin %s holds %v but CNI_NETNS %s is %v", s.pinPath(attachment), id, netnsPath, cur)
+			}
+		}
+		if err := v.blocked(); err != nil {
 			return err
 		}
-		if got != target {
-			return fmt.Errorf("link %s points at %q, want %q (the cluster's newest active pin)", l, got, target)
+		target := linkTargetOf(r.Cluster, v.recs)
+		for _, l := range clusterLinks(r.Cluster, v.recs) {
+			got, err := s.linkTarget(l)
+			if err != nil {
+				return err
+			}
+			if got != target {
+				return fmt.Errorf("link %s points at %q, want %q (the cluster's newest active pin)", l, got, target)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // unionAddrs adds the addresses of ips missing from recorded.

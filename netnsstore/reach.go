@@ -137,18 +137,15 @@ func (s *Store) reachByProcess(r *Record, uses []Use) *handleFile {
 		if err != nil {
 			continue
 		}
-		if id == r.NetnsID() && (len(r.IPs) == 0 || hasRecordedAddr(f, r.IPs)) {
+		ok := id == r.NetnsID() && len(r.IPs) == 0
+		if id == r.NetnsID() && !ok {
+			ips, err := nsinfo.GlobalAddrs(int(f.Fd()))
+			ok = err == nil && slices.ContainsFunc(ips, func(ip netip.Addr) bool { return slices.Contains(r.IPs, ip.String()) })
+		}
+		if ok {
 			return &handleFile{f, p}
 		}
 		f.Close()
 	}
 	return nil
-}
-
-func hasRecordedAddr(f *os.File, recorded []string) bool {
-	ips, err := nsinfo.GlobalAddrs(int(f.Fd()))
-	if err != nil {
-		return false
-	}
-	return slices.ContainsFunc(ips, func(ip netip.Addr) bool { return slices.Contains(recorded, ip.String()) })
 }

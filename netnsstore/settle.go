@@ -14,16 +14,9 @@ import (
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
-// The release decision (docs/design.md §5 DEL, §8): every path that may
-// unmount a pin of this boot (DEL, GC, repair, the sweeper, release) goes
-// through settle, in one hold of the lock: the in-use check with the links
-// in place when moving them could take one away, then the links off, the
-// check again, and the record kept (draining, unpinned) or the pin
-// removed. The in-use check itself (uses) and what an abandoned teardown
-// needs (markAbandoned) are here too.
-
 // settle decides the fate of r and is the only way a pin of this boot is
-// ever unmounted (docs/design.md §8). del is the runtime's DEL, nil for
+// ever unmounted (docs/design.md §5 DEL, §8): DEL, GC, repair, the
+// sweeper and release all come here. del is the runtime's DEL, nil for
 // every other caller. In one hold of the lock: when the cluster's links
 // lead to the pin, the in-use check runs first with them in place, so a
 // pin in use keeps its links without a gap (links never flicker); only a
@@ -222,6 +215,7 @@ func (s *Store) moveLinksAway(v *view, r *Record) error {
 	rest := withoutRecord(v.recs, r.Attachment)
 	errs := []error{s.relink(r.Cluster, rest)}
 	kept := clusterLinks(r.Cluster, rest) // relink's
+links:
 	for _, l := range r.Links {
 		if slices.Contains(kept, l) {
 			continue
@@ -230,9 +224,13 @@ func (s *Store) moveLinksAway(v *view, r *Record) error {
 		// rendered two clusters alike, refused at ADD since) goes back to
 		// that cluster's pin, replaced atomically: it never vanishes while
 		// a pin it belongs to stays.
-		if t := otherClusterTarget(rest, r.Cluster, l); t != "" {
-			errs = append(errs, s.setLink(l, t))
-			continue
+		for _, o := range rest {
+			if o.Cluster != r.Cluster && linkCandidate(o) && slices.Contains(o.Links, l) {
+				if t := linkTargetOf(o.Cluster, rest); t != "" {
+					errs = append(errs, s.setLink(l, t))
+					continue links
+				}
+			}
 		}
 		errs = append(errs, s.removeLink(l))
 	}
@@ -318,7 +316,13 @@ func (s *Store) runtimeGone(r *Record) bool {
 // error wrapping errCheckFailed: not known to be unused.
 func (s *Store) settleOrphan(name string, force bool) (refs []string, err error) {
 	if !force {
-		uses, err := s.orphanUses(name)
+		// With the addresses its netns has now; a plain file (no mount)
+		// has none.
+		var uses []Use
+		id, mounted, err := s.pinState(name)
+		if err == nil && mounted {
+			uses, err = s.UsesNow(&Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w for %s: %w", errCheckFailed, name, err)
 		}
@@ -335,14 +339,4 @@ func (s *Store) settleOrphan(name string, force bool) (refs []string, err error)
 	}
 	s.log.Warn("released a pin without a record", "pin", name, "forced", force)
 	return nil, nil
-}
-
-// orphanUses runs the in-use check on an orphan pin, with the addresses
-// its netns has now; a plain file (no mount) has none.
-func (s *Store) orphanUses(name string) ([]Use, error) {
-	id, mounted, err := s.pinState(name)
-	if err != nil || !mounted {
-		return nil, err
-	}
-	return s.UsesNow(&Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino})
 }

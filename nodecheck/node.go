@@ -78,12 +78,7 @@ type cephCSIEntry struct {
 // readCephCSIConfig reads config.json, or a ConfigMap (as JSON) that
 // carries it under data."config.json".
 func readCephCSIConfig(path string) ([]cephCSIEntry, error) {
-	f, err := os.OpenFile(path, regfile.ReadFlags, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := regfile.Read(f, 1<<20)
+	data, err := regfile.ReadFile(path, 0, 1<<20)
 	if err != nil {
 		return nil, err
 	}

@@ -138,10 +138,6 @@ func (c *checker) store() {
 				What: "in use, but its pin was unmounted from outside and nothing reaches the netns to pin it again: " + quoteList(r.References),
 				Fix:  "netns-pinctl inuse " + r.Attachment + " lists the clients; once they are gone the next operation releases it"})
 			continue
-		case r.State != netnsstore.StateActive && r.State != netnsstore.StateDraining:
-			c.r.add(Finding{Check: "record", Level: Warning, Where: where, What: fmt.Sprintf("record %s by an interrupted operation; the next operation settles it", r.State),
-				Fix: "netns-pinctl gc"})
-			continue
 		case !whole:
 			what := "the pin is missing"
 			if has && p.Mounted {

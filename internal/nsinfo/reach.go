@@ -61,9 +61,11 @@ func HostMountNS() (ref string, same bool, err error) {
 	}
 	var errs []error
 	for _, ref := range hostRefs {
-		if ref == "/proc/2" && !isKthreadd() {
-			errs = append(errs, errors.New("PID 2 is not kthreadd"))
-			continue
+		if ref == "/proc/2" {
+			if comm, _ := os.ReadFile("/proc/2/comm"); strings.TrimSpace(string(comm)) != "kthreadd" {
+				errs = append(errs, errors.New("PID 2 is not kthreadd"))
+				continue
+			}
 		}
 		fi, err := os.Stat(ref + "/ns/mnt")
 		if err != nil {
@@ -73,11 +75,6 @@ func HostMountNS() (ref string, same bool, err error) {
 		return ref, os.SameFile(self, fi), nil
 	}
 	return "", false, fmt.Errorf("cannot find the host mount namespace: %w", errors.Join(errs...))
-}
-
-func isKthreadd() bool {
-	comm, err := os.ReadFile("/proc/2/comm")
-	return err == nil && strings.TrimSpace(string(comm)) == "kthreadd"
 }
 
 func readMounts(path string) ([]*mountinfo.Info, error) {
