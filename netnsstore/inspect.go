@@ -25,11 +25,10 @@ import (
 // openTrustedDir, the one rule). Unlike Open it creates nothing.
 func CheckTrustedDir(dir string) error {
 	fd, err := openTrustedDir(dir, false, 0)
-	if err != nil {
-		return err
+	if err == nil {
+		unix.Close(fd)
 	}
-	unix.Close(fd)
-	return nil
+	return err
 }
 
 // OpenTrustedDir opens dir by the rule of CheckTrustedDir (walked from

@@ -41,13 +41,6 @@ func (v *view) get(attachment string) *Record {
 	return nil
 }
 
-func (v *view) put(r *Record) {
-	v.recs = append(withoutRecord(v.recs, r.Attachment), r)
-	sortRecords(v.recs)
-}
-
-func (v *view) drop(attachment string) { v.recs = withoutRecord(v.recs, attachment) }
-
 // blocked says why nothing may be released: a record that cannot be read
 // may be of the same cluster, its pin the target of the links that a
 // release would move or remove. It wraps errCheckFailed: not known to be
@@ -196,7 +189,8 @@ func (s *Store) pinNew(v *view, name string, req Record, src *os.File, srcID Net
 		return nil, err
 	}
 	s.steps.mark("record")
-	v.put(r)
+	v.recs = append(withoutRecord(v.recs, r.Attachment), r)
+	sortRecords(v.recs)
 	failpoint.Hit("add-record-written")
 	if err := s.publish(v, r, src); err != nil {
 		// An ADD that fails is undone like a DEL: its links may have been

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"time"
 
@@ -66,24 +67,6 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	return s.keep(v, r, h, del, uses, err)
 }
 
-// checkNow is the in-use check of r as its netns is now: the addresses it
-// has now join the recorded ones (a client keeps the address it came
-// from), then every signal is read. h is the handle that reaches the
-// netns; nil when nothing does (its pin and the runtime's path are gone).
-func (s *Store) checkNow(r *Record, h *handleFile) ([]Use, error) {
-	path := ""
-	if h != nil {
-		path = h.path
-		ips, err := s.addrsNow(h, r)
-		if err != nil {
-			return nil, err
-		}
-		r.IPs = ips
-		s.steps.mark("addresses")
-	}
-	return s.uses(r, path)
-}
-
 // linksMove reports whether moving the links off r's pin could take a
 // link away from a pin: the pin is the cluster's link target, one of its
 // links leads to it on disk (a crash between a record's change and its
@@ -109,17 +92,17 @@ func (s *Store) linksMove(v *view, r *Record) bool {
 // keep records that r stays: draining when its pin is (or is again) a
 // mount of its netns, unpinned when the pin was lost and no handle to the
 // netns could be found. The links follow the rule again.
-func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Use, checkErr error) error {
+func (s *Store) keep(v *view, r *Record, h *os.File, del *Teardown, uses []Use, checkErr error) error {
 	if !s.pinnedAs(r) {
 		if h == nil {
 			h = s.reachByProcess(r, uses)
 			defer h.Close()
 		}
 		if h != nil {
-			if err := s.mountPin(h.File, r.NetnsID(), r.Attachment); err != nil {
+			if err := s.mountPin(h, r.NetnsID(), r.Attachment); err != nil {
 				s.log.Error("pin again a netns still in use", "attachment", r.Attachment, "error", err)
 			} else {
-				s.log.Warn("pinned again a netns whose pin was lost while in use", "attachment", r.Attachment, "cluster", r.Cluster, "from", h.path)
+				s.log.Warn("pinned again a netns whose pin was lost while in use", "attachment", r.Attachment, "cluster", r.Cluster, "from", h.Name())
 			}
 		}
 	}
@@ -149,8 +132,7 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 	if !linkCandidate(r) {
 		relink = s.moveLinksAway(v, r)
 	}
-	errs := []error{s.writeRecord(r), relink}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(s.writeRecord(r), relink); err != nil {
 		return err
 	}
 	if checkErr != nil {
@@ -197,7 +179,7 @@ func (s *Store) remove(v *view, r *Record, force bool) error {
 	if err := s.removeRecord(r.Attachment); err != nil {
 		return err
 	}
-	v.drop(r.Attachment)
+	v.recs = withoutRecord(v.recs, r.Attachment)
 	s.noteRelease(r, force)
 	if r.Abandoned {
 		s.log.Info("finished abandoned teardown", "attachment", r.Attachment, "cluster", r.Cluster,

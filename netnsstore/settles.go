@@ -4,11 +4,12 @@ package netnsstore
 // (judge, for the commands that only look: list, inuse, check): "" when r
 // is whole.
 func (snap *Snapshot) Settles(r *Record) string {
-	var pin pinFacts
+	var pin PinStatus
 	for _, p := range snap.Pins {
 		if p.Attachment == r.Attachment {
-			pin = pinFacts{netns: p.Netns, mounted: p.Mounted}
+			pin = p
 		}
 	}
-	return judge(r, snap.BootID, pin).reason
+	_, reason := judge(r, snap.BootID, pin.Netns, pin.Mounted, nil)
+	return reason
 }

@@ -42,12 +42,12 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 		out = append(out, v.repaired...) // what the first operation of this boot drops
 		blocked := v.blocked()
 		for _, r := range v.recs {
-			d := s.diagnose(r)
-			if d.action == "" && r.State != StateDraining {
+			action, reason := s.diagnose(r)
+			if action == "" && r.State != StateDraining {
 				continue
 			}
-			f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: d.action, Reason: d.reason}
-			if d.action != ActionDrop && d.action != ActionRepin {
+			f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: action, Reason: reason}
+			if action != ActionDrop && action != ActionRepin {
 				uses, err := s.UsesNow(r)
 				if err != nil {
 					errs = append(errs, err)
@@ -60,8 +60,8 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 						f.References = append(f.References, u.What)
 					}
 				}
-				if d.reason != "" {
-					f.Reason = d.reason + ", " + f.Reason
+				if reason != "" {
+					f.Reason = reason + ", " + f.Reason
 				}
 			}
 			if blocked != nil && f.Action != ActionKeep && f.Action != ActionRepin {
