@@ -87,11 +87,6 @@ func parseEvent(line string) (Event, bool) {
 	return e, true
 }
 
-// noteRefusal counts a refused DEL of r: the caller is the runtime's DEL.
-func (s *Store) noteRefusal(r *Record) {
-	s.note(Event{Kind: EventRefusal, By: ByDEL, Cluster: r.Cluster, Count: 1, Check: s.lastCheck})
-}
-
 // noteRelease counts the release of r's pin (and, when the runtime had
 // given up on it, the teardown finished for it).
 func (s *Store) noteRelease(r *Record, force bool) {

@@ -175,9 +175,7 @@ func (s *Store) linkStatus(link, cluster, want string) LinkStatus {
 		st.Exists = true
 		return st
 	}
-	st.Exists = kind != linkMissing
-	st.Symlink = kind == linkIsSymlink
-	st.Target = cur
+	st.Exists, st.Symlink, st.Target = kind != linkMissing, kind == linkIsSymlink, cur
 	if st.Symlink && s.pointsIntoPins(link, cur) {
 		st.Have = filepath.Base(cur)
 	}

@@ -147,9 +147,19 @@ func (s *Store) Pin(req Record) (*Record, error) {
 			}
 			// A repeated ADD: a no-op for a whole record, whatever DEL
 			// decided meanwhile; a pin lost on the way is made again from
-			// the runtime's netns.
+			// the runtime's netns, and a record that was kept unpinned
+			// becomes draining again.
 			out = r
-			return s.repinFrom(v, r, src)
+			if s.pinnedAs(r) {
+				return nil
+			}
+			if err := s.mountPin(src, r.NetnsID(), r.Attachment); err != nil {
+				return err
+			}
+			if r.State == StateUnpinned {
+				r.State = StateDraining
+			}
+			return errors.Join(s.writeRecord(r), s.relink(r.Cluster, v.recs))
 		}
 		if err := refuseTakenLinks(v.recs, req.Cluster, req.Links); err != nil {
 			return err
@@ -198,21 +208,6 @@ func (s *Store) pinNew(v *view, name string, req Record, src *os.File, srcID Net
 		return nil, errors.Join(err, s.settle(v, r, nil))
 	}
 	return r, nil
-}
-
-// repinFrom mounts r's pin again from src when it was lost; a record that
-// was kept unpinned becomes draining again.
-func (s *Store) repinFrom(v *view, r *Record, src *os.File) error {
-	if s.pinnedAs(r) {
-		return nil
-	}
-	if err := s.mountPin(src, r.NetnsID(), r.Attachment); err != nil {
-		return err
-	}
-	if r.State == StateUnpinned {
-		r.State = StateDraining
-	}
-	return errors.Join(s.writeRecord(r), s.relink(r.Cluster, v.recs))
 }
 
 // publish mounts r's pin from src (a no-op when it is mounted) and points

@@ -139,7 +139,7 @@ func (s *Store) keep(v *view, r *Record, h *os.File, del *Teardown, uses []Use, 
 		return fmt.Errorf("%w for %s: %w", errCheckFailed, r.Attachment, checkErr)
 	}
 	if del != nil {
-		s.noteRefusal(r)
+		s.note(Event{Kind: EventRefusal, By: ByDEL, Cluster: r.Cluster, Count: 1, Check: s.lastCheck})
 	}
 	if first {
 		s.log.Warn("release refused: still in use", "attachment", r.Attachment, "cluster", r.Cluster, "state", r.State, "references", r.References)

@@ -159,7 +159,7 @@ func TestEventsStayBoundedWithoutASweeper(t *testing.T) {
 	unlock, err := s.lock()
 	require.NoError(t, err)
 	for i := range total - real {
-		s.noteRefusal(rec)
+		s.note(Event{Kind: EventRefusal, By: ByDEL, Cluster: rec.Cluster, Count: 1, Check: s.lastCheck})
 		if i%4096 == 0 {
 			st, err := os.Stat(events)
 			require.NoError(t, err)

@@ -103,9 +103,7 @@ func held(r *Record) bool { return r.State == StateDraining || r.State == StateU
 // of each: ActionRelease, or ActionKeep with the references that hold it.
 // A record that repair settled in this hold is left out (its finding is
 // repair's): it would only be checked again.
-func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding, []error) {
-	var findings []Finding
-	var errs []error
+func (s *Store) collect(v *view, want func(*Record) bool, why string) (findings []Finding, errs []error) {
 	for _, r := range slices.Clone(v.recs) {
 		if !want(r) || v.checked[r.Attachment] || s.leavesAbandoned(r) {
 			continue

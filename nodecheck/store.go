@@ -171,12 +171,9 @@ func (c *checker) store() {
 }
 
 func (c *checker) recordOf(att string) *netnsstore.Record {
-	if c.snap == nil {
-		return nil
-	}
-	for _, r := range c.snap.Records {
-		if r.Attachment == att {
-			return r
+	if c.snap != nil {
+		if i := slices.IndexFunc(c.snap.Records, func(r *netnsstore.Record) bool { return r.Attachment == att }); i >= 0 {
+			return c.snap.Records[i]
 		}
 	}
 	return nil

@@ -106,7 +106,11 @@ func reach(dir string, here, host []*mountinfo.Info) error {
 		"mount the host folder %s into that container at the same path under its chrootDir (/hostroot%s in Multus' DaemonSet) with mountPropagation: Bidirectional", dir, dir)
 	group := PeerGroup(m)
 	if group == 0 {
-		return fmt.Errorf("%w: %s is on the mount at %s, which is %s; %s", errNoPropagation, dir, m.Mountpoint, propagation(m), fix)
+		propagation := "private" // as findmnt names it
+		if strings.Contains(m.Optional, "master:") {
+			propagation = "a slave (" + m.Optional + "): mounts from the host reach it, not the other way"
+		}
+		return fmt.Errorf("%w: %s is on the mount at %s, which is %s; %s", errNoPropagation, dir, m.Mountpoint, propagation, fix)
 	}
 	for _, h := range host {
 		if PeerGroup(h) == group && within(m.Root, h.Root) {
@@ -145,12 +149,4 @@ func PeerGroup(m *mountinfo.Info) int {
 		}
 	}
 	return 0
-}
-
-// propagation names a mount's propagation as findmnt does.
-func propagation(m *mountinfo.Info) string {
-	if strings.Contains(m.Optional, "master:") {
-		return "a slave (" + m.Optional + "): mounts from the host reach it, not the other way"
-	}
-	return "private"
 }
