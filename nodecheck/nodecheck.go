@@ -111,9 +111,7 @@ func Run(o Options) *Report {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Proc == "" {
-		o.Proc = "/proc"
-	}
+	o.Proc = cmp.Or(o.Proc, "/proc")
 	c := &checker{o: o, r: &Report{}}
 	c.run()
 	c.r.finish()

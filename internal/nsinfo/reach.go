@@ -28,7 +28,7 @@ var hostRefs = []string{"/proc/1", "/proc/2"}
 //     propagation).
 //
 // Otherwise the error says which volume is missing. Only the second case
-// reads mountinfo: the host mount namespace costs two stats.
+// reads mountinfo; the first compares mount namespace identities.
 func PinsReachHost(dir string) error {
 	ref, same, err := HostMountNS()
 	if err != nil {
