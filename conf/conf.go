@@ -3,6 +3,7 @@
 package conf
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -184,8 +185,8 @@ func (c *Config) InUseCommand(attachment string) string {
 }
 
 func (c *Config) applyDefaults() {
-	setDefault(&c.PinDir, DefaultPinDir)
-	setDefault(&c.StateDir, DefaultStateDir)
+	c.PinDir = cmp.Or(c.PinDir, DefaultPinDir)
+	c.StateDir = cmp.Or(c.StateDir, DefaultStateDir)
 	// A missing (or null) links is the default link; an empty list is no
 	// link at all: a holder nothing reaches by path, such as a CSI node
 	// plugin that makes its kernel clients in its own netns
@@ -197,18 +198,12 @@ func (c *Config) applyDefaults() {
 	if len(c.CacheDirs) == 0 {
 		c.CacheDirs = slices.Clone(defaultCacheDirs)
 	}
-	setDefault(&c.InUse.Sysfs, DefaultSysfs)
-	setDefault(&c.InUse.Debugfs, DefaultDebugfs)
-	setDefault(&c.InUse.Proc, DefaultProc)
-	setDefault(&c.InUse.CephPorts, DefaultCephPorts)
-	setDefault(&c.InUse.Unattributed, DefaultUnattributed)
-	setDefault(&c.LogLevel, DefaultLogLevel)
-}
-
-func setDefault(field *string, value string) {
-	if *field == "" {
-		*field = value
-	}
+	c.InUse.Sysfs = cmp.Or(c.InUse.Sysfs, DefaultSysfs)
+	c.InUse.Debugfs = cmp.Or(c.InUse.Debugfs, DefaultDebugfs)
+	c.InUse.Proc = cmp.Or(c.InUse.Proc, DefaultProc)
+	c.InUse.CephPorts = cmp.Or(c.InUse.CephPorts, DefaultCephPorts)
+	c.InUse.Unattributed = cmp.Or(c.InUse.Unattributed, DefaultUnattributed)
+	c.LogLevel = cmp.Or(c.LogLevel, DefaultLogLevel)
 }
 
 // cleanPaths requires each path setting whose key starts with prefix to be

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/netns-pin/netns-pin/internal/regfile"
 )
@@ -62,12 +61,7 @@ func PluginEntry(data []byte) ([]byte, error) {
 func LoadFile(path string, overrides map[string]string) (*Config, error) {
 	data := []byte(`{"type":"netns-pin"}`)
 	if path != "" {
-		f, err := os.OpenFile(path, regfile.ReadFlags, 0)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		raw, err := regfile.Read(f, 1<<20)
+		raw, err := regfile.ReadFile(path, 0, 1<<20)
 		if err != nil {
 			return nil, err
 		}

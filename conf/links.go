@@ -51,12 +51,7 @@ func compileLink(pinDir, s string) (linkTemplate, error) {
 // empty, "." or ".." component. A template without {{.Name}} is a link per
 // namespace, one cluster each.
 func (lt *linkTemplate) oneClusterPerPath(pinDir, sample string) error {
-	raw := lt.t.expand(func(f string) string {
-		if f == "Namespace" {
-			return "ns"
-		}
-		return "name"
-	})
+	raw := lt.expand(Cluster{Namespace: "ns", Name: "name"})
 	if !filepath.IsAbs(raw) {
 		raw = filepath.Clean(pinDir) + "/" + raw
 	}
@@ -79,13 +74,17 @@ func (lt *linkTemplate) oneClusterPerPath(pinDir, sample string) error {
 	return nil
 }
 
-func (lt linkTemplate) render(pinDir string, c Cluster) (string, error) {
-	raw := lt.t.expand(func(f string) string {
+func (lt linkTemplate) expand(c Cluster) string {
+	return lt.t.expand(func(f string) string {
 		if f == "Namespace" {
 			return c.Namespace
 		}
 		return c.Name
 	})
+}
+
+func (lt linkTemplate) render(pinDir string, c Cluster) (string, error) {
+	raw := lt.expand(c)
 	p := raw
 	if p == "" || strings.ContainsRune(p, 0) {
 		return "", errors.New("renders to an empty path or one with a NUL byte")

@@ -40,20 +40,12 @@ func parseFieldTemplate(s string, fields ...string) (fieldTemplate, error) {
 		action := strings.TrimSpace(rest[open+2 : open+end])
 		name, ok := strings.CutPrefix(action, ".")
 		if !ok || !slices.Contains(fields, name) {
-			return fieldTemplate{}, fmt.Errorf("{{%s}} in %q: want one of %s", action, s, fieldList(fields))
+			return fieldTemplate{}, fmt.Errorf("{{%s}} in %q: want one of {{.%s}}", action, s, strings.Join(fields, "}}, {{."))
 		}
 		t.parts = append(t.parts, templatePart{field: name})
 		rest = rest[open+end+2:]
 	}
 	return t, nil
-}
-
-func fieldList(fields []string) string {
-	out := make([]string, len(fields))
-	for i, f := range fields {
-		out[i] = "{{." + f + "}}"
-	}
-	return strings.Join(out, ", ")
 }
 
 // expand renders the template with value(field) for each placeholder.

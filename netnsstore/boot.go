@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // bootMarker is the file in stateDir that names the boot whose operations
@@ -32,15 +34,15 @@ const bootMarker = "boot-id"
 // pinDir. A missing marker (a new stateDir, or one of a netns-pin that
 // synced every record) drops nothing.
 // A read-only view changes nothing: it is told what would be dropped.
-func (s *Store) markBoot(v *view) error {
+func (s *Store) markBoot(v *view, readOnly bool) error {
 	prev, prevPinDir, err := s.markedBoot()
 	switch {
 	case err != nil:
 		return err
-	case v.readOnly:
+	case readOnly:
 		for _, n := range s.tornOf(v, prev, prevPinDir) {
 			delete(v.bad, n)
-			v.dropsNext = append(v.dropsNext, tornFinding(n, prev))
+			v.repaired = append(v.repaired, tornFinding(n, prev))
 		}
 		return nil
 	case prev == s.bootID && prevPinDir == s.PinDir:
@@ -67,7 +69,7 @@ func (s *Store) markBoot(v *view) error {
 // markedBoot is the boot and the pinDir the marker names, "" when there is
 // no marker (or it names no pinDir).
 func (s *Store) markedBoot() (boot, pinDir string, err error) {
-	data, err := readFile(s.stateFd, bootMarker, 4096)
+	data, err := regfile.ReadBeneath(s.stateFd, bootMarker, 4096)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", "", fmt.Errorf("read %s/%s: %w", s.StateDir, bootMarker, err)
 	}
@@ -133,7 +135,7 @@ const linkDirsFile = "link-dirs"
 
 // linkDirs is the folders of linkDirsFile; none when it does not exist.
 func (s *Store) linkDirs() ([]string, error) {
-	data, err := readFile(s.stateFd, linkDirsFile, 1<<20)
+	data, err := regfile.ReadBeneath(s.stateFd, linkDirsFile, 1<<20)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("read %s/%s: %w", s.StateDir, linkDirsFile, err)
 	}

@@ -28,7 +28,15 @@ func openTrustedDir(dir string, create bool, mode uint32) (int, error) {
 		return -1, fmt.Errorf("%q: want an absolute path", dir)
 	}
 	dir = filepath.Clean(dir)
-	fd, err := openTrustedChain(dir, create, mode)
+	fd, err := unix.Open("/", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open /: %w", err)
+	}
+	if err = checkTrustedFd(fd, "/", dir != "/"); err != nil {
+		unix.Close(fd)
+	} else {
+		fd, err = openChain(fd, dir, create, mode, true)
+	}
 	var u *UntrustedDirError
 	if errors.As(err, &u) {
 		u.Of = dir
@@ -37,26 +45,30 @@ func openTrustedDir(dir string, create bool, mode uint32) (int, error) {
 }
 
 // dirFlags open one component of a directory's path: a name that is never
-// ".." (the paths are clean, openDirBeneath refuses it), so O_NOFOLLOW is
+// ".." (the paths are clean, openChain refuses it), so O_NOFOLLOW is
 // all it takes to stay beneath the directory and off every symlink, what
 // regfile.OpenBeneath asks openat2 for.
 const dirFlags = unix.O_DIRECTORY | unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 
-func openTrustedChain(dir string, create bool, mode uint32) (int, error) {
-	fd, err := unix.Open("/", unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open /: %w", err)
+// openChain opens the components of path one by one beneath the directory
+// fd, which it takes over, without following a symlink. With create, a
+// missing component is made: 0755, the last one mode. trusted: path is
+// absolute, fd is "/", and every directory opened must pass
+// checkTrustedFd.
+func openChain(fd int, path string, create bool, mode uint32, trusted bool) (int, error) {
+	at := ""
+	if trusted {
+		at = "/"
 	}
-	parts := strings.Split(strings.TrimPrefix(dir, "/"), "/")
-	if dir == "/" {
-		parts = nil
-	}
-	if err := checkTrustedFd(fd, "/", len(parts) > 0); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	at := "/"
+	parts := strings.Split(strings.Trim(path, "/"), "/")
 	for i, part := range parts {
+		if part == "" || part == "." {
+			continue
+		}
+		if part == ".." {
+			unix.Close(fd)
+			return -1, fmt.Errorf("path %q leaves its directory", path)
+		}
 		last := i == len(parts)-1
 		at = filepath.Join(at, part)
 		next, err := unix.Openat(fd, part, dirFlags, 0)
@@ -72,13 +84,18 @@ func openTrustedChain(dir string, create bool, mode uint32) (int, error) {
 			next, err = unix.Openat(fd, part, dirFlags, 0)
 		}
 		unix.Close(fd)
-		if err != nil {
+		switch {
+		case err != nil && trusted:
 			return -1, describeOpenErr(at, err)
+		case err != nil:
+			return -1, fmt.Errorf("open %s: %w", at, err)
 		}
 		fd = next
-		if err := checkTrustedFd(fd, at, !last); err != nil {
-			unix.Close(fd)
-			return -1, err
+		if trusted {
+			if err := checkTrustedFd(fd, at, !last); err != nil {
+				unix.Close(fd)
+				return -1, err
+			}
 		}
 	}
 	return fd, nil
@@ -139,36 +156,11 @@ func (e *UntrustedDirError) Error() string {
 
 // openDirBeneath opens rel (a relative path, possibly several components)
 // below the directory fd root without following symlinks, creating the
-// missing directories with mode when create is set.
+// missing directories when create is set (see openChain).
 func openDirBeneath(root int, rel string, create bool, mode uint32) (int, error) {
 	fd, err := unix.Dup(root)
 	if err != nil {
 		return -1, err
 	}
-	if rel == "." || rel == "" {
-		return fd, nil
-	}
-	for _, part := range strings.Split(rel, "/") {
-		if part == "" || part == "." {
-			continue
-		}
-		if part == ".." {
-			unix.Close(fd)
-			return -1, fmt.Errorf("path %q leaves its directory", rel)
-		}
-		next, err := unix.Openat(fd, part, dirFlags, 0)
-		if errors.Is(err, unix.ENOENT) && create {
-			if err := unix.Mkdirat(fd, part, mode); err != nil && !errors.Is(err, unix.EEXIST) {
-				unix.Close(fd)
-				return -1, fmt.Errorf("mkdir %s: %w", part, err)
-			}
-			next, err = unix.Openat(fd, part, dirFlags, 0)
-		}
-		unix.Close(fd)
-		if err != nil {
-			return -1, fmt.Errorf("open %s in %q: %w", part, rel, err)
-		}
-		fd = next
-	}
-	return fd, nil
+	return openChain(fd, rel, create, mode, false)
 }

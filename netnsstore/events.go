@@ -87,11 +87,6 @@ func parseEvent(line string) (Event, bool) {
 	return e, true
 }
 
-// noteRefusal counts a refused DEL of r: the caller is the runtime's DEL.
-func (s *Store) noteRefusal(r *Record) {
-	s.note(Event{Kind: EventRefusal, By: ByDEL, Cluster: r.Cluster, Count: 1, Check: s.lastCheck})
-}
-
 // noteRelease counts the release of r's pin (and, when the runtime had
 // given up on it, the teardown finished for it).
 func (s *Store) noteRelease(r *Record, force bool) {
@@ -126,7 +121,7 @@ func (s *Store) note(e Event) {
 		err = errors.Join(err, f.Close())
 	}
 	if err == nil && fi.Size() > eventsFoldAt {
-		_, err = s.fold()
+		err = s.fold()
 	}
 	if err != nil {
 		s.log.Warn("count an event for the metrics", "event", strings.TrimSpace(e.line()), "error", err)
@@ -199,18 +194,17 @@ func (s *Store) FoldEvents(over int64) error {
 		return err
 	}
 	defer unlock()
-	_, err = s.fold()
-	return err
+	return s.fold()
 }
 
 // fold replaces the events file by one line per counter, read in chunks:
-// the caller holds the lock. It returns the folded file's size.
-func (s *Store) fold() (int64, error) {
+// the caller holds the lock.
+func (s *Store) fold() error {
 	sums := map[[3]string]uint64{}
 	for from := int64(0); ; {
 		evs, next, _, err := readEventsAt(s.stateFd, from)
 		if err != nil {
-			return 0, fmt.Errorf("read %s/%s: %w", s.StateDir, eventsFile, err)
+			return fmt.Errorf("read %s/%s: %w", s.StateDir, eventsFile, err)
 		}
 		for _, e := range evs {
 			sums[[3]string{e.Kind, e.By, e.Cluster}] += e.Count
@@ -225,7 +219,7 @@ func (s *Store) fold() (int64, error) {
 		b.WriteString(Event{Kind: k[0], By: k[1], Cluster: k[2], Count: sums[k]}.line())
 	}
 	if err := s.replaceFile(s.stateFd, eventsFile, []byte(b.String()), false); err != nil {
-		return 0, fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
+		return fmt.Errorf("fold %s/%s: %w", s.StateDir, eventsFile, err)
 	}
-	return int64(b.Len()), nil
+	return nil
 }

@@ -25,11 +25,10 @@ import (
 // openTrustedDir, the one rule). Unlike Open it creates nothing.
 func CheckTrustedDir(dir string) error {
 	fd, err := openTrustedDir(dir, false, 0)
-	if err != nil {
-		return err
+	if err == nil {
+		unix.Close(fd)
 	}
-	unix.Close(fd)
-	return nil
+	return err
 }
 
 // OpenTrustedDir opens dir by the rule of CheckTrustedDir (walked from
@@ -85,20 +84,18 @@ type Snapshot struct {
 	Dropped []Finding
 	Pins    []PinStatus
 	Links   []LinkStatus
-	// Owner is the stateDir that pinDir names as the owner of its pins
-	// ("" none yet); OwnerErr says why it could not be read.
-	Owner    string
+	// OwnerErr is set when pinDir names another stateDir as the owner of
+	// its pins (ErrOtherStateDir).
 	OwnerErr error
 	BootID   string
 }
 
-// Inspect reads records, pins and links under the lock, changing nothing
-// (records of the previous format are read as they are), for a check of
-// the node.
+// Inspect reads records, pins and links under the lock, changing nothing,
+// for a check of the node.
 func (s *Store) Inspect() (*Snapshot, error) {
 	snap := &Snapshot{BootID: s.bootID}
 	take := func(v *view) error {
-		snap.Records, snap.Unreadable, snap.Dropped = v.recs, v.bad, v.dropsNext
+		snap.Records, snap.Unreadable, snap.Dropped = v.recs, v.bad, v.repaired
 		return nil
 	}
 	err := s.locked(true, take)
@@ -114,7 +111,6 @@ func (s *Store) Inspect() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap.Owner = s.readOwner()
 	names, err := readDirNames(s.pinsFd)
 	if err != nil {
 		return nil, fmt.Errorf("read %s/%s: %w", s.PinDir, PinsSubdir, err)
@@ -167,12 +163,6 @@ func (s *Store) Inspect() (*Snapshot, error) {
 	return snap, nil
 }
 
-// readOwner is pinDir's owner file as it stands ("" when none).
-func (s *Store) readOwner() string {
-	data, _ := readFile(s.pinDirFd, ownerFile, 4096)
-	return strings.TrimSuffix(string(data), "\n")
-}
-
 func (s *Store) linkStatus(link, cluster, want string) LinkStatus {
 	st := LinkStatus{Path: link, Cluster: cluster, Want: want}
 	dfd, err := s.openLinkDir(link, false)
@@ -185,9 +175,7 @@ func (s *Store) linkStatus(link, cluster, want string) LinkStatus {
 		st.Exists = true
 		return st
 	}
-	st.Exists = kind != linkMissing
-	st.Symlink = kind == linkIsSymlink
-	st.Target = cur
+	st.Exists, st.Symlink, st.Target = kind != linkMissing, kind == linkIsSymlink, cur
 	if st.Symlink && s.pointsIntoPins(link, cur) {
 		st.Have = filepath.Base(cur)
 	}

@@ -83,7 +83,7 @@ func (s *Store) removeLink(link string) error {
 	if !s.pointsIntoPins(link, cur) {
 		return nil
 	}
-	if err := unix.Unlinkat(dfd, base, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := unlinkIfExists(dfd, base); err != nil {
 		return fmt.Errorf("remove link %s: %w", link, err)
 	}
 	return nil

@@ -71,7 +71,7 @@ func mountFlags(fd int) (shared, isRoot bool, err error) {
 	if err != nil {
 		return false, false, err
 	}
-	return isShared(m), m.Mountpoint == path, nil
+	return nsinfo.PeerGroup(m) != 0, m.Mountpoint == path, nil
 }
 
 // containingMount returns the mount that holds path.
@@ -85,8 +85,6 @@ func containingMount(path string) (*mountinfo.Info, error) {
 	}
 	return nil, fmt.Errorf("no mount holds %s", path)
 }
-
-func isShared(m *mountinfo.Info) bool { return nsinfo.PeerGroup(m) != 0 }
 
 // FindPin looks for a pin of attachment under any pinDir: a netns mount
 // whose mount point is <dir>/pins/<attachment>, of the netns at netnsPath

@@ -22,17 +22,14 @@ type view struct {
 	// of the lock, so that repair's settling is not repeated by the
 	// operation that follows it.
 	checked map[string]bool
-	// repaired: what repair did in this hold of the lock, for the
-	// operator's gc to report with the rest.
+	// repaired: what the preamble (markBoot, repair) did in this hold of
+	// the lock, for the operator's gc to report with the rest; in a
+	// read-only view, the records the first operation that may write
+	// drops (markBoot), taken out of bad.
 	repaired []Finding
 	// owned: pinDir names this store's stateDir as its owner, so a pin
 	// without a record here is an orphan of this store (see ownerFile).
 	owned bool
-	// readOnly: the operation writes nothing (see locked).
-	readOnly bool
-	// dropsNext: in a read-only view, the records that the first
-	// operation that may write drops (markBoot), taken out of bad.
-	dropsNext []Finding
 }
 
 func (v *view) get(attachment string) *Record {
@@ -43,13 +40,6 @@ func (v *view) get(attachment string) *Record {
 	}
 	return nil
 }
-
-func (v *view) put(r *Record) {
-	v.recs = append(withoutRecord(v.recs, r.Attachment), r)
-	sortRecords(v.recs)
-}
-
-func (v *view) drop(attachment string) { v.recs = withoutRecord(v.recs, attachment) }
 
 // blocked says why nothing may be released: a record that cannot be read
 // may be of the same cluster, its pin the target of the links that a
@@ -86,8 +76,8 @@ func (s *Store) op(skip string, fn func(v *view) error) error {
 }
 
 // locked runs fn under the store's lock with every record read. A
-// readOnly operation (Inspect, a dry run) reads records as they are and
-// writes nothing: no upgrade of an old record, no boot marker.
+// readOnly operation (Inspect, a dry run) writes nothing: no leftover of
+// a crash is removed, no boot marker written.
 func (s *Store) locked(readOnly bool, fn func(v *view) error) error {
 	s.steps.start()
 	unlock, err := s.lock()
@@ -103,7 +93,7 @@ func (s *Store) locked(readOnly bool, fn func(v *view) error) error {
 	if v.owned, err = s.checkOwner(); err != nil {
 		return err
 	}
-	if err := s.markBoot(v); err != nil {
+	if err := s.markBoot(v, readOnly); err != nil {
 		return err
 	}
 	s.steps.mark("read records")
@@ -118,7 +108,7 @@ func (s *Store) load(readOnly bool) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &view{recs: rs, bad: bad, readOnly: readOnly}, nil
+	return &view{recs: rs, bad: bad, checked: map[string]bool{}}, nil
 }
 
 // Pin pins the netns of the holder attachment that req describes (its
@@ -157,9 +147,19 @@ func (s *Store) Pin(req Record) (*Record, error) {
 			}
 			// A repeated ADD: a no-op for a whole record, whatever DEL
 			// decided meanwhile; a pin lost on the way is made again from
-			// the runtime's netns.
+			// the runtime's netns, and a record that was kept unpinned
+			// becomes draining again.
 			out = r
-			return s.repinFrom(v, r, src)
+			if s.pinnedAs(r) {
+				return nil
+			}
+			if err := s.mountPin(src, r.NetnsID(), r.Attachment); err != nil {
+				return err
+			}
+			if r.State == StateUnpinned {
+				r.State = StateDraining
+			}
+			return errors.Join(s.writeRecord(r), s.relink(r.Cluster, v.recs))
 		}
 		if err := refuseTakenLinks(v.recs, req.Cluster, req.Links); err != nil {
 			return err
@@ -199,7 +199,8 @@ func (s *Store) pinNew(v *view, name string, req Record, src *os.File, srcID Net
 		return nil, err
 	}
 	s.steps.mark("record")
-	v.put(r)
+	v.recs = append(withoutRecord(v.recs, r.Attachment), r)
+	sortRecords(v.recs)
 	failpoint.Hit("add-record-written")
 	if err := s.publish(v, r, src); err != nil {
 		// An ADD that fails is undone like a DEL: its links may have been
@@ -207,21 +208,6 @@ func (s *Store) pinNew(v *view, name string, req Record, src *os.File, srcID Net
 		return nil, errors.Join(err, s.settle(v, r, nil))
 	}
 	return r, nil
-}
-
-// repinFrom mounts r's pin again from src when it was lost; a record that
-// was kept unpinned becomes draining again.
-func (s *Store) repinFrom(v *view, r *Record, src *os.File) error {
-	if s.pinnedAs(r) {
-		return nil
-	}
-	if err := s.mountPin(src, r.NetnsID(), r.Attachment); err != nil {
-		return err
-	}
-	if r.State == StateUnpinned {
-		r.State = StateDraining
-	}
-	return errors.Join(s.writeRecord(r), s.relink(r.Cluster, v.recs))
 }
 
 // publish mounts r's pin from src (a no-op when it is mounted) and points
@@ -368,57 +354,55 @@ func (s *Store) List() ([]*Record, error) {
 // is active or draining, its pin is a mount of the netns at netnsPath, and
 // every link of its cluster follows the link rule.
 func (s *Store) Check(attachment, netnsPath string) error {
-	return s.locked(false, func(v *view) error { return s.check(v, attachment, netnsPath) })
-}
-
-func (s *Store) check(v *view, attachment, netnsPath string) error {
-	if err := v.bad[attachment]; err != nil {
-		return err
-	}
-	r := v.get(attachment)
-	if r == nil {
-		return fmt.Errorf("attachment %s has no record: it is not pinned", attachment)
-	}
-	if r.State != StateActive && r.State != StateDraining {
-		return fmt.Errorf("attachment %s is in state %s", attachment, r.State)
-	}
-	if r.BootID != s.bootID {
-		return fmt.Errorf("attachment %s was pinned in an earlier boot %s", attachment, r.BootID)
-	}
-	id, mounted, err := s.pinState(attachment)
-	if err != nil {
-		return err
-	}
-	if !mounted {
-		return fmt.Errorf("pin %s is not mounted", s.pinPath(attachment))
-	}
-	if id != r.NetnsID() {
-		return fmt.Errorf("pin %s holds %v, record says %v", s.pinPath(attachment), id, r.NetnsID())
-	}
-	if netnsPath != "" {
-		f, cur, err := openNetns(netnsPath)
+	return s.locked(false, func(v *view) error {
+		if err := v.bad[attachment]; err != nil {
+			return err
+		}
+		r := v.get(attachment)
+		if r == nil {
+			return fmt.Errorf("attachment %s has no record: it is not pinned", attachment)
+		}
+		if r.State != StateActive && r.State != StateDraining {
+			return fmt.Errorf("attachment %s is in state %s", attachment, r.State)
+		}
+		if r.BootID != s.bootID {
+			return fmt.Errorf("attachment %s was pinned in an earlier boot %s", attachment, r.BootID)
+		}
+		id, mounted, err := s.pinState(attachment)
 		if err != nil {
 			return err
 		}
-		f.Close()
-		if cur != r.NetnsID() {
-			return fmt.Errorf("pin %s holds %v but CNI_NETNS %s is %v", s.pinPath(attachment), id, netnsPath, cur)
+		if !mounted {
+			return fmt.Errorf("pin %s is not mounted", s.pinPath(attachment))
 		}
-	}
-	if err := v.blocked(); err != nil {
-		return err
-	}
-	target := linkTargetOf(r.Cluster, v.recs)
-	for _, l := range clusterLinks(r.Cluster, v.recs) {
-		got, err := s.linkTarget(l)
-		if err != nil {
+		if id != r.NetnsID() {
+			return fmt.Errorf("pin %s holds %v, record says %v", s.pinPath(attachment), id, r.NetnsID())
+		}
+		if netnsPath != "" {
+			f, cur, err := openNetns(netnsPath)
+			if err != nil {
+				return err
+			}
+			f.Close()
+			if cur != r.NetnsID() {
+				return fmt.Errorf("pin %s holds %v but CNI_NETNS %s is %v", s.pinPath(attachment), id, netnsPath, cur)
+			}
+		}
+		if err := v.blocked(); err != nil {
 			return err
 		}
-		if got != target {
-			return fmt.Errorf("link %s points at %q, want %q (the cluster's newest active pin)", l, got, target)
+		target := linkTargetOf(r.Cluster, v.recs)
+		for _, l := range clusterLinks(r.Cluster, v.recs) {
+			got, err := s.linkTarget(l)
+			if err != nil {
+				return err
+			}
+			if got != target {
+				return fmt.Errorf("link %s points at %q, want %q (the cluster's newest active pin)", l, got, target)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // unionAddrs adds the addresses of ips missing from recorded.

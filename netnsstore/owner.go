@@ -28,7 +28,7 @@ var ErrOtherStateDir = errors.New("the pins were made under another stateDir")
 // false when pinDir has none yet (an empty pinDir, or one of an earlier
 // version), ErrOtherStateDir when it is another.
 func (s *Store) checkOwner() (bool, error) {
-	data, err := readFile(s.pinDirFd, ownerFile, 4096)
+	data, err := regfile.ReadBeneath(s.pinDirFd, ownerFile, 4096)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("read %s/%s: %w", s.PinDir, ownerFile, err)
 	}
@@ -65,8 +65,13 @@ func (s *Store) claimPinDir(v *view) error {
 	}
 	if err = errors.Join(err, f.Close()); err == nil {
 		err = unix.Linkat(s.pinDirFd, tmp, s.pinDirFd, ownerFile, 0)
+		var st unix.Stat_t
 		if errors.Is(err, unix.EEXIST) {
-			err = s.replaceEmptyOwner(tmp)
+			// An owner file that a power loss left empty is replaced; one
+			// that names a stateDir stays.
+			if err = unix.Fstatat(s.pinDirFd, ownerFile, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Size == 0 {
+				err = unix.Renameat(s.pinDirFd, tmp, s.pinDirFd, ownerFile)
+			}
 		}
 	}
 	_ = unix.Unlinkat(s.pinDirFd, tmp, 0)
@@ -76,14 +81,4 @@ func (s *Store) claimPinDir(v *view) error {
 	// Linked, or another store was first: read what stands.
 	v.owned, err = s.checkOwner()
 	return err
-}
-
-// replaceEmptyOwner puts tmp in place of an owner file that a power loss
-// left empty; one that names a stateDir stays.
-func (s *Store) replaceEmptyOwner(tmp string) error {
-	var st unix.Stat_t
-	if err := unix.Fstatat(s.pinDirFd, ownerFile, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Size > 0 {
-		return err
-	}
-	return unix.Renameat(s.pinDirFd, tmp, s.pinDirFd, ownerFile)
 }

@@ -77,7 +77,7 @@ func (s *Store) unpin(name string) error {
 			return fmt.Errorf("unmount pin %s: %w", p, err)
 		}
 	}
-	if err := unix.Unlinkat(s.pinsFd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := unlinkIfExists(s.pinsFd, name); err != nil {
 		return fmt.Errorf("remove pin %s: %w", p, err)
 	}
 	return nil

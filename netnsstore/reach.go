@@ -14,19 +14,6 @@ import (
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
-// handleFile is an open network namespace and the path it was opened by.
-type handleFile struct {
-	*os.File
-	path string
-}
-
-// Close closes the namespace; a nil handle is fine.
-func (h *handleFile) Close() {
-	if h != nil && h.File != nil {
-		h.File.Close()
-	}
-}
-
 // pinnedAs reports whether r's pin is a mount of r's netns. A pin that
 // cannot be inspected is not known to be pinned.
 func (s *Store) pinnedAs(r *Record) bool {
@@ -34,7 +21,8 @@ func (s *Store) pinnedAs(r *Record) bool {
 	return err == nil && mounted && id == r.NetnsID()
 }
 
-// reach opens r's netns by the first of these that still is that netns:
+// reach opens r's netns (named by the path it was opened by) by the first
+// of these that still is that netns:
 // its pin, the DEL's CNI_NETNS (hint), the runtime's path recorded at ADD,
 // the CNI_NETNS of its first refused DEL. nil when none is: the pin was
 // lost and the runtime's handles are gone (no such file, or no longer a
@@ -44,7 +32,7 @@ func (s *Store) pinnedAs(r *Record) bool {
 // An error when the pin cannot be inspected, or is a mount of r's netns
 // that cannot be opened: the netns may well be in use, and a check that
 // cannot look at it must not find it unused.
-func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
+func (s *Store) reach(r *Record, hint string) (*os.File, error) {
 	id, mounted, err := s.pinState(r.Attachment)
 	if err != nil {
 		return nil, err
@@ -59,7 +47,7 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 			f.Close()
 			return nil, fmt.Errorf("pin %s changed while it was opened", p)
 		}
-		return &handleFile{f, p}, nil
+		return f, nil
 	}
 	var errs []error
 	paths := []string{hint, r.NetnsPath}
@@ -79,7 +67,7 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 			continue
 		}
 		if id == r.NetnsID() {
-			return &handleFile{f, p}, nil
+			return f, nil
 		}
 		f.Close()
 	}
@@ -92,32 +80,32 @@ func (s *Store) reach(r *Record, hint string) (*handleFile, error) {
 // (none when nothing reaches it). An error when r's netns cannot be
 // looked at.
 func (s *Store) UsesNow(r *Record) ([]Use, error) {
-	t := *r
 	h, err := s.reach(r, "")
 	if err != nil {
 		return nil, err
 	}
-	path := ""
-	if h != nil {
-		defer h.Close()
-		if t.IPs, err = s.addrsNow(h, r); err != nil {
-			return nil, err
-		}
-		path = h.path
-	}
-	return s.uses(&t, path)
+	defer h.Close()
+	t := *r
+	return s.checkNow(&t, h)
 }
 
-// addrsNow is the union of r's recorded addresses and those its netns,
-// open at h, has now. A held netns always lists its addresses; when it
-// cannot, a client on an address added since ADD would go unseen, so the
-// caller counts it as a failed check.
-func (s *Store) addrsNow(h *handleFile, r *Record) ([]string, error) {
-	ips, err := addrsOf(int(h.Fd()))
-	if err != nil {
-		return r.IPs, fmt.Errorf("addresses of %s: %w", h.path, err)
+// checkNow is the in-use check of r as its netns is now: the addresses it
+// has now join the recorded ones (a client keeps the address it came
+// from), then every signal is read. h is the handle that reaches the
+// netns; nil when nothing does (its pin and the runtime's path are gone).
+// A held netns always lists its addresses; when it cannot, a client on an
+// address added since ADD would go unseen: the check fails.
+func (s *Store) checkNow(r *Record, h *os.File) ([]Use, error) {
+	path := ""
+	if h != nil {
+		ips, err := addrsOf(int(h.Fd()))
+		if err != nil {
+			return nil, fmt.Errorf("addresses of %s: %w", h.Name(), err)
+		}
+		r.IPs, path = unionAddrs(r.IPs, ips), h.Name()
+		s.steps.mark("addresses")
 	}
-	return unionAddrs(r.IPs, ips), nil
+	return s.uses(r, path)
 }
 
 // addrsOf lists a netns's addresses; tests make it fail.
@@ -127,7 +115,7 @@ var addrsOf = nsinfo.GlobalAddrs
 // inside it. A netns's identity is reused once it dies, so it is accepted
 // only while it still has one of r's recorded addresses (or r recorded
 // none).
-func (s *Store) reachByProcess(r *Record, uses []Use) *handleFile {
+func (s *Store) reachByProcess(r *Record, uses []Use) *os.File {
 	for _, u := range uses {
 		if u.PID <= 0 {
 			continue
@@ -137,18 +125,15 @@ func (s *Store) reachByProcess(r *Record, uses []Use) *handleFile {
 		if err != nil {
 			continue
 		}
-		if id == r.NetnsID() && (len(r.IPs) == 0 || hasRecordedAddr(f, r.IPs)) {
-			return &handleFile{f, p}
+		ok := id == r.NetnsID() && len(r.IPs) == 0
+		if id == r.NetnsID() && !ok {
+			ips, err := nsinfo.GlobalAddrs(int(f.Fd()))
+			ok = err == nil && slices.ContainsFunc(ips, func(ip netip.Addr) bool { return slices.Contains(r.IPs, ip.String()) })
+		}
+		if ok {
+			return f
 		}
 		f.Close()
 	}
 	return nil
-}
-
-func hasRecordedAddr(f *os.File, recorded []string) bool {
-	ips, err := nsinfo.GlobalAddrs(int(f.Fd()))
-	if err != nil {
-		return false
-	}
-	return slices.ContainsFunc(ips, func(ip netip.Addr) bool { return slices.Contains(recorded, ip.String()) })
 }

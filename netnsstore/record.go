@@ -189,7 +189,7 @@ func HasRecord(stateDir, attachment string) (bool, error) {
 // One of another pinDir is ErrOtherPinDir and one of a newer format
 // errNewerFormat, both untouched.
 func (s *Store) readRecord(attachment string) (*Record, error) {
-	data, err := readFile(s.recordsFd, attachment+recordSuffix, 1<<20)
+	data, err := regfile.ReadBeneath(s.recordsFd, attachment+recordSuffix, 1<<20)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -222,7 +222,15 @@ func decodeRecord(data []byte, attachment, reader string) (*Record, error) {
 		return nil, fmt.Errorf("decode record %s (%d bytes): %w: %w", attachment, len(data), errTornRecord, err)
 	}
 	if r.Format > recordFormat {
-		return nil, newerFormatError(attachment, r, reader)
+		// It names the netns-pin release that wrote it, the one (or a later
+		// one) the node needs back (CHANGELOG.md lists the formats each
+		// release reads).
+		need := "netns-pin " + r.Writer + " or later"
+		if r.Writer == "" {
+			need = fmt.Sprintf("a netns-pin that reads format %d", r.Format)
+		}
+		return nil, fmt.Errorf("record %s: %w %d, written by netns-pin %s; this netns-pin (%s) reads formats up to %d: it needs %s",
+			attachment, errNewerFormat, r.Format, cmp.Or(r.Writer, "of an unknown version"), reader, recordFormat, need)
 	}
 	if r.Attachment != attachment {
 		return nil, fmt.Errorf("record %s names attachment %q", attachment, r.Attachment)
@@ -236,21 +244,8 @@ func decodeRecord(data []byte, attachment, reader string) (*Record, error) {
 	return r, nil
 }
 
-// newerFormatError is the refusal of a record this program cannot read:
-// it names the netns-pin release that wrote it, the one (or a later one)
-// the node needs back (CHANGELOG.md lists the formats each release reads).
-func newerFormatError(attachment string, r *Record, reader string) error {
-	need := "netns-pin " + r.Writer + " or later"
-	if r.Writer == "" {
-		need = fmt.Sprintf("a netns-pin that reads format %d", r.Format)
-	}
-	return fmt.Errorf("record %s: %w %d, written by netns-pin %s; this netns-pin (%s) reads formats up to %d: it needs %s",
-		attachment, errNewerFormat, r.Format, cmp.Or(r.Writer, "of an unknown version"), reader, recordFormat, need)
-}
-
 func (s *Store) removeRecord(attachment string) error {
-	err := unix.Unlinkat(s.recordsFd, attachment+recordSuffix, 0)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := unlinkIfExists(s.recordsFd, attachment+recordSuffix); err != nil {
 		return fmt.Errorf("remove record %s: %w", attachment, err)
 	}
 	return nil
@@ -266,23 +261,30 @@ func (s *Store) records(readOnly bool) (rs []*Record, bad map[string]error, err 
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s/%s: %w", s.StateDir, recordsSubdir, err)
 	}
-	bad = map[string]error{}
 	for _, n := range names {
-		if strings.HasPrefix(n, tmpPrefix) {
+		if strings.HasPrefix(n, tmpPrefix) && !readOnly {
 			// A crash between write and rename; the old record (if any)
 			// is still whole, so the leftover is just removed. It is no
 			// record: one that cannot be removed is left for the next
 			// listing, and the error does not count.
-			if !readOnly {
-				_ = unix.Unlinkat(s.recordsFd, n, 0)
-			}
-			continue
+			_ = unix.Unlinkat(s.recordsFd, n, 0)
 		}
+	}
+	return readRecords(names, s.readRecord)
+}
+
+// readRecords reads the record of each name of a records folder, oldest
+// first, with read, which returns nil for a record gone since the listing.
+// A leftover of a crash between write and rename is no record. One that
+// cannot be used is in bad with the reason; ErrOtherPinDir stops it.
+func readRecords(names []string, read func(attachment string) (*Record, error)) (rs []*Record, bad map[string]error, err error) {
+	bad = map[string]error{}
+	for _, n := range names {
 		att, ok := strings.CutSuffix(n, recordSuffix)
-		if !ok {
+		if !ok || strings.HasPrefix(n, tmpPrefix) {
 			continue
 		}
-		r, err := s.readRecord(att)
+		r, err := read(att)
 		switch {
 		case errors.Is(err, ErrOtherPinDir):
 			return nil, nil, err

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/failpoint"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // The store registry is how every reader of the node finds every store
@@ -84,7 +85,7 @@ func (s *Store) register() error {
 		return fmt.Errorf("register the store in %s: %w", s.registry, err)
 	}
 	name := RegistrationName(s.StateDir)
-	if have, err := readIn(s.registry, name, 1<<16); err == nil && bytes.Equal(have, want) {
+	if have, err := regfile.ReadIn(s.registry, name, 1<<16); err == nil && bytes.Equal(have, want) {
 		return nil
 	}
 	fd, err := openTrustedDir(s.registry, true, 0o755)
@@ -111,7 +112,7 @@ func Unregister(dir, stateDir string) error {
 	}
 	defer unix.Close(fd)
 	name := RegistrationName(stateDir)
-	if err := unix.Unlinkat(fd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := unlinkIfExists(fd, name); err != nil {
 		return fmt.Errorf("unregister %s: remove %s/%s: %w", stateDir, dir, name, err)
 	}
 	if err := unix.Fsync(fd); err != nil {
@@ -146,7 +147,7 @@ func Registered(dir string) ([]RegisteredStore, error) {
 			continue // a leftover of a crash between write and rename
 		}
 		rs := RegisteredStore{File: n}
-		data, err := readIn(dir, n, 1<<16)
+		data, err := regfile.ReadIn(dir, n, 1<<16)
 		if err == nil {
 			err = json.Unmarshal(data, &rs.Registration)
 		}

@@ -63,19 +63,6 @@ func clusterLinks(cluster string, rs []*Record) []string {
 	return out
 }
 
-// otherClusterTarget returns the link target of a cluster other than
-// cluster that lists link, when one has a pin, or "".
-func otherClusterTarget(rs []*Record, cluster, link string) string {
-	for _, r := range rs {
-		if r.Cluster != cluster && linkCandidate(r) && slices.Contains(r.Links, link) {
-			if t := linkTargetOf(r.Cluster, rs); t != "" {
-				return t
-			}
-		}
-	}
-	return ""
-}
-
 // relink points every link of cluster at its link target per rs.
 func (s *Store) relink(cluster string, rs []*Record) error {
 	target := linkTargetOf(cluster, rs)

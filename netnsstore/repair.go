@@ -28,53 +28,41 @@ const (
 	ActionForeignLink = "foreign-link"
 )
 
-// diagnosis is what repair must do with a record, and why.
-type diagnosis struct {
-	action string // "" when the record is whole
-	reason string
-}
-
-// pinFacts is what a look at a record's pin found.
-type pinFacts struct {
-	netns   NetnsID
-	mounted bool // a mount of a network namespace (not the plain file)
-	err     error
-}
-
 // judge is the one decision of what the next operation that takes the
-// lock does with r, given its pin: repair acts on it, the dry run of a
-// sweep reports it, list and check say it as "settles at the next
-// operation". It never decides that a pin of this boot goes: that is
-// settle's, after the in-use check. A pin that cannot be inspected
-// decides nothing (an error is no reason to act).
-func judge(r *Record, bootID string, pin pinFacts) diagnosis {
-	whole := pin.err == nil && pin.mounted && pin.netns == r.NetnsID()
+// lock does with r, given its pin (netns, when it is mounted; pinErr when
+// it could not be inspected): repair acts on it, the dry run of a sweep
+// reports it, list and check say it as "settles at the next operation".
+// The action is "" when the record is whole. It never decides that a pin
+// of this boot goes: that is settle's, after the in-use check. A pin that
+// cannot be inspected decides nothing (an error is no reason to act).
+func judge(r *Record, bootID string, netns NetnsID, mounted bool, pinErr error) (action, reason string) {
+	whole := pinErr == nil && mounted && netns == r.NetnsID()
 	if r.BootID != bootID {
 		// Dropped unchecked only when its pin is certainly no mount of its
 		// netns: one that is may be of this boot (repair corrects its boot).
 		switch {
-		case pin.err != nil:
-			return diagnosis{}
+		case pinErr != nil:
+			return "", ""
 		case !whole:
-			return diagnosis{ActionDrop, "pinned in an earlier boot " + r.BootID}
+			return ActionDrop, "pinned in an earlier boot " + r.BootID
 		}
 	}
 	switch {
 	case r.State == StateUnpinned:
-		return diagnosis{ActionSettle, "its pin was lost while in use"}
-	case pin.err != nil || whole:
-		return diagnosis{}
+		return ActionSettle, "its pin was lost while in use"
+	case pinErr != nil || whole:
+		return "", ""
 	}
-	return diagnosis{ActionRepin, "its pin is no longer a mount of its netns"}
+	return ActionRepin, "its pin is no longer a mount of its netns"
 }
 
 // diagnose is judge on r's pin as it is now.
-func (s *Store) diagnose(r *Record) diagnosis {
+func (s *Store) diagnose(r *Record) (action, reason string) {
 	id, mounted, err := s.pinState(r.Attachment)
 	if err != nil {
 		s.log.Error("repair: inspect pin", "attachment", r.Attachment, "error", err)
 	}
-	return judge(r, s.bootID, pinFacts{netns: id, mounted: mounted, err: err})
+	return judge(r, s.bootID, id, mounted, err)
 }
 
 // repair brings the store back to a consistent state after a crash at any
@@ -112,37 +100,44 @@ func (s *Store) repair(v *view, skip string) {
 				s.log.Error("repair: correct the boot id", "attachment", r.Attachment, "error", err)
 			}
 		}
-		d := s.diagnose(r)
-		if d.action == "" || (r.Attachment == skip && d.action != ActionDrop) || (d.action == ActionSettle && s.leavesAbandoned(r)) {
+		action, reason := s.diagnose(r)
+		if action == "" || (r.Attachment == skip && action != ActionDrop) || (action == ActionSettle && s.leavesAbandoned(r)) {
 			continue
 		}
-		if blocked != nil && d.action != ActionRepin {
-			s.log.Error("repair: postponed", "attachment", r.Attachment, "reason", d.reason, "error", blocked)
+		if blocked != nil && action != ActionRepin {
+			s.log.Error("repair: postponed", "attachment", r.Attachment, "reason", reason, "error", blocked)
 			continue
 		}
 		var err error
-		switch d.action {
+		switch action {
 		case ActionDrop:
 			err = errors.Join(s.moveLinksAway(v, r), s.remove(v, r, false))
 		case ActionRepin:
-			err = s.repin(v, r)
+			// Pinned again from the runtime's handle; without one the
+			// in-use check decides.
+			if h, rerr := s.reach(r, ""); rerr == nil && h != nil {
+				err = s.mountPin(h, r.NetnsID(), r.Attachment)
+				h.Close()
+			} else {
+				err = s.settle(v, r, nil)
+			}
 		case ActionSettle:
 			err = s.settle(v, r, nil)
 		}
-		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionKeep, Reason: d.reason}
+		f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: ActionKeep, Reason: reason}
 		var iu *InUseError
 		switch {
 		case errors.As(err, &iu):
-			s.log.Warn("repair: kept in use", "attachment", r.Attachment, "reason", d.reason, "references", iu.References)
-			f.Reason, f.References = d.reason+", still in use", iu.References
+			s.log.Warn("repair: kept in use", "attachment", r.Attachment, "reason", reason, "references", iu.References)
+			f.Reason, f.References = reason+", still in use", iu.References
 		case err != nil:
-			s.log.Error("repair", "attachment", r.Attachment, "reason", d.reason, "error", err)
-			f.Reason = d.reason + ", left as it was: " + err.Error()
+			s.log.Error("repair", "attachment", r.Attachment, "reason", reason, "error", err)
+			f.Reason = reason + ", left as it was: " + err.Error()
 		default:
-			s.log.Warn("repair: "+string(d.action), "attachment", r.Attachment, "cluster", r.Cluster, "reason", d.reason)
-			f.Action = d.action
-			if d.action != ActionDrop && v.get(r.Attachment) == nil {
-				f.Action, f.Reason = ActionRelease, d.reason+", no longer in use"
+			s.log.Warn("repair: "+action, "attachment", r.Attachment, "cluster", r.Cluster, "reason", reason)
+			f.Action = action
+			if action != ActionDrop && v.get(r.Attachment) == nil {
+				f.Action, f.Reason = ActionRelease, reason+", no longer in use"
 			}
 		}
 		v.repaired = append(v.repaired, f)
@@ -164,17 +159,6 @@ func (s *Store) repair(v *view, skip string) {
 		}
 	}
 	s.settleOrphanPins(v)
-}
-
-// repin pins r again from the runtime's handle after its pin was
-// unmounted from outside; without a handle the in-use check decides.
-func (s *Store) repin(v *view, r *Record) error {
-	h, err := s.reach(r, "")
-	if err != nil || h == nil {
-		return s.settle(v, r, nil)
-	}
-	defer h.Close()
-	return s.mountPin(h.File, r.NetnsID(), r.Attachment)
 }
 
 // orphanPins lists files in pins/ that no record owns (nor an unreadable

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"time"
 
@@ -14,16 +15,9 @@ import (
 	"github.com/netns-pin/netns-pin/internal/nsinfo"
 )
 
-// The release decision (docs/design.md §5 DEL, §8): every path that may
-// unmount a pin of this boot (DEL, GC, repair, the sweeper, release) goes
-// through settle, in one hold of the lock: the in-use check with the links
-// in place when moving them could take one away, then the links off, the
-// check again, and the record kept (draining, unpinned) or the pin
-// removed. The in-use check itself (uses) and what an abandoned teardown
-// needs (markAbandoned) are here too.
-
 // settle decides the fate of r and is the only way a pin of this boot is
-// ever unmounted (docs/design.md §8). del is the runtime's DEL, nil for
+// ever unmounted (docs/design.md §5 DEL, §8): DEL, GC, repair, the
+// sweeper and release all come here. del is the runtime's DEL, nil for
 // every other caller. In one hold of the lock: when the cluster's links
 // lead to the pin, the in-use check runs first with them in place, so a
 // pin in use keeps its links without a gap (links never flicker); only a
@@ -49,9 +43,6 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 	if h != nil {
 		defer h.Close()
 	}
-	if v.checked == nil {
-		v.checked = map[string]bool{}
-	}
 	v.checked[r.Attachment] = true
 	var uses []Use
 	if err == nil && s.linksMove(v, r) {
@@ -74,24 +65,6 @@ func (s *Store) settle(v *view, r *Record, del *Teardown) error {
 		return s.remove(v, r, false)
 	}
 	return s.keep(v, r, h, del, uses, err)
-}
-
-// checkNow is the in-use check of r as its netns is now: the addresses it
-// has now join the recorded ones (a client keeps the address it came
-// from), then every signal is read. h is the handle that reaches the
-// netns; nil when nothing does (its pin and the runtime's path are gone).
-func (s *Store) checkNow(r *Record, h *handleFile) ([]Use, error) {
-	path := ""
-	if h != nil {
-		path = h.path
-		ips, err := s.addrsNow(h, r)
-		if err != nil {
-			return nil, err
-		}
-		r.IPs = ips
-		s.steps.mark("addresses")
-	}
-	return s.uses(r, path)
 }
 
 // linksMove reports whether moving the links off r's pin could take a
@@ -119,17 +92,17 @@ func (s *Store) linksMove(v *view, r *Record) bool {
 // keep records that r stays: draining when its pin is (or is again) a
 // mount of its netns, unpinned when the pin was lost and no handle to the
 // netns could be found. The links follow the rule again.
-func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Use, checkErr error) error {
+func (s *Store) keep(v *view, r *Record, h *os.File, del *Teardown, uses []Use, checkErr error) error {
 	if !s.pinnedAs(r) {
 		if h == nil {
 			h = s.reachByProcess(r, uses)
 			defer h.Close()
 		}
 		if h != nil {
-			if err := s.mountPin(h.File, r.NetnsID(), r.Attachment); err != nil {
+			if err := s.mountPin(h, r.NetnsID(), r.Attachment); err != nil {
 				s.log.Error("pin again a netns still in use", "attachment", r.Attachment, "error", err)
 			} else {
-				s.log.Warn("pinned again a netns whose pin was lost while in use", "attachment", r.Attachment, "cluster", r.Cluster, "from", h.path)
+				s.log.Warn("pinned again a netns whose pin was lost while in use", "attachment", r.Attachment, "cluster", r.Cluster, "from", h.Name())
 			}
 		}
 	}
@@ -159,15 +132,14 @@ func (s *Store) keep(v *view, r *Record, h *handleFile, del *Teardown, uses []Us
 	if !linkCandidate(r) {
 		relink = s.moveLinksAway(v, r)
 	}
-	errs := []error{s.writeRecord(r), relink}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(s.writeRecord(r), relink); err != nil {
 		return err
 	}
 	if checkErr != nil {
 		return fmt.Errorf("%w for %s: %w", errCheckFailed, r.Attachment, checkErr)
 	}
 	if del != nil {
-		s.noteRefusal(r)
+		s.note(Event{Kind: EventRefusal, By: ByDEL, Cluster: r.Cluster, Count: 1, Check: s.lastCheck})
 	}
 	if first {
 		s.log.Warn("release refused: still in use", "attachment", r.Attachment, "cluster", r.Cluster, "state", r.State, "references", r.References)
@@ -207,7 +179,7 @@ func (s *Store) remove(v *view, r *Record, force bool) error {
 	if err := s.removeRecord(r.Attachment); err != nil {
 		return err
 	}
-	v.drop(r.Attachment)
+	v.recs = withoutRecord(v.recs, r.Attachment)
 	s.noteRelease(r, force)
 	if r.Abandoned {
 		s.log.Info("finished abandoned teardown", "attachment", r.Attachment, "cluster", r.Cluster,
@@ -225,6 +197,7 @@ func (s *Store) moveLinksAway(v *view, r *Record) error {
 	rest := withoutRecord(v.recs, r.Attachment)
 	errs := []error{s.relink(r.Cluster, rest)}
 	kept := clusterLinks(r.Cluster, rest) // relink's
+links:
 	for _, l := range r.Links {
 		if slices.Contains(kept, l) {
 			continue
@@ -233,9 +206,13 @@ func (s *Store) moveLinksAway(v *view, r *Record) error {
 		// rendered two clusters alike, refused at ADD since) goes back to
 		// that cluster's pin, replaced atomically: it never vanishes while
 		// a pin it belongs to stays.
-		if t := otherClusterTarget(rest, r.Cluster, l); t != "" {
-			errs = append(errs, s.setLink(l, t))
-			continue
+		for _, o := range rest {
+			if o.Cluster != r.Cluster && linkCandidate(o) && slices.Contains(o.Links, l) {
+				if t := linkTargetOf(o.Cluster, rest); t != "" {
+					errs = append(errs, s.setLink(l, t))
+					continue links
+				}
+			}
 		}
 		errs = append(errs, s.removeLink(l))
 	}
@@ -321,7 +298,13 @@ func (s *Store) runtimeGone(r *Record) bool {
 // error wrapping errCheckFailed: not known to be unused.
 func (s *Store) settleOrphan(name string, force bool) (refs []string, err error) {
 	if !force {
-		uses, err := s.orphanUses(name)
+		// With the addresses its netns has now; a plain file (no mount)
+		// has none.
+		var uses []Use
+		id, mounted, err := s.pinState(name)
+		if err == nil && mounted {
+			uses, err = s.UsesNow(&Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w for %s: %w", errCheckFailed, name, err)
 		}
@@ -338,14 +321,4 @@ func (s *Store) settleOrphan(name string, force bool) (refs []string, err error)
 	}
 	s.log.Warn("released a pin without a record", "pin", name, "forced", force)
 	return nil, nil
-}
-
-// orphanUses runs the in-use check on an orphan pin, with the addresses
-// its netns has now; a plain file (no mount) has none.
-func (s *Store) orphanUses(name string) ([]Use, error) {
-	id, mounted, err := s.pinState(name)
-	if err != nil || !mounted {
-		return nil, err
-	}
-	return s.UsesNow(&Record{Attachment: name, PinPath: s.pinPath(name), NetnsDev: id.Dev, NetnsIno: id.Ino})
 }

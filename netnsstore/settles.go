@@ -1,14 +1,15 @@
 package netnsstore
 
+import "slices"
+
 // Settles tells why the next operation that takes the lock will change r
 // (judge, for the commands that only look: list, inuse, check): "" when r
 // is whole.
 func (snap *Snapshot) Settles(r *Record) string {
-	var pin pinFacts
-	for _, p := range snap.Pins {
-		if p.Attachment == r.Attachment {
-			pin = pinFacts{netns: p.Netns, mounted: p.Mounted}
-		}
+	var pin PinStatus
+	if i := slices.IndexFunc(snap.Pins, func(p PinStatus) bool { return p.Attachment == r.Attachment }); i >= 0 {
+		pin = snap.Pins[i]
 	}
-	return judge(r, snap.BootID, pin).reason
+	_, reason := judge(r, snap.BootID, pin.Netns, pin.Mounted, nil)
+	return reason
 }

@@ -86,7 +86,7 @@ func TestSpecialFilesAreErrorsNamingThem(t *testing.T) {
 	}
 
 	events := filepath.Join(s.StateDir, eventsFile)
-	special(t, events, func() error { _, err := s.fold(); return err })
+	special(t, events, s.fold)
 	special(t, events, func() error { _, _, _, err := ReadEvents(s.StateDir, 0); return err })
 
 	status := filepath.Join(s.StateDir, sweepStatusFile)
@@ -159,7 +159,7 @@ func TestEventsStayBoundedWithoutASweeper(t *testing.T) {
 	unlock, err := s.lock()
 	require.NoError(t, err)
 	for i := range total - real {
-		s.noteRefusal(rec)
+		s.note(Event{Kind: EventRefusal, By: ByDEL, Cluster: rec.Cluster, Count: 1, Check: s.lastCheck})
 		if i%4096 == 0 {
 			st, err := os.Stat(events)
 			require.NoError(t, err)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // sweepStatusFile, in stateDir, is the node sweeper's account of its last
@@ -44,7 +46,7 @@ func (s *Store) WriteSweepStatus(st SweepStatus) error {
 // ReadSweepStatus reads the sweeper's status file of stateDir; nil, nil
 // when no sweeper ever ran a round there.
 func ReadSweepStatus(stateDir string) (*SweepStatus, error) {
-	data, err := readIn(stateDir, sweepStatusFile, 1<<20)
+	data, err := regfile.ReadIn(stateDir, sweepStatusFile, 1<<20)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

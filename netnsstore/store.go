@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,11 +73,9 @@ func (t *steps) mark(step string) {
 	now := time.Now()
 	us := now.Sub(t.last).Microseconds()
 	t.last = now
-	for i := 0; i < len(t.took); i += 2 {
-		if t.took[i] == step {
-			t.took[i+1] = t.took[i+1].(int64) + us
-			return
-		}
+	if i := slices.Index(t.took, any(step)); i >= 0 { // names are the only strings
+		t.took[i+1] = t.took[i+1].(int64) + us
+		return
 	}
 	t.took = append(t.took, step, us)
 }
@@ -134,7 +133,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 		o.LockTimeout = defaultLockTimeout
 	}
 	if o.InUse == nil {
-		o.InUse = func(*Record, string) ([]Use, error) { return nil, errNoCheck }
+		o.InUse = func(*Record, string) ([]Use, error) { return nil, errors.New("no in-use check configured") }
 	}
 	s := &Store{PinDir: pinDir, StateDir: stateDir, log: o.Log, lockTimeout: o.LockTimeout, inUse: o.InUse, inUseConfig: o.InUseSettings, inUseFor: o.InUseFor, teardown: o.Teardown, writer: o.Writer, actor: o.Actor, registry: o.RegistryDir,
 		pinDirFd: -1, pinsFd: -1, stateFd: -1, recordsFd: -1}
@@ -144,8 +143,6 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 	}
 	return s, nil
 }
-
-var errNoCheck = errors.New("no in-use check configured")
 
 func (s *Store) open() error {
 	boot, err := os.ReadFile(failpoint.BootIDPath(bootIDPath))
@@ -172,12 +169,7 @@ func (s *Store) open() error {
 // pinDir onto itself since, and a descriptor opened before that refers to
 // the covered directory, where pins are neither made nor seen.
 func (s *Store) openPinDir() (err error) {
-	for _, fd := range []*int{&s.pinDirFd, &s.pinsFd} {
-		if *fd >= 0 {
-			unix.Close(*fd)
-			*fd = -1
-		}
-	}
+	closeFds(&s.pinDirFd, &s.pinsFd)
 	if s.pinDirFd, err = openTrustedDir(s.PinDir, false, 0); err != nil {
 		return fmt.Errorf("pinDir: %w", err)
 	}
@@ -207,8 +199,10 @@ func (s *Store) ensureShared() error {
 }
 
 // Close releases the directory descriptors.
-func (s *Store) Close() {
-	for _, fd := range []*int{&s.pinDirFd, &s.pinsFd, &s.stateFd, &s.recordsFd} {
+func (s *Store) Close() { closeFds(&s.pinDirFd, &s.pinsFd, &s.stateFd, &s.recordsFd) }
+
+func closeFds(fds ...*int) {
+	for _, fd := range fds {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1

@@ -39,15 +39,15 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 	var out []Finding
 	err := s.locked(true, func(v *view) error {
 		var errs []error
-		out = append(out, v.dropsNext...) // what the first operation of this boot drops
+		out = append(out, v.repaired...) // what the first operation of this boot drops
 		blocked := v.blocked()
 		for _, r := range v.recs {
-			d := s.diagnose(r)
-			if d.action == "" && r.State != StateDraining {
+			action, reason := s.diagnose(r)
+			if action == "" && r.State != StateDraining {
 				continue
 			}
-			f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: d.action, Reason: d.reason}
-			if d.action != ActionDrop && d.action != ActionRepin {
+			f := Finding{Attachment: r.Attachment, Cluster: r.Cluster, Action: action, Reason: reason}
+			if action != ActionDrop && action != ActionRepin {
 				uses, err := s.UsesNow(r)
 				if err != nil {
 					errs = append(errs, err)
@@ -60,8 +60,8 @@ func (s *Store) sweepDryRun() ([]Finding, error) {
 						f.References = append(f.References, u.What)
 					}
 				}
-				if d.reason != "" {
-					f.Reason = d.reason + ", " + f.Reason
+				if reason != "" {
+					f.Reason = reason + ", " + f.Reason
 				}
 			}
 			if blocked != nil && f.Action != ActionKeep && f.Action != ActionRepin {
@@ -103,9 +103,7 @@ func held(r *Record) bool { return r.State == StateDraining || r.State == StateU
 // of each: ActionRelease, or ActionKeep with the references that hold it.
 // A record that repair settled in this hold is left out (its finding is
 // repair's): it would only be checked again.
-func (s *Store) collect(v *view, want func(*Record) bool, why string) ([]Finding, []error) {
-	var findings []Finding
-	var errs []error
+func (s *Store) collect(v *view, want func(*Record) bool, why string) (findings []Finding, errs []error) {
 	for _, r := range slices.Clone(v.recs) {
 		if !want(r) || v.checked[r.Attachment] || s.leavesAbandoned(r) {
 			continue

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // ReadRecords is the store as a reader without privilege sees it: the
@@ -31,36 +32,27 @@ func ReadRecords(stateDir string) (rs []*Record, unreadable map[string]error, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s: %w", dir, err)
 	}
-	unreadable = map[string]error{}
-	for _, e := range entries {
-		n := e.Name()
-		att, ok := strings.CutSuffix(n, recordSuffix)
-		if !ok || strings.HasPrefix(n, tmpPrefix) {
-			continue // a leftover of a crash between write and rename: no record
-		}
-		data, err := readIn(stateDir, recordsSubdir+"/"+n, 1<<20)
-		var r *Record
-		if err == nil {
-			r, err = decodeRecord(data, att, "the node agent")
-		}
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			// Released between the listing and the read.
-		case err != nil:
-			unreadable[att] = err
-		default:
-			rs = append(rs, r)
-		}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
 	}
-	sortRecords(rs)
-	return rs, unreadable, nil
+	return readRecords(names, func(att string) (*Record, error) {
+		data, err := regfile.ReadIn(stateDir, recordsSubdir+"/"+att+recordSuffix, 1<<20)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil // released between the listing and the read
+		}
+		if err != nil {
+			return nil, err
+		}
+		return decodeRecord(data, att, "the node agent")
+	})
 }
 
 // ReadEvents reads the events file of stateDir as readEventsAt does, for a
 // reader without privilege or lock (the node agent): from offset from, at
 // most a chunk, to its last whole line. Only the store folds the file.
 func ReadEvents(stateDir string, from int64) (events []Event, next int64, reset bool, err error) {
-	err = inDir(stateDir, func(dirfd int) (err error) {
+	err = regfile.InDir(stateDir, func(dirfd int) (err error) {
 		events, next, reset, err = readEventsAt(dirfd, from)
 		return err
 	})

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/netns-pin/netns-pin/internal/human"
 	"github.com/netns-pin/netns-pin/internal/regfile"
 )
@@ -64,17 +62,7 @@ func FinalizerPods(dir string) ([]string, error) {
 // readers read stateDir, a link planted there is never followed.
 func readAgentStatus(dir string) (*agentStatus, error) {
 	where := AgentStatusFile(dir)
-	d, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, fmt.Errorf("the node agent's status %s: %w", where, err)
-	}
-	defer d.Close()
-	f, err := regfile.OpenBeneath(int(d.Fd()), "status.json", regfile.ReadFlags, 0)
-	if err != nil {
-		return nil, fmt.Errorf("the node agent's status %s: %w", where, err)
-	}
-	defer f.Close()
-	data, err := regfile.Read(f, 1<<20)
+	data, err := regfile.ReadIn(dir, "status.json", 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("the node agent's status %s: %w", where, err)
 	}
@@ -89,7 +77,7 @@ func readAgentStatus(dir string) (*agentStatus, error) {
 // the finalizer without a pin (being deleted: waiting for the agent).
 func (c *checker) agent() {
 	dir := strings.TrimSuffix(c.o.StateDir, "/") + "-agent"
-	where := filepath.Join(dir, "status.json")
+	where := AgentStatusFile(dir)
 	st, err := readAgentStatus(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):

@@ -64,26 +64,17 @@ func (c *checker) inUseRoots() {
 // config.json (internal/util/csiconfig.go).
 type cephCSIEntry struct {
 	ClusterID string `json:"clusterID"`
-	RBD       struct {
+	// "rbd", "cephFS", "nfs": encoding/json matches a key to a field's
+	// name regardless of case, as it does to a tag.
+	RBD, CephFS, NFS struct {
 		NetNamespaceFilePath string `json:"netNamespaceFilePath"`
-	} `json:"rbd"`
-	CephFS struct {
-		NetNamespaceFilePath string `json:"netNamespaceFilePath"`
-	} `json:"cephFS"`
-	NFS struct {
-		NetNamespaceFilePath string `json:"netNamespaceFilePath"`
-	} `json:"nfs"`
+	}
 }
 
 // readCephCSIConfig reads config.json, or a ConfigMap (as JSON) that
 // carries it under data."config.json".
 func readCephCSIConfig(path string) ([]cephCSIEntry, error) {
-	f, err := os.OpenFile(path, regfile.ReadFlags, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := regfile.Read(f, 1<<20)
+	data, err := regfile.ReadFile(path, 0, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -147,32 +138,28 @@ func (c *checker) cephCSI() {
 		}
 	}
 	for _, p := range paths {
-		var link *netnsstore.LinkStatus
+		i := -1
 		if c.snap != nil {
-			for i := range c.snap.Links {
-				if c.snap.Links[i].Path == p.path && c.snap.Links[i].Cluster != "" {
-					link = &c.snap.Links[i]
-				}
-			}
+			i = slices.IndexFunc(c.snap.Links, func(l netnsstore.LinkStatus) bool { return l.Path == p.path && l.Cluster != "" })
+		}
+		var nsErr error
+		var r *netnsstore.Record
+		if i >= 0 {
+			_, nsErr = nsfsID(p.path)
+			r = c.recordOf(c.snap.Links[i].Have)
 		}
 		switch {
-		case link == nil && rookOldLink(p.path):
+		case i < 0 && rookOldLink(p.path):
 			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where,
 				What: strconv.Quote(p.path) + " is Rook's old holder path, and no cluster's links include it: ceph-csi finds nothing there, or a netns of a Rook holder (failed to get stat for ... .net.ns)",
 				Fix:  fmt.Sprintf(`add %s to the netns-pin entry's links, or point netNamespaceFilePath at the cluster's link under %s`, strconv.Quote(filepath.Dir(p.path)+"/{{.Namespace}}.net.ns"), c.o.PinDir)})
-			continue
-		case link == nil:
+		case i < 0:
 			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where,
 				What: strconv.Quote(p.path) + " is no link of a cluster netns-pin knows here (links: " + quoteList(known) + ")",
 				Fix:  "set netNamespaceFilePath to the cluster's link, <pinDir>/<namespace>/<name>.net by default"})
-			continue
-		}
-		if _, err := nsfsID(p.path); err != nil {
-			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: strconv.Quote(p.path) + " does not lead to a network namespace (" + err.Error() + "): NodeStage fails with \"failed to get stat for\"",
+		case nsErr != nil:
+			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: strconv.Quote(p.path) + " does not lead to a network namespace (" + nsErr.Error() + "): NodeStage fails with \"failed to get stat for\"",
 				Fix: "see the link finding above; netns-pinctl gc re-points it"})
-			continue
-		}
-		switch r := c.recordOf(link.Have); {
 		case r == nil:
 			c.r.add(Finding{Check: "cephCSI", Level: Error, Where: p.where, What: strconv.Quote(p.path) + " leads to no pin with a record", Fix: "netns-pinctl gc"})
 		case r.State == netnsstore.StateDraining:
@@ -208,16 +195,13 @@ func (c *checker) csiPlugins() {
 		c.r.add(Finding{Check: "csiPlugin", Level: Unknown, Where: c.o.Proc, What: "cannot list processes: " + err.Error()})
 		return
 	}
-	if len(pids) == 0 && how == "none named" {
-		c.r.add(Finding{Check: "csiPlugin", Level: Info, Where: c.o.Proc,
-			What: "no csi node plugin named: the propagation of pins into its mount namespace is not checked",
-			Fix:  "name the csi node plugin with --csi-container ID (crictl ps --name csi-rbdplugin -q) or --csi-pid PID"})
-		return
-	}
 	if len(pids) == 0 {
-		c.r.add(Finding{Check: "csiPlugin", Level: Info, Where: c.o.Proc,
-			What: "no csi node plugin process (" + how + ") runs on this node: the propagation of pins into its mount namespace is not checked",
-			Fix:  "name the csi node plugin with --csi-container ID (crictl ps --name csi-rbdplugin -q) or --csi-pid PID"})
+		what := "no csi node plugin process (" + how + ") runs on this node"
+		if how == "none named" {
+			what = "no csi node plugin named"
+		}
+		c.r.add(Finding{Check: "csiPlugin", Level: Info, Where: c.o.Proc, What: what + ": the propagation of pins into its mount namespace is not checked",
+			Fix: "name the csi node plugin with --csi-container ID (crictl ps --name csi-rbdplugin -q) or --csi-pid PID"})
 		return
 	}
 	for _, pid := range pids {

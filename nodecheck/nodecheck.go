@@ -13,6 +13,7 @@
 package nodecheck
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -110,9 +111,7 @@ func Run(o Options) *Report {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.Proc == "" {
-		o.Proc = "/proc"
-	}
+	o.Proc = cmp.Or(o.Proc, "/proc")
 	c := &checker{o: o, r: &Report{}}
 	c.run()
 	c.r.finish()
@@ -125,7 +124,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LEVEL\tCHECK\tWHERE\tFINDING")
 	for _, f := range r.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Level, f.Check, orDash(f.Where), f.What)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Level, f.Check, cmp.Or(f.Where, "-"), f.What)
 		if f.Fix != "" {
 			// Under the finding: empty cells keep the columns of the
 			// block aligned.
@@ -135,16 +134,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	var errs, warns, unknown int
+	n := map[Level]int{}
 	for _, f := range r.Findings {
-		switch f.Level {
-		case Error:
-			errs++
-		case Warning:
-			warns++
-		case Unknown:
-			unknown++
-		}
+		n[f.Level]++
 	}
 	verdict := "this node is set up right"
 	switch r.ExitCode() {
@@ -153,7 +145,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	case ExitUnknown:
 		verdict = "could not check everything"
 	}
-	_, err := fmt.Fprintf(w, "\n%s: %d error(s), %d warning(s), %d not checked\n", verdict, errs, warns, unknown)
+	_, err := fmt.Fprintf(w, "\n%s: %d error(s), %d warning(s), %d not checked\n", verdict, n[Error], n[Warning], n[Unknown])
 	return err
 }
 
@@ -162,13 +154,6 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func quoteList(ss []string) string {

@@ -132,16 +132,10 @@ func (c *checker) store() {
 		case r.BootID != snap.BootID && !whole:
 			c.r.add(Finding{Check: "record", Level: Warning, Where: where, What: "record of an earlier boot; the next operation drops it",
 				Fix: "netns-pinctl gc"})
-			continue
 		case r.State == netnsstore.StateUnpinned:
 			c.r.add(Finding{Check: "record", Level: Warning, Where: where,
 				What: "in use, but its pin was unmounted from outside and nothing reaches the netns to pin it again: " + quoteList(r.References),
 				Fix:  "netns-pinctl inuse " + r.Attachment + " lists the clients; once they are gone the next operation releases it"})
-			continue
-		case r.State != netnsstore.StateActive && r.State != netnsstore.StateDraining:
-			c.r.add(Finding{Check: "record", Level: Warning, Where: where, What: fmt.Sprintf("record %s by an interrupted operation; the next operation settles it", r.State),
-				Fix: "netns-pinctl gc"})
-			continue
 		case !whole:
 			what := "the pin is missing"
 			if has && p.Mounted {
@@ -151,9 +145,7 @@ func (c *checker) store() {
 			}
 			c.r.add(Finding{Check: "pin", Level: Error, Where: where, What: what + "; the link leads nowhere until it is pinned again",
 				Fix: "netns-pinctl gc (repair pins it again from the runtime's netns, or settles the record)"})
-			continue
-		}
-		if r.State == netnsstore.StateDraining {
+		case r.State == netnsstore.StateDraining:
 			what := fmt.Sprintf("draining for %s, held by %s", human.Age(now.Sub(r.DrainingSince)), quoteList(r.References))
 			if r.Abandoned {
 				what += "; the runtime gave up on its teardown, the sweeper finishes it once nothing uses the netns"
@@ -179,12 +171,9 @@ func (c *checker) store() {
 }
 
 func (c *checker) recordOf(att string) *netnsstore.Record {
-	if c.snap == nil {
-		return nil
-	}
-	for _, r := range c.snap.Records {
-		if r.Attachment == att {
-			return r
+	if c.snap != nil {
+		if i := slices.IndexFunc(c.snap.Records, func(r *netnsstore.Record) bool { return r.Attachment == att }); i >= 0 {
+			return c.snap.Records[i]
 		}
 	}
 	return nil
@@ -196,52 +185,40 @@ func (c *checker) links() {
 	fixRelink := "netns-pinctl gc re-points the links of every cluster by the rule"
 	okLinks := 0
 	for _, l := range c.snap.Links {
+		f := Finding{Check: "link", Level: Error, Where: l.Path, Fix: fixRelink}
+		dangling, want := danglingReason(l.Path), c.recordOf(l.Want)
 		switch {
 		case l.Cluster == "":
-			what := "link into pins/ that no record asks for"
-			if reason := danglingReason(l.Path); reason != "" {
-				what = "dangling link (" + reason + "): its pin was released; ceph-csi fails to stat it"
+			f.What, f.Fix = "link into pins/ that no record asks for", "rm "+l.Path+" if no ceph-csi configuration names it; the cluster's next holder ADD makes it again"
+			if dangling != "" {
+				f.What = "dangling link (" + dangling + "): its pin was released; ceph-csi fails to stat it"
 			}
-			c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: what + " (-> " + l.Target + ")",
-				Fix: "rm " + l.Path + " if no ceph-csi configuration names it; the cluster's next holder ADD makes it again"})
-			continue
+			f.What += " (-> " + l.Target + ")"
+		case l.Want == "" && l.Exists:
+			f.What = fmt.Sprintf("cluster %s has no active or draining pin, yet the link exists (-> %s)", l.Cluster, l.Target)
 		case l.Want == "":
-			if l.Exists {
-				c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: fmt.Sprintf("cluster %s has no active or draining pin, yet the link exists (-> %s)", l.Cluster, l.Target),
-					Fix: fixRelink})
-			} else {
-				c.r.add(Finding{Check: "link", Level: Warning, Where: l.Path, What: fmt.Sprintf("cluster %s has no pin to link: new volumes fail until its holder runs", l.Cluster),
-					Fix: "check the cluster's holder pod on this node"})
-			}
-			continue
+			f.Level, f.What, f.Fix = Warning, fmt.Sprintf("cluster %s has no pin to link: new volumes fail until its holder runs", l.Cluster), "check the cluster's holder pod on this node"
 		case !l.Exists:
-			c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: fmt.Sprintf("missing; the link rule says it leads to %s", l.Want), Fix: fixRelink})
-			continue
+			f.What = fmt.Sprintf("missing; the link rule says it leads to %s", l.Want)
 		case !l.Symlink:
-			c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: "not a symlink: something else stands where the cluster's link belongs, and netns-pin never replaces it",
-				Fix: "remove it, then " + fixRelink})
-			continue
+			f.What, f.Fix = "not a symlink: something else stands where the cluster's link belongs, and netns-pin never replaces it", "remove it, then "+fixRelink
 		case l.Have != l.Want:
-			what := fmt.Sprintf("leads to %q, the link rule says %s (cluster %s)", l.Target, l.Want, l.Cluster)
-			if reason := danglingReason(l.Path); reason != "" {
-				what += "; it dangles (" + reason + "): a released pin"
+			f.What = fmt.Sprintf("leads to %q, the link rule says %s (cluster %s)", l.Target, l.Want, l.Cluster)
+			if dangling != "" {
+				f.What += "; it dangles (" + dangling + "): a released pin"
 			} else if l.Have != "" && c.recordOf(l.Have) == nil {
-				what += "; that pin has no record"
+				f.What += "; that pin has no record"
 			}
-			c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: what, Fix: fixRelink})
+		case dangling != "":
+			f.What, f.Fix = "leads to "+l.Want+", which is no network namespace ("+dangling+")", "netns-pinctl gc"
+		case want != nil && want.State == netnsstore.StateDraining:
+			f.Level, f.Fix = Warning, "start the cluster's holder pod on this node (its ADD takes the link)"
+			f.What = fmt.Sprintf("cluster %s has no active pin: the link leads to its newest draining pin %s, so new volumes go into a netns being torn down", l.Cluster, l.Want)
+		default:
+			okLinks++
 			continue
 		}
-		if reason := danglingReason(l.Path); reason != "" {
-			c.r.add(Finding{Check: "link", Level: Error, Where: l.Path, What: "leads to " + l.Want + ", which is no network namespace (" + reason + ")", Fix: "netns-pinctl gc"})
-			continue
-		}
-		if r := c.recordOf(l.Want); r != nil && r.State == netnsstore.StateDraining {
-			c.r.add(Finding{Check: "link", Level: Warning, Where: l.Path,
-				What: fmt.Sprintf("cluster %s has no active pin: the link leads to its newest draining pin %s, so new volumes go into a netns being torn down", l.Cluster, l.Want),
-				Fix:  "start the cluster's holder pod on this node (its ADD takes the link)"})
-			continue
-		}
-		okLinks++
+		c.r.add(f)
 	}
 	if okLinks > 0 {
 		c.r.add(Finding{Check: "link", Level: OK, Where: c.o.PinDir, What: fmt.Sprintf("%d link(s) lead to their cluster's newest active pin", okLinks)})

@@ -5,6 +5,7 @@
 package failpoint
 
 import (
+	"cmp"
 	"os"
 	"syscall"
 )
@@ -26,21 +27,11 @@ func Hit(name string) {
 const BootIDEnvVar = "NETNS_PIN_BOOT_ID_FILE"
 
 // BootIDPath returns the file named by BootIDEnvVar, else def.
-func BootIDPath(def string) string {
-	if p := os.Getenv(BootIDEnvVar); p != "" {
-		return p
-	}
-	return def
-}
+func BootIDPath(def string) string { return cmp.Or(os.Getenv(BootIDEnvVar), def) }
 
 // RegistryDirEnvVar, in test builds, names the store registry folder used
 // instead of the node's, so that tests running at once do not share it.
 const RegistryDirEnvVar = "NETNS_PIN_REGISTRY_DIR"
 
 // RegistryDir returns the folder named by RegistryDirEnvVar, else def.
-func RegistryDir(def string) string {
-	if p := os.Getenv(RegistryDirEnvVar); p != "" {
-		return p
-	}
-	return def
-}
+func RegistryDir(def string) string { return cmp.Or(os.Getenv(RegistryDirEnvVar), def) }

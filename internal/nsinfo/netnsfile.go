@@ -1,6 +1,7 @@
 package nsinfo
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -42,27 +43,10 @@ func OpenNetns(path string) (int, error) {
 	}
 	if nstype != unix.CLONE_NEWNET {
 		unix.Close(fd)
-		return -1, fmt.Errorf("netns %s: %w: it is a %s namespace", path, ErrNotNetns, nsTypeName(nstype))
+		return -1, fmt.Errorf("netns %s: %w: it is a %s namespace", path, ErrNotNetns, cmp.Or(nsTypeNames[nstype], fmt.Sprintf("type %#x", nstype)))
 	}
 	return fd, nil
 }
 
-func nsTypeName(t int) string {
-	switch t {
-	case unix.CLONE_NEWNS:
-		return "mount"
-	case unix.CLONE_NEWPID:
-		return "pid"
-	case unix.CLONE_NEWUSER:
-		return "user"
-	case unix.CLONE_NEWUTS:
-		return "uts"
-	case unix.CLONE_NEWIPC:
-		return "ipc"
-	case unix.CLONE_NEWCGROUP:
-		return "cgroup"
-	case unix.CLONE_NEWTIME:
-		return "time"
-	}
-	return fmt.Sprintf("type %#x", t)
-}
+var nsTypeNames = map[int]string{unix.CLONE_NEWNS: "mount", unix.CLONE_NEWPID: "pid", unix.CLONE_NEWUSER: "user",
+	unix.CLONE_NEWUTS: "uts", unix.CLONE_NEWIPC: "ipc", unix.CLONE_NEWCGROUP: "cgroup", unix.CLONE_NEWTIME: "time"}

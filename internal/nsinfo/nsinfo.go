@@ -36,7 +36,17 @@ func GlobalAddrs(fd int) ([]netip.Addr, error) {
 			addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
 			switch {
 			case err == nil:
-				out = globalOnes(addrs)
+				// The global-scope addresses that are not link-local: the
+				// interface's own (netlink puts IFA_LOCAL there, the peer's
+				// IFA_ADDRESS of a point-to-point link in Peer).
+				for _, a := range addrs {
+					if a.Scope != unix.RT_SCOPE_UNIVERSE || a.IPNet == nil {
+						continue
+					}
+					if ip, ok := netip.AddrFromSlice(a.IP); ok && !ip.Unmap().IsLinkLocalUnicast() {
+						out = append(out, ip.Unmap())
+					}
+				}
 				return nil
 			case !errors.Is(err, netlink.ErrDumpInterrupted):
 				return fmt.Errorf("list addresses: %w", err)
@@ -62,20 +72,3 @@ func Do(fd int, fn func() error) error {
 
 // dumpPatience bounds the dumps of a netns whose addresses keep changing.
 const dumpPatience = 2 * time.Second
-
-// globalOnes are the global-scope addresses that are not link-local: the
-// interface's own (netlink puts IFA_LOCAL there, the peer's IFA_ADDRESS
-// of a point-to-point link in Peer).
-func globalOnes(addrs []netlink.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range addrs {
-		if a.Scope != unix.RT_SCOPE_UNIVERSE || a.IPNet == nil {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if ip = ip.Unmap(); ok && !ip.IsLinkLocalUnicast() {
-			out = append(out, ip)
-		}
-	}
-	return out
-}

@@ -28,7 +28,7 @@ var hostRefs = []string{"/proc/1", "/proc/2"}
 //     propagation).
 //
 // Otherwise the error says which volume is missing. Only the second case
-// reads mountinfo: the host mount namespace costs two stats.
+// reads mountinfo; the first compares mount namespace identities.
 func PinsReachHost(dir string) error {
 	ref, same, err := HostMountNS()
 	if err != nil {
@@ -61,9 +61,11 @@ func HostMountNS() (ref string, same bool, err error) {
 	}
 	var errs []error
 	for _, ref := range hostRefs {
-		if ref == "/proc/2" && !isKthreadd() {
-			errs = append(errs, errors.New("PID 2 is not kthreadd"))
-			continue
+		if ref == "/proc/2" {
+			if comm, _ := os.ReadFile("/proc/2/comm"); strings.TrimSpace(string(comm)) != "kthreadd" {
+				errs = append(errs, errors.New("PID 2 is not kthreadd"))
+				continue
+			}
 		}
 		fi, err := os.Stat(ref + "/ns/mnt")
 		if err != nil {
@@ -73,11 +75,6 @@ func HostMountNS() (ref string, same bool, err error) {
 		return ref, os.SameFile(self, fi), nil
 	}
 	return "", false, fmt.Errorf("cannot find the host mount namespace: %w", errors.Join(errs...))
-}
-
-func isKthreadd() bool {
-	comm, err := os.ReadFile("/proc/2/comm")
-	return err == nil && strings.TrimSpace(string(comm)) == "kthreadd"
 }
 
 func readMounts(path string) ([]*mountinfo.Info, error) {
@@ -109,7 +106,11 @@ func reach(dir string, here, host []*mountinfo.Info) error {
 		"mount the host folder %s into that container at the same path under its chrootDir (/hostroot%s in Multus' DaemonSet) with mountPropagation: Bidirectional", dir, dir)
 	group := PeerGroup(m)
 	if group == 0 {
-		return fmt.Errorf("%w: %s is on the mount at %s, which is %s; %s", errNoPropagation, dir, m.Mountpoint, propagation(m), fix)
+		propagation := "private" // as findmnt names it
+		if strings.Contains(m.Optional, "master:") {
+			propagation = "a slave (" + m.Optional + "): mounts from the host reach it, not the other way"
+		}
+		return fmt.Errorf("%w: %s is on the mount at %s, which is %s; %s", errNoPropagation, dir, m.Mountpoint, propagation, fix)
 	}
 	for _, h := range host {
 		if PeerGroup(h) == group && within(m.Root, h.Root) {
@@ -148,12 +149,4 @@ func PeerGroup(m *mountinfo.Info) int {
 		}
 	}
 	return 0
-}
-
-// propagation names a mount's propagation as findmnt does.
-func propagation(m *mountinfo.Info) string {
-	if strings.Contains(m.Optional, "master:") {
-		return "a slave (" + m.Optional + "): mounts from the host reach it, not the other way"
-	}
-	return "private"
 }

@@ -1,8 +1,6 @@
 package pinstore
 
 import (
-	"os"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/regfile"
@@ -17,10 +15,5 @@ const MaxCacheEntry = 256 << 10
 // record read without the store's lock), without following a symlink or
 // blocking on a FIFO put in its place.
 func ReadFile(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, regfile.ReadFlags|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return regfile.Read(f, limit)
+	return regfile.ReadFile(path, unix.O_NOFOLLOW, limit)
 }

@@ -8,22 +8,18 @@ import (
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
-// inUseTarget describes a record's netns to the in-use check; netnsPath is
-// a file that is that netns ("" when none reaches it).
-func inUseTarget(r *netnsstore.Record, netnsPath string) inuse.Target {
-	t := inuse.Target{NetnsPath: netnsPath, Dev: r.NetnsDev, Ino: r.NetnsIno, PodUID: r.PodUID}
-	for _, s := range r.IPs {
-		if ip, err := netip.ParseAddr(s); err == nil {
-			t.IPs = append(t.IPs, ip)
-		}
-	}
-	return t
-}
-
-// inUseChecker adapts the in-use check with opts to the store.
+// inUseChecker adapts the in-use check with opts to the store: a record's
+// netns, and netnsPath, a file that is that netns ("" when none reaches
+// it).
 func inUseChecker(opts inuse.Options) func(*netnsstore.Record, string) ([]netnsstore.Use, error) {
 	return func(r *netnsstore.Record, netnsPath string) ([]netnsstore.Use, error) {
-		refs, err := inuse.Check(inUseTarget(r, netnsPath), opts)
+		t := inuse.Target{NetnsPath: netnsPath, Dev: r.NetnsDev, Ino: r.NetnsIno, PodUID: r.PodUID}
+		for _, s := range r.IPs {
+			if ip, err := netip.ParseAddr(s); err == nil {
+				t.IPs = append(t.IPs, ip)
+			}
+		}
+		refs, err := inuse.Check(t, opts)
 		if err != nil {
 			return nil, err
 		}

@@ -29,6 +29,14 @@ func NewLogger(c *conf.Config, attrs ...any) (*slog.Logger, func()) {
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel)) // validated by conf.Parse
+	// The log's times are in UTC, as node logs are compared across
+	// machines; it also spares each process reading /etc/localtime.
+	utcTime := func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey && len(groups) == 0 {
+			a.Value = slog.TimeValue(a.Value.Time().UTC())
+		}
+		return a
+	}
 	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: utcTime})).With(attrs...)
 	if openErr != nil {
 		// A log file that cannot be opened must not fail the pod's network
@@ -36,15 +44,6 @@ func NewLogger(c *conf.Config, attrs ...any) (*slog.Logger, func()) {
 		log.Warn("cannot open logFile, logging to stderr", "logFile", c.LogFile, "error", openErr)
 	}
 	return log, closeFn
-}
-
-// utcTime writes the log's times in UTC, as node logs are compared across
-// machines; it also spares each process reading /etc/localtime.
-func utcTime(groups []string, a slog.Attr) slog.Attr {
-	if a.Key == slog.TimeKey && len(groups) == 0 {
-		a.Value = slog.TimeValue(a.Value.Time().UTC())
-	}
-	return a
 }
 
 // OpenLogFile opens logFile for appending as root does it safely in a

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,6 +62,58 @@ func Read(f *os.File, limit int64) ([]byte, error) {
 	if err == nil && int64(len(data)) > limit {
 		return nil, &os.PathError{Op: "read", Path: f.Name(), Err: fmt.Errorf("file too large: over %d bytes", limit)}
 	}
+	return data, err
+}
+
+// ReadFile reads the regular file at path whole, at most limit bytes,
+// opened with ReadFlags and flag (O_NOFOLLOW for a file that is not the
+// operator's own).
+func ReadFile(path string, flag int, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, ReadFlags|flag, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Read(f, limit)
+}
+
+// ReadBeneath reads the regular file name beneath dirfd whole, at most
+// limit bytes: the files of pinDir and stateDir, each replaced whole.
+// Errors are *os.PathError naming name, so errors.Is(err, fs.ErrNotExist)
+// tells a missing file.
+func ReadBeneath(dirfd int, name string, limit int64) ([]byte, error) {
+	f, err := OpenBeneath(dirfd, name, ReadFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Read(f, limit)
+}
+
+// InDir calls fn with a descriptor of dir, opened without following a
+// symlink as its last component, for a reader that holds none (the node
+// agent, check, the sweeper's status): what fn opens beneath it is
+// resolved as the store's own reads are. The relative path of an
+// *os.PathError of fn is made dir's.
+func InDir(dir string, fn func(dirfd int) error) error {
+	d, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	err = fn(int(d.Fd()))
+	if pe, ok := err.(*os.PathError); ok && !filepath.IsAbs(pe.Path) {
+		pe.Path = filepath.Join(dir, pe.Path)
+	}
+	return err
+}
+
+// ReadIn is ReadBeneath of name beneath dir (InDir).
+func ReadIn(dir, name string, limit int64) (data []byte, err error) {
+	err = InDir(dir, func(dirfd int) error {
+		data, err = ReadBeneath(dirfd, name, limit)
+		return err
+	})
 	return data, err
 }
 
