@@ -163,12 +163,14 @@ func (a *Agent) apiOK(verb, resource string) {
 func (a *Agent) Run(ctx context.Context) error {
 	t := time.NewTicker(a.cfg.Interval)
 	defer t.Stop()
+	defer func() {
+		a.status.Stopped = time.Now().UTC()
+		a.writeStatus()
+	}()
 	for !a.synced() {
 		a.writeWaiting()
 		select {
 		case <-ctx.Done():
-			a.status.Stopped = time.Now().UTC()
-			a.writeStatus()
 			return nil
 		case <-t.C:
 		}
@@ -181,8 +183,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.pass(ctx)
 		select {
 		case <-ctx.Done():
-			a.status.Stopped = time.Now().UTC()
-			a.writeStatus()
 			return nil
 		case <-t.C:
 		case <-a.kick:
@@ -223,7 +223,7 @@ func (a *Agent) pass(ctx context.Context) {
 	objs := map[string]*corev1.Pod{}
 	var pods []Pod
 	if a.lister != nil {
-		list, _ := a.lister.List(everything) // a lister of an informer's cache does not fail
+		list, _ := a.lister.List(labels.Everything()) // a lister of an informer's cache does not fail
 		for _, p := range list {
 			objs[string(p.UID)] = p
 			pods = append(pods, Pod{
@@ -279,15 +279,13 @@ func (a *Agent) pass(ctx context.Context) {
 	if plan.Blocked != "" {
 		a.cfg.Log.Warn("no finalizer is lifted", "reason", plan.Blocked)
 	}
-	held := 0
 	var fins []StatusPod
 	for _, p := range pods {
 		if p.Finalizer {
-			held++
 			fins = append(fins, StatusPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Deleting: p.Deleting})
 		}
 	}
-	a.cfg.Metrics.agentSeen(held, len(plan.Unprotected), plan.Blocked != "")
+	a.cfg.Metrics.agentSeen(len(fins), len(plan.Unprotected), plan.Blocked != "")
 	a.pingAPI(ctx)
 	a.mu.Lock()
 	a.lastPass, a.storeErr = time.Now(), storeErr
@@ -304,8 +302,6 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	a.writeStatus()
 }
-
-var everything = labels.Everything()
 
 // readStores reads every store of the node's registry (through the host
 // root): records, the new lines of each events file and each sweeper's
@@ -332,7 +328,7 @@ func (a *Agent) readStores() (View, error) {
 			errs = append(errs, err)
 		}
 	}
-	sortPins(v.Pins)
+	slices.SortStableFunc(v.Pins, func(x, y Pin) int { return x.Updated.Compare(y.Updated) })
 	return v, errors.Join(errs...)
 }
 
@@ -383,10 +379,6 @@ func (a *Agent) readStore(v *View, reg netnsstore.Registration) error {
 		a.cfg.Log.Warn("read the events file or the sweeper's status", "stateDir", reg.StateDir, "error", err)
 	}
 	return nil
-}
-
-func sortPins(ps []Pin) {
-	slices.SortStableFunc(ps, func(x, y Pin) int { return x.Updated.Compare(y.Updated) })
 }
 
 // patch adds or lifts the finalizer with a strategic merge patch: the
