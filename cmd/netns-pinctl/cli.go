@@ -108,8 +108,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		}
 		// Without a network's configuration or folders, every store the
 		// node registered is swept, whatever pinDir and stateDir it has.
-		all := g.conf == "" && !slices.ContainsFunc(slices.Collect(maps.Values(g.paths)), func(v string) bool { return v != "" })
-		return runSweep(c, cf.interval, cf.once, all)
+		return runSweep(c, cf.interval, cf.once, !g.configured())
 	case "check":
 		return runCheck(c, cf, g.json, stdout, stderr)
 	case "uninstall":
@@ -149,6 +148,11 @@ type globalFlags struct {
 	conf  string
 	paths map[string]string // conf.PathSetting.Key -> value ("" when not given)
 	json  bool
+}
+
+// configured: --conf or a path flag was given.
+func (g *globalFlags) configured() bool {
+	return g.conf != "" || slices.ContainsFunc(slices.Collect(maps.Values(g.paths)), func(v string) bool { return v != "" })
 }
 
 // define adds the global flags to fs, bound to g's fields with their

@@ -43,14 +43,11 @@ const pluginName = "netns-pin"
 // refuseGlobalFlags: a standalone command takes --json at most; a --conf
 // or path flag given to it would be silently ignored, and no flag ever is.
 func refuseGlobalFlags(g *globalFlags, cmd string, stderr io.Writer) bool {
-	given := g.conf != ""
-	for _, v := range g.paths {
-		given = given || v != ""
-	}
-	if given {
+	if g.configured() {
 		fmt.Fprintf(stderr, "netns-pinctl %s: reads no network configuration: --conf and the path flags do not apply\n", cmd)
+		return true
 	}
-	return given
+	return false
 }
 
 // installedFile is one binary that install put into the CNI bin folder.
@@ -103,8 +100,7 @@ func runInstall(g *globalFlags, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if g.json {
-		b, _ := json.Marshal(rep)
-		fmt.Fprintf(stdout, "%s\n", b)
+		_ = json.NewEncoder(stdout).Encode(rep)
 		return 0
 	}
 	names := make([]string, len(rep.Installed))

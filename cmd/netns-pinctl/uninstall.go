@@ -70,8 +70,7 @@ func runUninstall(c *conf.Config, cf commandFlags, jsonOut bool, stdout, stderr 
 		return 1
 	}
 	if jsonOut {
-		b, _ := json.Marshal(rep)
-		fmt.Fprintf(stdout, "%s\n", b)
+		_ = json.NewEncoder(stdout).Encode(rep)
 	} else {
 		printUninstall(stdout, rep)
 	}
