@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -164,7 +166,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, descLifted, prometheus.CounterValue, float64(m.lifted))
 	emit(ch, descUnprotected, prometheus.GaugeValue, float64(m.unprotected))
 	for _, op := range []string{"add", "lift", "event", "watch", "ping"} {
-		if !m.anyAPIError(op) {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(m.apiErrors)), func(k [2]string) bool { return k[0] == op }) {
 			emit(ch, descAPIErrors, prometheus.CounterValue, 0, op, "")
 		}
 	}
@@ -180,15 +182,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, descReady, prometheus.GaugeValue, b2f(m.ready))
 	emit(ch, descStores, prometheus.GaugeValue, float64(m.registered))
 	emit(ch, descUnreadSt, prometheus.GaugeValue, float64(m.unreadableStores))
-}
-
-func (m *Metrics) anyAPIError(op string) bool {
-	for k := range m.apiErrors {
-		if k[0] == op {
-			return true
-		}
-	}
-	return false
 }
 
 func b2f(b bool) float64 {

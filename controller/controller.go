@@ -253,7 +253,8 @@ func (c *Controller) pass(ctx context.Context) (recheck time.Time) {
 	var carrying []string     // namespace/name of every pod with the finalizer
 	live := map[string]Node{} // nodes read from the API server in this pass
 	for _, obj := range pods {
-		p := podOf(obj)
+		p := Pod{Namespace: obj.Namespace, Name: obj.Name, UID: string(obj.UID), Node: obj.Spec.NodeName,
+			Finalizer: slices.Contains(obj.Finalizers, agent.Finalizer), Deleting: obj.DeletionTimestamp != nil}
 		if p.Finalizer {
 			carrying = append(carrying, p.Namespace+"/"+p.Name)
 		}
@@ -297,11 +298,6 @@ func (c *Controller) pass(ctx context.Context) (recheck time.Time) {
 	c.lastPass = time.Now()
 	c.mu.Unlock()
 	return recheck
-}
-
-func podOf(p *corev1.Pod) Pod {
-	return Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Node: p.Spec.NodeName,
-		Finalizer: slices.Contains(p.Finalizers, agent.Finalizer), Deleting: p.DeletionTimestamp != nil}
 }
 
 // cachedNode is the node as the cache has it, and keeps when it was first
@@ -380,7 +376,7 @@ func (c *Controller) lift(ctx context.Context, p Pod, d Decision) error {
 		c.cfg.Metrics.apiError("lift")
 		return fmt.Errorf("lift %s of pod %s/%s: %w", agent.Finalizer, p.Namespace, p.Name, err)
 	}
-	c.cfg.Metrics.liftedOne(d.Reason)
+	c.cfg.Metrics.lifted.WithLabelValues(d.Reason).Inc()
 	c.cfg.Log.Info("finalizer lifted", "pod", p.Namespace+"/"+p.Name, "uid", p.UID, "node", p.Node, "reason", d.Reason, "identity", c.cfg.Identity)
 	c.cfg.Recorder.Event(obj, corev1.EventTypeNormal, d.Reason, d.Message)
 	return nil
