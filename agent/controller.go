@@ -146,7 +146,7 @@ func (a *Agent) apiError(op, verb, resource string, obj *corev1.Pod, err error) 
 	}
 	node := &corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}
 	a.cfg.Recorder.Event(node, eventWarning, ReasonAgentRefused, msg)
-	a.cfg.Metrics.count("event", ReasonAgentRefused)
+	a.cfg.Metrics.events.WithLabelValues(ReasonAgentRefused).Inc()
 }
 
 // apiOK clears a refusal once the same request went through.
@@ -245,7 +245,7 @@ func (a *Agent) pass(ctx context.Context) {
 			continue
 		}
 		a.apiOK("patch", "pods")
-		a.cfg.Metrics.count("added", "")
+		a.cfg.Metrics.added.Inc()
 		a.cfg.Log.Info("finalizer added to a pinned holder", "pod", p.key(), "uid", p.UID)
 	}
 	var evs []PodEvent
@@ -266,7 +266,7 @@ func (a *Agent) pass(ctx context.Context) {
 			continue
 		}
 		a.apiOK("patch", "pods")
-		a.cfg.Metrics.count("lifted", "")
+		a.cfg.Metrics.lifted.Inc()
 		a.cfg.Log.Info("finalizer lifted: no record of any store of the node names the pod", "pod", p.key(), "uid", p.UID)
 		if !released[p.UID] {
 			a.post(objs[p.UID], eventNormal, ReasonLifted, fmt.Sprintf("no pin of this pod on node %s (never pinned, or released while the agent was away): finalizer %s lifted", a.cfg.NodeName, Finalizer))
@@ -410,7 +410,7 @@ func (a *Agent) post(obj *corev1.Pod, typ, reason, msg string) {
 		return
 	}
 	a.cfg.Recorder.Event(obj, typ, reason, msg)
-	a.cfg.Metrics.count("event", reason)
+	a.cfg.Metrics.events.WithLabelValues(reason).Inc()
 }
 
 // pingAPI asks the API server for its version at most every 30 s: the
