@@ -132,7 +132,17 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer s.Close()
-	if err := storeCommand(s, c, cmd, cf, g.json, stdout); err != nil {
+	switch cmd {
+	case "list":
+		err = cliList(s, stdout, g.json)
+	case "inuse":
+		err = cliInUse(s, cf.args[0], stdout, g.json)
+	case "gc":
+		err = cliGC(s, cf.dryRun, stdout, g.json)
+	case "release":
+		err = cliRelease(s, cf.args[0], cf.force, stdout)
+	}
+	if err != nil {
 		reportCLIError(stderr, err)
 		return 1
 	}
@@ -280,21 +290,6 @@ func reportCLIError(stderr io.Writer, err error) {
 	}
 }
 
-// storeCommand runs list, inuse, gc or release on the store.
-func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, cf commandFlags, asJSON bool, stdout io.Writer) error {
-	switch cmd {
-	case "list":
-		return cliList(s, stdout, asJSON)
-	case "inuse":
-		return cliInUse(s, c, cf.args[0], stdout, asJSON)
-	case "gc":
-		return cliGC(s, cf.dryRun, stdout, asJSON)
-	case "release":
-		return cliRelease(s, c, cf.args[0], cf.force, stdout)
-	}
-	return fmt.Errorf("unknown command %q", cmd)
-}
-
 // withoutCache is what list --json prints of records: each record but
 // the content of its captured libcni cache entry (the chain's
 // configuration, CNI_ARGS and capability arguments, which may carry pod
@@ -432,7 +427,7 @@ func referencesNow(s *netnsstore.Store, r *netnsstore.Record) ([]inuse.Reference
 	return refs, nil
 }
 
-func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJSON bool) (err error) {
+func cliInUse(s *netnsstore.Store, what string, w io.Writer, asJSON bool) (err error) {
 	snap, listErr := inspect(s)
 	if snap == nil || listErr != nil && len(snap.Records) == 0 {
 		return listErr
@@ -508,7 +503,7 @@ func cliGC(s *netnsstore.Store, dryRun bool, w io.Writer, asJSON bool) error {
 	return err
 }
 
-func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bool, w io.Writer) error {
+func cliRelease(s *netnsstore.Store, attachment string, force bool, w io.Writer) error {
 	released := func(r *netnsstore.Record, err error) error {
 		switch {
 		case err != nil:

@@ -133,7 +133,12 @@ func install(self, dir string) (*installReport, error) {
 	if err := os.Remove(filepath.Join(dir, "netns-pin-agent")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("remove the old netns-pin-agent: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
+	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
+		d.Close()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sync %s: %w", dir, err)
 	}
 	if err := checkInstalled(dst); err != nil {
@@ -185,15 +190,6 @@ func installFile(src, dst string) (installedFile, error) {
 	}
 	tmp = nil
 	return out, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // checkInstalled runs the installed plugin without CNI_COMMAND, which
