@@ -128,8 +128,8 @@ func install(self, dir string) (*installReport, error) {
 		return nil, err
 	}
 	rep.Installed = append(rep.Installed, f)
-	// The first image's installer put the node agent beside the plugin;
-	// the agent now runs in a pod of its own and nothing execs that copy.
+	// A node agent in the CNI bin folder is a leftover that nothing execs:
+	// the agent runs in a pod of its own.
 	if err := os.Remove(filepath.Join(dir, "netns-pin-agent")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("remove the old netns-pin-agent: %w", err)
 	}
