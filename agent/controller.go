@@ -94,20 +94,25 @@ func New(cfg Config) *Agent {
 		a.setAPIErr(fmt.Errorf("%s pods of node %s: %w", verb, cfg.NodeName, err))
 		cache.DefaultWatchErrorHandler(context.Background(), r, err)
 	})
-	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
-		UpdateFunc: func(any, any) { a.poke() },
-		DeleteFunc: func(any) { a.poke() },
-	})
+	_, _ = inf.Informer().AddEventHandler(Kicker(a.kick))
 	a.lister, a.synced = inf.Lister(), inf.Informer().HasSynced
 	go inf.Informer().RunWithContext(context.Background())
 	return a
 }
 
-func (a *Agent) poke() {
-	select {
-	case a.kick <- struct{}{}:
-	default:
+// Kicker is an informer's handler that wakes the loop waiting on kick at
+// every change, unless a wake-up is pending already.
+func Kicker(kick chan struct{}) cache.ResourceEventHandlerFuncs {
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
 	}
 }
 
@@ -168,7 +173,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.writeStatus()
 	}()
 	for !a.synced() {
-		a.writeWaiting()
+		// No pass yet: the status says why.
+		a.cfg.Metrics.setReady(false)
+		a.mu.Lock()
+		a.status.Heartbeat = time.Now().UTC()
+		a.status.Refused = a.refusedLocked()
+		a.status.APIError = "the pod informer has not synced"
+		if a.apiErr != nil {
+			a.status.APIError += ": " + a.apiErr.Error()
+		}
+		a.mu.Unlock()
+		a.writeStatus()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -188,21 +203,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-a.kick:
 		}
 	}
-}
-
-// writeWaiting writes the status of an agent whose informer has not
-// synced: no pass, and why.
-func (a *Agent) writeWaiting() {
-	a.cfg.Metrics.setReady(false)
-	a.mu.Lock()
-	a.status.Heartbeat = time.Now().UTC()
-	a.status.Refused = a.refusedLocked()
-	a.status.APIError = "the pod informer has not synced"
-	if a.apiErr != nil {
-		a.status.APIError += ": " + a.apiErr.Error()
-	}
-	a.mu.Unlock()
-	a.writeStatus()
 }
 
 func (a *Agent) refusedLocked() []string {
@@ -439,10 +439,13 @@ func (a *Agent) pingAPI(ctx context.Context) {
 func (a *Agent) Healthy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.lastPass.IsZero() {
-		return nil // still syncing: readiness says so
-	}
-	if late := time.Since(a.lastPass); late > 3*a.cfg.Interval+time.Minute {
+	return Stuck(a.lastPass, a.cfg.Interval)
+}
+
+// Stuck says why a loop that makes a pass every interval, the last one
+// finished at last, is stuck; nil before a first pass (readiness says so).
+func Stuck(last time.Time, interval time.Duration) error {
+	if late := time.Since(last); !last.IsZero() && late > 3*interval+time.Minute {
 		return fmt.Errorf("no pass for %s", late.Round(time.Second))
 	}
 	return nil

@@ -12,11 +12,10 @@ import (
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
-// The node's metrics (docs/operating.md, "Metrics"). Those of the store
-// keep the names and meaning they had when the privileged sweeper served
-// them: everything they say is read from stateDir without privilege (the
-// records, the events file that refused and released DELs append to, the
-// sweeper's status file sweeper.json). The agent's own are netns_pin_agent_*.
+// The node's metrics (docs/operating.md, "Metrics"). Those of the store are
+// read from stateDir without privilege: the records, the events file that
+// refused and released DELs append to, the sweeper's status sweeper.json.
+// The agent's own are netns_pin_agent_*.
 var (
 	descPins = prometheus.NewDesc("netns_pin_pins", "Pinned network namespaces by cluster and state (active; draining: a DEL found it in use; abandoned: draining, and its runtime gave up on the teardown).",
 		[]string{"cluster", "state"}, nil)
