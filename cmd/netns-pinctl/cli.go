@@ -83,8 +83,14 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, versionLine())
 		return 0
 	}
-	if run := standaloneCommand(cmd); run != nil {
-		return run(&g, rest, stdout, stderr)
+	// The installer's commands read no network configuration and open no
+	// store: they run in the installer image (static binaries only, no
+	// shell) before anything is configured on the node.
+	switch cmd {
+	case "install":
+		return runInstall(&g, rest, stdout, stderr)
+	case "host-exec":
+		return runHostExec(&g, rest, stdout, stderr)
 	}
 	cf, ok := parseCommand(cmd, rest, &g, stderr)
 	if !ok {

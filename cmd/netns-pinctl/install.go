@@ -18,26 +18,12 @@ import (
 	"github.com/netns-pin/netns-pin/internal/buildinfo"
 )
 
-// standaloneCommand returns the commands that read no network
-// configuration and open no store: the
-// installer's commands, which run in the installer image (static binaries
-// only, no shell) before anything is configured on the node.
-func standaloneCommand(cmd string) func(g *globalFlags, args []string, stdout, stderr io.Writer) int {
-	switch cmd {
-	case "install":
-		return runInstall
-	case "host-exec":
-		return runHostExec
-	}
-	return nil
-}
-
 // versionLine is what `netns-pinctl version` prints first: the version and
 // the commit.
 func versionLine() string { return buildinfo.String("netns-pinctl", Version, Commit) }
 
 // pluginName is the CNI plugin's binary, beside netns-pinctl in the image
-// and in the CNI bin folder once installed.
+// and in the CNI bin folder once installed, and so its type in a chain.
 const pluginName = "netns-pin"
 
 // refuseGlobalFlags: a standalone command takes --json at most; a --conf
