@@ -94,20 +94,25 @@ func New(cfg Config) *Agent {
 		a.setAPIErr(fmt.Errorf("%s pods of node %s: %w", verb, cfg.NodeName, err))
 		cache.DefaultWatchErrorHandler(context.Background(), r, err)
 	})
-	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
-		UpdateFunc: func(any, any) { a.poke() },
-		DeleteFunc: func(any) { a.poke() },
-	})
+	_, _ = inf.Informer().AddEventHandler(Kicker(a.kick))
 	a.lister, a.synced = inf.Lister(), inf.Informer().HasSynced
 	go inf.Informer().RunWithContext(context.Background())
 	return a
 }
 
-func (a *Agent) poke() {
-	select {
-	case a.kick <- struct{}{}:
-	default:
+// Kicker is an informer's handler that wakes the loop waiting on kick at
+// every change, unless a wake-up is pending already.
+func Kicker(kick chan struct{}) cache.ResourceEventHandlerFuncs {
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
 	}
 }
 
@@ -146,7 +151,7 @@ func (a *Agent) apiError(op, verb, resource string, obj *corev1.Pod, err error) 
 	}
 	node := &corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}
 	a.cfg.Recorder.Event(node, eventWarning, ReasonAgentRefused, msg)
-	a.cfg.Metrics.count("event", ReasonAgentRefused)
+	a.cfg.Metrics.events.WithLabelValues(ReasonAgentRefused).Inc()
 }
 
 // apiOK clears a refusal once the same request went through.
@@ -163,12 +168,24 @@ func (a *Agent) apiOK(verb, resource string) {
 func (a *Agent) Run(ctx context.Context) error {
 	t := time.NewTicker(a.cfg.Interval)
 	defer t.Stop()
+	defer func() {
+		a.status.Stopped = time.Now().UTC()
+		a.writeStatus()
+	}()
 	for !a.synced() {
-		a.writeWaiting()
+		// No pass yet: the status says why.
+		a.cfg.Metrics.setReady(false)
+		a.mu.Lock()
+		a.status.Heartbeat = time.Now().UTC()
+		a.status.Refused = a.refusedLocked()
+		a.status.APIError = "the pod informer has not synced"
+		if a.apiErr != nil {
+			a.status.APIError += ": " + a.apiErr.Error()
+		}
+		a.mu.Unlock()
+		a.writeStatus()
 		select {
 		case <-ctx.Done():
-			a.status.Stopped = time.Now().UTC()
-			a.writeStatus()
 			return nil
 		case <-t.C:
 		}
@@ -181,28 +198,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.pass(ctx)
 		select {
 		case <-ctx.Done():
-			a.status.Stopped = time.Now().UTC()
-			a.writeStatus()
 			return nil
 		case <-t.C:
 		case <-a.kick:
 		}
 	}
-}
-
-// writeWaiting writes the status of an agent whose informer has not
-// synced: no pass, and why.
-func (a *Agent) writeWaiting() {
-	a.cfg.Metrics.setReady(false)
-	a.mu.Lock()
-	a.status.Heartbeat = time.Now().UTC()
-	a.status.Refused = a.refusedLocked()
-	a.status.APIError = "the pod informer has not synced"
-	if a.apiErr != nil {
-		a.status.APIError += ": " + a.apiErr.Error()
-	}
-	a.mu.Unlock()
-	a.writeStatus()
 }
 
 func (a *Agent) refusedLocked() []string {
@@ -223,7 +223,7 @@ func (a *Agent) pass(ctx context.Context) {
 	objs := map[string]*corev1.Pod{}
 	var pods []Pod
 	if a.lister != nil {
-		list, _ := a.lister.List(everything) // a lister of an informer's cache does not fail
+		list, _ := a.lister.List(labels.Everything()) // a lister of an informer's cache does not fail
 		for _, p := range list {
 			objs[string(p.UID)] = p
 			pods = append(pods, Pod{
@@ -245,7 +245,7 @@ func (a *Agent) pass(ctx context.Context) {
 			continue
 		}
 		a.apiOK("patch", "pods")
-		a.cfg.Metrics.count("added", "")
+		a.cfg.Metrics.added.Inc()
 		a.cfg.Log.Info("finalizer added to a pinned holder", "pod", p.key(), "uid", p.UID)
 	}
 	var evs []PodEvent
@@ -266,7 +266,7 @@ func (a *Agent) pass(ctx context.Context) {
 			continue
 		}
 		a.apiOK("patch", "pods")
-		a.cfg.Metrics.count("lifted", "")
+		a.cfg.Metrics.lifted.Inc()
 		a.cfg.Log.Info("finalizer lifted: no record of any store of the node names the pod", "pod", p.key(), "uid", p.UID)
 		if !released[p.UID] {
 			a.post(objs[p.UID], eventNormal, ReasonLifted, fmt.Sprintf("no pin of this pod on node %s (never pinned, or released while the agent was away): finalizer %s lifted", a.cfg.NodeName, Finalizer))
@@ -279,15 +279,13 @@ func (a *Agent) pass(ctx context.Context) {
 	if plan.Blocked != "" {
 		a.cfg.Log.Warn("no finalizer is lifted", "reason", plan.Blocked)
 	}
-	held := 0
 	var fins []StatusPod
 	for _, p := range pods {
 		if p.Finalizer {
-			held++
 			fins = append(fins, StatusPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Deleting: p.Deleting})
 		}
 	}
-	a.cfg.Metrics.agentSeen(held, len(plan.Unprotected), plan.Blocked != "")
+	a.cfg.Metrics.agentSeen(len(fins), len(plan.Unprotected), plan.Blocked != "")
 	a.pingAPI(ctx)
 	a.mu.Lock()
 	a.lastPass, a.storeErr = time.Now(), storeErr
@@ -304,8 +302,6 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	a.writeStatus()
 }
-
-var everything = labels.Everything()
 
 // readStores reads every store of the node's registry (through the host
 // root): records, the new lines of each events file and each sweeper's
@@ -332,7 +328,7 @@ func (a *Agent) readStores() (View, error) {
 			errs = append(errs, err)
 		}
 	}
-	sortPins(v.Pins)
+	slices.SortStableFunc(v.Pins, func(x, y Pin) int { return x.Updated.Compare(y.Updated) })
 	return v, errors.Join(errs...)
 }
 
@@ -385,10 +381,6 @@ func (a *Agent) readStore(v *View, reg netnsstore.Registration) error {
 	return nil
 }
 
-func sortPins(ps []Pin) {
-	slices.SortStableFunc(ps, func(x, y Pin) int { return x.Updated.Compare(y.Updated) })
-}
-
 // patch adds or lifts the finalizer with a strategic merge patch: the
 // finalizers list merges, so no other finalizer is ever dropped, and the
 // pod's UID in the patch is a precondition (it cannot change), so a newer
@@ -418,7 +410,7 @@ func (a *Agent) post(obj *corev1.Pod, typ, reason, msg string) {
 		return
 	}
 	a.cfg.Recorder.Event(obj, typ, reason, msg)
-	a.cfg.Metrics.count("event", reason)
+	a.cfg.Metrics.events.WithLabelValues(reason).Inc()
 }
 
 // pingAPI asks the API server for its version at most every 30 s: the
@@ -447,10 +439,13 @@ func (a *Agent) pingAPI(ctx context.Context) {
 func (a *Agent) Healthy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.lastPass.IsZero() {
-		return nil // still syncing: readiness says so
-	}
-	if late := time.Since(a.lastPass); late > 3*a.cfg.Interval+time.Minute {
+	return Stuck(a.lastPass, a.cfg.Interval)
+}
+
+// Stuck says why a loop that makes a pass every interval, the last one
+// finished at last, is stuck; nil before a first pass (readiness says so).
+func Stuck(last time.Time, interval time.Duration) error {
+	if late := time.Since(last); !last.IsZero() && late > 3*interval+time.Minute {
 		return fmt.Errorf("no pass for %s", late.Round(time.Second))
 	}
 	return nil

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,16 +66,11 @@ func (t *Tracker) Observe(pods []Pod, v View, now time.Time) []PodEvent {
 	var out []PodEvent
 	present := map[string]bool{}
 	for _, p := range pods {
-		var pin *Pin
-		for i := range v.Pins {
-			if v.Pins[i].names(p) {
-				pin = &v.Pins[i]
-				break
-			}
-		}
-		if pin == nil {
+		i := slices.IndexFunc(v.Pins, func(pin Pin) bool { return pin.names(p) })
+		if i < 0 {
 			continue
 		}
+		pin := &v.Pins[i]
 		present[p.UID] = true
 		typ, reason, msg := t.describe(*pin)
 		prev, had := t.seen[p.UID]
@@ -101,30 +97,19 @@ func (t *Tracker) Observe(pods []Pod, v View, now time.Time) []PodEvent {
 			continue
 		}
 		delete(t.seen, uid)
-		if slicesContainsPin(v.Pins, uid) {
+		if slices.ContainsFunc(v.Pins, func(p Pin) bool { return p.PodUID == uid }) {
 			continue // pinned, but its pod is not in the informer's cache
 		}
-		for _, p := range pods {
-			if p.UID != uid {
-				continue
-			}
-			msg := "netns released: nothing uses it any more"
-			if !prev.pin.DrainingSince.IsZero() {
-				msg = fmt.Sprintf("netns released after draining %s: nothing uses it any more", human.Age(now.Sub(prev.pin.DrainingSince)))
-			}
-			out = append(out, PodEvent{UID: uid, Type: eventNormal, Reason: ReasonReleased, Message: msg})
+		if !slices.ContainsFunc(pods, func(p Pod) bool { return p.UID == uid }) {
+			continue
 		}
+		msg := "netns released: nothing uses it any more"
+		if !prev.pin.DrainingSince.IsZero() {
+			msg = fmt.Sprintf("netns released after draining %s: nothing uses it any more", human.Age(now.Sub(prev.pin.DrainingSince)))
+		}
+		out = append(out, PodEvent{UID: uid, Type: eventNormal, Reason: ReasonReleased, Message: msg})
 	}
 	return out
-}
-
-func slicesContainsPin(pins []Pin, uid string) bool {
-	for _, p := range pins {
-		if p.PodUID == uid {
-			return true
-		}
-	}
-	return false
 }
 
 // describe is the Event a pin's state calls for.

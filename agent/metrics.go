@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -10,11 +12,10 @@ import (
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
-// The node's metrics (docs/operating.md, "Metrics"). Those of the store
-// keep the names and meaning they had when the privileged sweeper served
-// them: everything they say is read from stateDir without privilege (the
-// records, the events file that refused and released DELs append to, the
-// sweeper's status file sweeper.json). The agent's own are netns_pin_agent_*.
+// The node's metrics (docs/operating.md, "Metrics"). Those of the store are
+// read from stateDir without privilege: the records, the events file that
+// refused and released DELs append to, the sweeper's status sweeper.json.
+// The agent's own are netns_pin_agent_*.
 var (
 	descPins = prometheus.NewDesc("netns_pin_pins", "Pinned network namespaces by cluster and state (active; draining: a DEL found it in use; abandoned: draining, and its runtime gave up on the teardown).",
 		[]string{"cluster", "state"}, nil)
@@ -29,19 +30,8 @@ var (
 	descSweepErrors = prometheus.NewDesc("netns_pin_sweep_errors_total", "Sweeper rounds that failed, as the sweeper's status file showed them to the agent.", nil, nil)
 	descLastSweep   = prometheus.NewDesc("netns_pin_last_sweep_timestamp_seconds", "When the sweeper last finished a round (Unix time, from its status file).", nil, nil)
 
-	descHeld        = prometheus.NewDesc("netns_pin_agent_finalizers_held", "Pods of this node that carry the finalizer netns-pin.io/pin.", nil, nil)
-	descAdded       = prometheus.NewDesc("netns_pin_agent_finalizers_added_total", "Finalizers added by the agent to pinned holders whose template lacks it.", nil, nil)
-	descLifted      = prometheus.NewDesc("netns_pin_agent_finalizers_lifted_total", "Finalizers lifted by the agent, each once no record of the node named the pod.", nil, nil)
-	descUnprotected = prometheus.NewDesc("netns_pin_agent_unprotected_pins", "Pins whose pod object is gone from the API, or is being deleted without the finalizer: "+
-		"IPAM that acts on pod objects may hand out their address (the window the agent cannot cover).", nil, nil)
 	descAPIErrors = prometheus.NewDesc("netns_pin_agent_api_errors_total", "Requests to the Kubernetes API that failed, by operation (add, lift, event, watch, ping) and the API's reason (Forbidden: RBAC or admission refused it).", []string{"op", "reason"}, nil)
-	descEvents    = prometheus.NewDesc("netns_pin_agent_events_total", "Events posted on holder pods, by reason (repeats of a refusal included).", []string{"reason"}, nil)
-	descBlocked   = prometheus.NewDesc("netns_pin_agent_lifts_blocked", "1 while the agent lifts no finalizer because a record cannot be read (docs/operating.md).", nil, nil)
 	descSkipped   = prometheus.NewDesc("netns_pin_agent_events_lines_skipped_total", "Lines of the events file the agent skipped: a kind it does not know, or a cluster or actor that is not UTF-8.", nil, nil)
-	descReady     = prometheus.NewDesc("netns_pin_agent_ready", "1 when the agent is ready (/readyz): its pod informer synced, a pass over every registered store finished, and nothing it needs was refused.", nil, nil)
-	descStores    = prometheus.NewDesc("netns_pin_agent_stores_registered", "Stores registered on the node (/var/lib/netns-pin/stores) that the agent reads.", nil, nil)
-	descUnreadSt  = prometheus.NewDesc("netns_pin_agent_stores_unreadable", "Registered stores (or the registry itself) the agent cannot read: while above 0 no finalizer is lifted.", nil, nil)
-	descStoreErrs = prometheus.NewDesc("netns_pin_agent_store_errors_total", "Passes that could not read the store (records, events file or the sweeper's status).", nil, nil)
 )
 
 // releasers are the values of releases_total's by label, each exported
@@ -57,15 +47,14 @@ type Metrics struct {
 	stores   map[string]*storeCounters
 	check    prometheus.Histogram
 
-	held, unprotected   int
-	added, lifted       uint64
-	apiErrors           map[[2]string]uint64 // op, reason
-	events              map[string]uint64
-	blocked             bool
-	skipped, storeFails uint64
-	registered          int
-	unreadableStores    int
-	ready               bool
+	apiErrors map[[2]string]uint64 // op, reason
+	skipped   uint64
+
+	// The agent's own besides those two, each in own.
+	held, unprotected, blocked, ready, registered, unreadableStores prometheus.Gauge
+	added, lifted, storeFails                                       prometheus.Counter
+	events                                                          *prometheus.CounterVec // reason
+	own                                                             []prometheus.Collector
 }
 
 // storeCounters are the counters one store's events file and sweeper
@@ -84,22 +73,45 @@ type storeCounters struct {
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		pins: map[[2]string]int{}, oldest: map[string]time.Time{}, clusters: map[string]bool{}, stores: map[string]*storeCounters{},
-		apiErrors: map[[2]string]uint64{}, events: map[string]uint64{},
+		apiErrors: map[[2]string]uint64{},
 		check: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "netns_pin_inuse_check_seconds",
 			Help:    "Duration of the in-use checks that decided a release or a refusal (of every netns-pin process on the node, from the events file).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netns_pin_agent_events_total", Help: "Events posted on holder pods, by reason (repeats of a refusal included)."}, []string{"reason"}),
 	}
+	m.own = []prometheus.Collector{m.check, m.events}
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+		m.own = append(m.own, g)
+		return g
+	}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		m.own = append(m.own, c)
+		return c
+	}
+	m.held = gauge("netns_pin_agent_finalizers_held", "Pods of this node that carry the finalizer netns-pin.io/pin.")
+	m.added = counter("netns_pin_agent_finalizers_added_total", "Finalizers added by the agent to pinned holders whose template lacks it.")
+	m.lifted = counter("netns_pin_agent_finalizers_lifted_total", "Finalizers lifted by the agent, each once no record of the node named the pod.")
+	m.unprotected = gauge("netns_pin_agent_unprotected_pins", "Pins whose pod object is gone from the API, or is being deleted without the finalizer: "+
+		"IPAM that acts on pod objects may hand out their address (the window the agent cannot cover).")
+	m.blocked = gauge("netns_pin_agent_lifts_blocked", "1 while the agent lifts no finalizer because a record cannot be read (docs/operating.md).")
+	m.ready = gauge("netns_pin_agent_ready", "1 when the agent is ready (/readyz): its pod informer synced, a pass over every registered store finished, and nothing it needs was refused.")
+	m.registered = gauge("netns_pin_agent_stores_registered", "Stores registered on the node (/var/lib/netns-pin/stores) that the agent reads.")
+	m.unreadableStores = gauge("netns_pin_agent_stores_unreadable", "Registered stores (or the registry itself) the agent cannot read: while above 0 no finalizer is lifted.")
+	m.storeFails = counter("netns_pin_agent_store_errors_total", "Passes that could not read the store (records, events file or the sweeper's status).")
 	return m
 }
 
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPins, descOldest, descRefusals, descReleases, descAbandoned, descSweepErrors, descLastSweep,
-		descHeld, descAdded, descLifted, descUnprotected, descAPIErrors, descEvents, descBlocked, descSkipped, descStoreErrs, descReady, descStores, descUnreadSt} {
+	for _, d := range []*prometheus.Desc{descPins, descOldest, descRefusals, descReleases, descAbandoned, descSweepErrors, descLastSweep, descAPIErrors, descSkipped} {
 		ch <- d
 	}
-	m.check.Describe(ch)
+	for _, c := range m.own {
+		c.Describe(ch)
+	}
 }
 
 // emit sends a metric; a value the client refuses (a label that is not
@@ -158,37 +170,18 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	if !lastSweep.IsZero() {
 		emit(ch, descLastSweep, prometheus.GaugeValue, float64(lastSweep.UnixNano())/1e9)
 	}
-	m.check.Collect(ch)
-	emit(ch, descHeld, prometheus.GaugeValue, float64(m.held))
-	emit(ch, descAdded, prometheus.CounterValue, float64(m.added))
-	emit(ch, descLifted, prometheus.CounterValue, float64(m.lifted))
-	emit(ch, descUnprotected, prometheus.GaugeValue, float64(m.unprotected))
+	for _, c := range m.own {
+		c.Collect(ch)
+	}
 	for _, op := range []string{"add", "lift", "event", "watch", "ping"} {
-		if !m.anyAPIError(op) {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(m.apiErrors)), func(k [2]string) bool { return k[0] == op }) {
 			emit(ch, descAPIErrors, prometheus.CounterValue, 0, op, "")
 		}
 	}
 	for k, n := range m.apiErrors {
 		emit(ch, descAPIErrors, prometheus.CounterValue, float64(n), k[0], k[1])
 	}
-	for r, n := range m.events {
-		emit(ch, descEvents, prometheus.CounterValue, float64(n), r)
-	}
-	emit(ch, descBlocked, prometheus.GaugeValue, b2f(m.blocked))
 	emit(ch, descSkipped, prometheus.CounterValue, float64(m.skipped))
-	emit(ch, descStoreErrs, prometheus.CounterValue, float64(m.storeFails))
-	emit(ch, descReady, prometheus.GaugeValue, b2f(m.ready))
-	emit(ch, descStores, prometheus.GaugeValue, float64(m.registered))
-	emit(ch, descUnreadSt, prometheus.GaugeValue, float64(m.unreadableStores))
-}
-
-func (m *Metrics) anyAPIError(op string) bool {
-	for k := range m.apiErrors {
-		if k[0] == op {
-			return true
-		}
-	}
-	return false
 }
 
 func b2f(b bool) float64 {
@@ -260,9 +253,10 @@ func (m *Metrics) storeSeen(v View, failed bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if failed {
-		m.storeFails++
+		m.storeFails.Inc()
 	}
-	m.registered, m.unreadableStores = v.Stores, len(v.UnreadStores)
+	m.registered.Set(float64(v.Stores))
+	m.unreadableStores.Set(float64(len(v.UnreadStores)))
 	if v.Err != nil {
 		return // keep the last counts of a registry that could not be listed
 	}
@@ -302,22 +296,9 @@ func (m *Metrics) storeSeen(v View, failed bool) {
 
 // agentSeen takes in one pass's finalizer figures.
 func (m *Metrics) agentSeen(held, unprotected int, blocked bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.held, m.unprotected, m.blocked = held, unprotected, blocked
-}
-
-func (m *Metrics) count(what string, label string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch what {
-	case "added":
-		m.added++
-	case "lifted":
-		m.lifted++
-	case "event":
-		m.events[label]++
-	}
+	m.held.Set(float64(held))
+	m.unprotected.Set(float64(unprotected))
+	m.blocked.Set(b2f(blocked))
 }
 
 // apiError counts a failed request to the API by operation and the API's
@@ -328,8 +309,4 @@ func (m *Metrics) apiError(op, reason string) {
 	m.apiErrors[[2]string{op, reason}]++
 }
 
-func (m *Metrics) setReady(ready bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.ready = ready
-}
+func (m *Metrics) setReady(ready bool) { m.ready.Set(b2f(ready)) }

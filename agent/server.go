@@ -7,26 +7,85 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 )
 
-// The agent's HTTP endpoint (/metrics, /healthz, /readyz) listens on the
-// pod's address: whoever reaches the pod network can call it, so it is
-// bounded: small headers, timeouts on every phase, a few connections and
-// fewer requests at a time. Nothing it serves takes input.
+// Clientset is the API client of netns-pin-agent and netns-pin-controller:
+// from the kubeconfig file, else in-cluster (the pod's ServiceAccount).
+func Clientset(kubeconfig, userAgent string) (*kubernetes.Clientset, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	rc.UserAgent = userAgent
+	return kubernetes.NewForConfig(rc)
+}
+
+// Recorder posts Events of component (on host) through sink, wrapped by
+// wrap, until ctx ends or the returned func is called.
+func Recorder(ctx context.Context, cs *kubernetes.Clientset, wrap func(record.EventSink) record.EventSink, component, host string) (record.EventRecorder, func()) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(wrap(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")}))
+	return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: host}), broadcaster.Shutdown
+}
+
+// Main serves m's metrics, healthy as /healthz and ready as /readyz on
+// listen while run runs, then calls stop, and returns the exit code of the
+// binary name.
+func Main(ctx context.Context, stop func(), name, listen string, m prometheus.Collector, healthy, ready func() error, run func(context.Context) error, log *slog.Logger) int {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		log.Error("listen", "address", listen, "error", err)
+		return 1
+	}
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, ln, m, healthy, ready, log) }()
+	// One plain line too, for people and scripts that wait for it.
+	fmt.Fprintf(os.Stderr, "%s: serving metrics at http://%s/metrics\n", name, ln.Addr())
+	runErr := run(ctx)
+	stop()
+	what := strings.TrimPrefix(name, "netns-pin-")
+	if err := errors.Join(runErr, <-served); err != nil {
+		log.Error(what+" stopped", "error", err)
+		return 1
+	}
+	log.Info(what + " stopped")
+	return 0
+}
+
+// The endpoint of the agent and of the controller (/metrics, /healthz,
+// /readyz) listens on the pod's address: whoever reaches the pod network
+// can call it, so it is bounded: small headers, timeouts on every phase, a
+// few connections and fewer requests at a time. Nothing it serves takes
+// input.
 const (
 	maxHeaderBytes = 4 << 10
 	maxConns       = 16
 	maxInFlight    = 4
 )
 
-// Serve serves the agent's endpoint on ln until ctx ends.
-func Serve(ctx context.Context, ln net.Listener, a *Agent, m *Metrics, log *slog.Logger) error {
+// serve serves the endpoint on ln until ctx ends.
+func serve(ctx context.Context, ln net.Listener, m prometheus.Collector, healthy, ready func() error, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
@@ -42,8 +101,8 @@ func Serve(ctx context.Context, ln net.Listener, a *Agent, m *Metrics, log *slog
 			fmt.Fprintln(w, "ok")
 		}
 	}
-	mux.Handle("GET /healthz", probe(a.Healthy))
-	mux.Handle("GET /readyz", probe(a.Ready))
+	mux.Handle("GET /healthz", probe(healthy))
+	mux.Handle("GET /readyz", probe(ready))
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -69,7 +128,7 @@ func Serve(ctx context.Context, ln net.Listener, a *Agent, m *Metrics, log *slog
 	return err
 }
 
-// slogPrinter is promhttp's error log on the agent's logger.
+// slogPrinter is promhttp's error log on the component's logger.
 type slogPrinter struct{ log *slog.Logger }
 
 func (p slogPrinter) Println(v ...any) { p.log.Warn("metrics", "error", fmt.Sprint(v...)) }

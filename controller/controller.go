@@ -68,11 +68,6 @@ type Controller struct {
 func New(cfg Config) *Controller {
 	c := &Controller{cfg: cfg, kick: make(chan struct{}, 1), missing: map[string]time.Time{}}
 	f := informers.NewSharedInformerFactory(cfg.Client, 0)
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.poke() },
-		UpdateFunc: func(any, any) { c.poke() },
-		DeleteFunc: func(any) { c.poke() },
-	}
 	pods, nodes := f.Core().V1().Pods(), f.Core().V1().Nodes()
 	_ = pods.Informer().SetTransform(slimPod)
 	_ = nodes.Informer().SetTransform(slimNode)
@@ -82,7 +77,7 @@ func New(cfg Config) *Controller {
 			cfg.Log.Warn("watch "+what, "error", err)
 			cache.DefaultWatchErrorHandler(context.Background(), r, err)
 		})
-		_, _ = inf.AddEventHandler(handler)
+		_, _ = inf.AddEventHandler(agent.Kicker(c.kick))
 		c.synced = append(c.synced, inf.HasSynced)
 	}
 	c.pods, c.nodes = pods.Lister(), nodes.Lister()
@@ -152,13 +147,6 @@ func slimNode(obj any) (any, error) {
 		}
 	}
 	return out, nil
-}
-
-func (c *Controller) poke() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
 }
 
 // Run waits for the caches, then takes part in the leader election until
@@ -253,7 +241,8 @@ func (c *Controller) pass(ctx context.Context) (recheck time.Time) {
 	var carrying []string     // namespace/name of every pod with the finalizer
 	live := map[string]Node{} // nodes read from the API server in this pass
 	for _, obj := range pods {
-		p := podOf(obj)
+		p := Pod{Namespace: obj.Namespace, Name: obj.Name, UID: string(obj.UID), Node: obj.Spec.NodeName,
+			Finalizer: slices.Contains(obj.Finalizers, agent.Finalizer), Deleting: obj.DeletionTimestamp != nil}
 		if p.Finalizer {
 			carrying = append(carrying, p.Namespace+"/"+p.Name)
 		}
@@ -297,11 +286,6 @@ func (c *Controller) pass(ctx context.Context) (recheck time.Time) {
 	c.lastPass = time.Now()
 	c.mu.Unlock()
 	return recheck
-}
-
-func podOf(p *corev1.Pod) Pod {
-	return Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Node: p.Spec.NodeName,
-		Finalizer: slices.Contains(p.Finalizers, agent.Finalizer), Deleting: p.DeletionTimestamp != nil}
 }
 
 // cachedNode is the node as the cache has it, and keeps when it was first
@@ -380,7 +364,7 @@ func (c *Controller) lift(ctx context.Context, p Pod, d Decision) error {
 		c.cfg.Metrics.apiError("lift")
 		return fmt.Errorf("lift %s of pod %s/%s: %w", agent.Finalizer, p.Namespace, p.Name, err)
 	}
-	c.cfg.Metrics.liftedOne(d.Reason)
+	c.cfg.Metrics.lifted.WithLabelValues(d.Reason).Inc()
 	c.cfg.Log.Info("finalizer lifted", "pod", p.Namespace+"/"+p.Name, "uid", p.UID, "node", p.Node, "reason", d.Reason, "identity", c.cfg.Identity)
 	c.cfg.Recorder.Event(obj, corev1.EventTypeNormal, d.Reason, d.Message)
 	return nil
@@ -391,13 +375,10 @@ func (c *Controller) lift(ctx context.Context, p Pod, d Decision) error {
 func (c *Controller) Healthy() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.leading || c.lastPass.IsZero() {
+	if !c.leading {
 		return nil
 	}
-	if late := time.Since(c.lastPass); late > 3*c.cfg.Interval+time.Minute {
-		return fmt.Errorf("no pass for %s", late.Round(time.Second))
-	}
-	return nil
+	return agent.Stuck(c.lastPass, c.cfg.Interval)
 }
 
 // Ready: the informers synced (and, for the leader, a first pass finished).

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -72,7 +73,9 @@ func TestPassLiftsOnlyWhatDecideSays(t *testing.T) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	assert.Equal(t, map[[2]string]int{{"cut", WaitNodeUnreachable}: 1, {"gone", WaitNodeGoneQuarantine}: 1}, m.waiting)
-	assert.Equal(t, uint64(1), m.lifted[ReasonNodeOutOfService])
+	var lifted dto.Metric
+	require.NoError(t, m.lifted.WithLabelValues(ReasonNodeOutOfService).Write(&lifted))
+	assert.Equal(t, 1.0, lifted.GetCounter().GetValue())
 }
 
 // The removal guard over a fake API server: while pods carry

@@ -19,12 +19,6 @@ var (
 	descOldest = prometheus.NewDesc("netns_pin_controller_oldest_waiting_seconds",
 		"How long the oldest holder of the node waiting for its finalizer has been Terminating (since its deletionTimestamp), by node and reason.",
 		[]string{"node", "reason"}, nil)
-	descLifted = prometheus.NewDesc("netns_pin_controller_finalizers_lifted_total",
-		"Finalizers lifted by the controller, by the Event's reason (NetnsPinNodeGone, NetnsPinNodeOutOfService).", []string{"reason"}, nil)
-	descAPIErrors = prometheus.NewDesc("netns_pin_controller_api_errors_total",
-		"Requests to the Kubernetes API that failed, by operation (get_node, get_pod, lift, watch).", []string{"op"}, nil)
-	descLeader = prometheus.NewDesc("netns_pin_controller_is_leader", "1 while this replica holds the leader Lease and acts.", nil, nil)
-	descPasses = prometheus.NewDesc("netns_pin_controller_passes_total", "Passes over the holders made by this replica as leader.", nil, nil)
 )
 
 // APIOps are the values of api_errors_total's op label, each exported
@@ -33,34 +27,39 @@ var APIOps = []string{"get_node", "get_pod", "lift", "watch"}
 
 // Metrics is the controller's Prometheus collector.
 type Metrics struct {
-	mu        sync.Mutex
-	waiting   map[[2]string]int       // node, reason
-	oldest    map[[2]string]time.Time // node, reason -> earliest deletionTimestamp
-	lifted    map[string]uint64
-	apiErrors map[string]uint64
-	leader    bool
-	passes    uint64
+	mu      sync.Mutex
+	waiting map[[2]string]int       // node, reason
+	oldest  map[[2]string]time.Time // node, reason -> earliest deletionTimestamp
+
+	lifted    *prometheus.CounterVec // reason
+	apiErrors *prometheus.CounterVec // op
+	leader    prometheus.Gauge
+	passes    prometheus.Counter
 }
 
 // NewMetrics returns an empty collector.
 func NewMetrics() *Metrics {
 	m := &Metrics{waiting: map[[2]string]int{}, oldest: map[[2]string]time.Time{},
-		lifted: map[string]uint64{ReasonNodeGone: 0, ReasonNodeOutOfService: 0}, apiErrors: map[string]uint64{}}
+		lifted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netns_pin_controller_finalizers_lifted_total",
+			Help: "Finalizers lifted by the controller, by the Event's reason (NetnsPinNodeGone, NetnsPinNodeOutOfService)."}, []string{"reason"}),
+		apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netns_pin_controller_api_errors_total",
+			Help: "Requests to the Kubernetes API that failed, by operation (get_node, get_pod, lift, watch)."}, []string{"op"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "netns_pin_controller_is_leader", Help: "1 while this replica holds the leader Lease and acts."}),
+		passes: prometheus.NewCounter(prometheus.CounterOpts{Name: "netns_pin_controller_passes_total", Help: "Passes over the holders made by this replica as leader."}),
+	}
+	m.lifted.WithLabelValues(ReasonNodeGone)
+	m.lifted.WithLabelValues(ReasonNodeOutOfService)
 	for _, op := range APIOps {
-		m.apiErrors[op] = 0
+		m.apiErrors.WithLabelValues(op)
 	}
 	return m
 }
 
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descWaiting, descOldest, descLifted, descAPIErrors, descLeader, descPasses} {
-		ch <- d
-	}
-}
-
-func emit(ch chan<- prometheus.Metric, d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
-	if mt, err := prometheus.NewConstMetric(d, t, v, labels...); err == nil {
-		ch <- mt
+	ch <- descWaiting
+	ch <- descOldest
+	for _, c := range []prometheus.Collector{m.lifted, m.apiErrors, m.leader, m.passes} {
+		c.Describe(ch)
 	}
 }
 
@@ -68,24 +67,16 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
+	// Nodes whose name is not UTF-8 were left out by passDone.
 	for k, n := range m.waiting {
-		emit(ch, descWaiting, prometheus.GaugeValue, float64(n), k[0], k[1])
+		ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
 	for k, since := range m.oldest {
-		emit(ch, descOldest, prometheus.GaugeValue, now.Sub(since).Seconds(), k[0], k[1])
+		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, now.Sub(since).Seconds(), k[0], k[1])
 	}
-	for r, n := range m.lifted {
-		emit(ch, descLifted, prometheus.CounterValue, float64(n), r)
+	for _, c := range []prometheus.Collector{m.lifted, m.apiErrors, m.leader, m.passes} {
+		c.Collect(ch)
 	}
-	for op, n := range m.apiErrors {
-		emit(ch, descAPIErrors, prometheus.CounterValue, float64(n), op)
-	}
-	l := 0.0
-	if m.leader {
-		l = 1
-	}
-	emit(ch, descLeader, prometheus.GaugeValue, l)
-	emit(ch, descPasses, prometheus.CounterValue, float64(m.passes))
 }
 
 // waitingHolder is one holder that keeps its finalizer after a pass.
@@ -98,7 +89,7 @@ type waitingHolder struct {
 func (m *Metrics) passDone(ws []waitingHolder) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.passes++
+	m.passes.Inc()
 	m.waiting, m.oldest = map[[2]string]int{}, map[[2]string]time.Time{}
 	for _, w := range ws {
 		if !utf8.ValidString(w.node) {
@@ -115,20 +106,12 @@ func (m *Metrics) passDone(ws []waitingHolder) {
 func (m *Metrics) setLeader(on bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.leader = on
-	if !on {
+	m.leader.Set(0)
+	if on {
+		m.leader.Set(1)
+	} else {
 		m.waiting, m.oldest = map[[2]string]int{}, map[[2]string]time.Time{}
 	}
 }
 
-func (m *Metrics) apiError(op string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.apiErrors[op]++
-}
-
-func (m *Metrics) liftedOne(reason string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.lifted[reason]++
-}
+func (m *Metrics) apiError(op string) { m.apiErrors.WithLabelValues(op).Inc() }

@@ -281,17 +281,10 @@ func (c *checker) debugfsClients(dir string, ents []os.DirEntry) ([]string, erro
 			names = append(names, e.Name())
 		}
 	}
-	const (
-		other = iota
-		ours
-		unattributed
-		noStatus
-	)
-	type result struct {
-		what int
-		ref  Reference
-	}
-	res := make([]result, len(names))
+	// A kindCephFS reference is the pin's, a kindCephClient one cannot
+	// be attributed; noStatus marks the directories without status.
+	res := make([]Reference, len(names))
+	noStatus := make([]bool, len(names))
 	describe := func(i int) string { return "read " + filepath.Join(dir, names[i], "status") }
 	err := c.parallel(len(names), describe, func(_, i int) error {
 		fsid, id, ok := parseClientDirName(names[i])
@@ -302,31 +295,31 @@ func (c *checker) debugfsClients(dir string, ents []os.DirEntry) ([]string, erro
 		switch {
 		case err == nil:
 		case isGone(err):
-			res[i].what = noStatus
+			noStatus[i] = true
 			return nil
 		default:
 			return err
 		}
 		st, err := parseStatus(string(data))
 		if err != nil {
-			res[i] = result{unattributed, Reference{
+			res[i] = Reference{
 				Kind: kindCephClient, ClusterFSID: fsid, ClientID: id,
 				Reason: "unreadable debugfs status: " + err.Error(),
-			}}
+			}
 			return nil
 		}
 		addr := st.Addr.AddrPort.Addr()
 		switch {
 		case c.ours(addr):
-			res[i] = result{ours, Reference{
+			res[i] = Reference{
 				Kind: kindCephFS, ClusterFSID: fsid, ClientID: id,
 				ClientAddr: st.Addr.String(), Addr: addr.Unmap(), Blocklisted: st.Blocklisted,
-			}}
+			}
 		case addr.IsUnspecified():
-			res[i] = result{unattributed, Reference{
+			res[i] = Reference{
 				Kind: kindCephClient, ClusterFSID: fsid, ClientID: id, ClientAddr: st.Addr.String(),
 				Reason: "CephFS client has no address yet",
-			}}
+			}
 		}
 		return nil
 	})
@@ -335,13 +328,13 @@ func (c *checker) debugfsClients(dir string, ents []os.DirEntry) ([]string, erro
 	}
 	var without []string
 	for i, r := range res {
-		switch r.what {
-		case ours:
-			c.refs = append(c.refs, r.ref)
-		case unattributed:
-			c.unattributed = append(c.unattributed, r.ref)
-		case noStatus:
+		switch {
+		case noStatus[i]:
 			without = append(without, names[i])
+		case r.Kind == kindCephFS:
+			c.refs = append(c.refs, r)
+		case r.Kind == kindCephClient:
+			c.unattributed = append(c.unattributed, r)
 		}
 	}
 	slices.Sort(without)

@@ -108,8 +108,8 @@ func (c *checker) parallel(n int, describe func(i int) string, fn func(w, i int)
 	// goroutine that needs a thread of its own costs as much as many of
 	// the reads it would take over (docs/performance.md).
 	const chunk, perWorker = 32, 48
-	c.progress.loop(describe)
-	defer c.progress.loop(nil)
+	c.progress.describe.Store(&describe)
+	defer c.progress.describe.Store(nil)
 	items := c.progress.items
 	workers := min(c.workers, n/perWorker)
 	if workers <= 1 {
@@ -161,14 +161,6 @@ type progress struct {
 }
 
 func (p *progress) set(stage string) { p.stage.Store(&stage) }
-
-func (p *progress) loop(describe func(int) string) {
-	if describe == nil {
-		p.describe.Store(nil)
-		return
-	}
-	p.describe.Store(&describe)
-}
 
 // String describes where the check is.
 func (p *progress) String() string {

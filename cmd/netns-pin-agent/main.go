@@ -10,24 +10,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/conf"
@@ -84,49 +76,26 @@ func run(argv []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	m := agent.NewMetrics()
-	var client kubernetes.Interface
-	if !*storeOnly {
-		rc, err := restConfig(*kubeconfig)
-		if err != nil {
-			log.Error("API client", "error", err)
-			return 1
-		}
-		rc.UserAgent = "netns-pin-agent/" + Version
-		cs, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			log.Error("API client", "error", err)
-			return 1
-		}
-		client = cs
-	}
-	a := agent.New(agent.Config{
+	cfg := agent.Config{
 		NodeName: *node, HostRoot: *hostRoot, StatusDir: sd, Interval: *interval,
-		Client: client, Metrics: m, Log: log, Version: Version,
+		Metrics: m, Log: log, Version: Version,
 		Tracker: &agent.Tracker{InUseCommand: inUseCommand},
-	})
-	if cs, ok := client.(*kubernetes.Clientset); ok {
-		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(a.EventSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")}))
-		defer broadcaster.Shutdown()
-		a.UseRecorder(broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netns-pin-agent", Host: *node}))
 	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		log.Error("listen", "address", *listen, "error", err)
-		return 1
+	if !*storeOnly {
+		cs, err := agent.Clientset(*kubeconfig, "netns-pin-agent/"+Version)
+		if err != nil {
+			log.Error("API client", "error", err)
+			return 1
+		}
+		cfg.Client = cs
 	}
-	served := make(chan error, 1)
-	go func() { served <- agent.Serve(ctx, ln, a, m, log) }()
-	// One plain line too, for people and scripts that wait for it.
-	fmt.Fprintf(os.Stderr, "netns-pin-agent: serving metrics at http://%s/metrics\n", ln.Addr())
-	runErr := a.Run(ctx)
-	stop()
-	if err := errors.Join(runErr, <-served); err != nil {
-		log.Error("agent stopped", "error", err)
-		return 1
+	a := agent.New(cfg)
+	if cs, ok := cfg.Client.(*kubernetes.Clientset); ok {
+		rec, shutdown := agent.Recorder(ctx, cs, a.EventSink, "netns-pin-agent", *node)
+		defer shutdown()
+		a.UseRecorder(rec)
 	}
-	log.Info("agent stopped")
-	return 0
+	return agent.Main(ctx, stop, "netns-pin-agent", *listen, m, a.Healthy, a.Ready, a.Run, log)
 }
 
 // inUseCommand is the command that lists what uses a pin of a store, with
@@ -139,11 +108,4 @@ func inUseCommand(stateDir, pinDir, attachment string) string {
 		}
 	}
 	return c.InUseCommand(attachment)
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	return rest.InClusterConfig()
 }

@@ -10,25 +10,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/controller"
 	"github.com/netns-pin/netns-pin/internal/buildinfo"
 )
@@ -84,22 +77,13 @@ func run(argv []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	rc, err := restConfig(*kubeconfig)
+	cs, err := agent.Clientset(*kubeconfig, "netns-pin-controller/"+Version)
 	if err != nil {
 		log.Error("API client", "error", err)
 		return 1
 	}
-	rc.UserAgent = "netns-pin-controller/" + Version
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		log.Error("API client", "error", err)
-		return 1
-	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netns-pin-controller", Host: *identity})
-
+	recorder, shutdown := agent.Recorder(ctx, cs, func(s record.EventSink) record.EventSink { return s }, "netns-pin-controller", *identity)
+	defer shutdown()
 	m := controller.NewMetrics()
 	c := controller.New(controller.Config{
 		Client: cs, Recorder: recorder, Metrics: m, Log: log, Quarantine: *quarantine, Interval: *interval,
@@ -107,22 +91,7 @@ func run(argv []string) int {
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		Guard: controller.Guard{Policy: *guardPolicy, Policies: splitList(*guardPolicies)},
 	})
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		log.Error("listen", "address", *listen, "error", err)
-		return 1
-	}
-	served := make(chan error, 1)
-	go func() { served <- controller.Serve(ctx, ln, c, m, log) }()
-	fmt.Fprintf(os.Stderr, "netns-pin-controller: serving metrics at http://%s/metrics\n", ln.Addr())
-	runErr := c.Run(ctx)
-	stop()
-	if err := errors.Join(runErr, <-served); err != nil {
-		log.Error("controller stopped", "error", err)
-		return 1
-	}
-	log.Info("controller stopped")
-	return 0
+	return agent.Main(ctx, stop, "netns-pin-controller", *listen, m, c.Healthy, c.Ready, c.Run, log)
 }
 
 // splitList is a comma-separated list without its empty items.
@@ -141,11 +110,4 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		return clientcmd.BuildConfigFromFlags("", kubeconfig)
-	}
-	return rest.InClusterConfig()
 }

@@ -83,8 +83,14 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, versionLine())
 		return 0
 	}
-	if run := standaloneCommand(cmd); run != nil {
-		return run(&g, rest, stdout, stderr)
+	// The installer's commands read no network configuration and open no
+	// store: they run in the installer image (static binaries only, no
+	// shell) before anything is configured on the node.
+	switch cmd {
+	case "install":
+		return runInstall(&g, rest, stdout, stderr)
+	case "host-exec":
+		return runHostExec(&g, rest, stdout, stderr)
 	}
 	cf, ok := parseCommand(cmd, rest, &g, stderr)
 	if !ok {
@@ -108,8 +114,7 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		}
 		// Without a network's configuration or folders, every store the
 		// node registered is swept, whatever pinDir and stateDir it has.
-		all := g.conf == "" && !slices.ContainsFunc(slices.Collect(maps.Values(g.paths)), func(v string) bool { return v != "" })
-		return runSweep(c, cf.interval, cf.once, all)
+		return runSweep(c, cf.interval, cf.once, !g.configured())
 	case "check":
 		return runCheck(c, cf, g.json, stdout, stderr)
 	case "uninstall":
@@ -133,7 +138,17 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer s.Close()
-	if err := storeCommand(s, c, cmd, cf, g.json, stdout); err != nil {
+	switch cmd {
+	case "list":
+		err = cliList(s, stdout, g.json)
+	case "inuse":
+		err = cliInUse(s, cf.args[0], stdout, g.json)
+	case "gc":
+		err = cliGC(s, cf.dryRun, stdout, g.json)
+	case "release":
+		err = cliRelease(s, cf.args[0], cf.force, stdout)
+	}
+	if err != nil {
 		reportCLIError(stderr, err)
 		return 1
 	}
@@ -149,6 +164,11 @@ type globalFlags struct {
 	conf  string
 	paths map[string]string // conf.PathSetting.Key -> value ("" when not given)
 	json  bool
+}
+
+// configured: --conf or a path flag was given.
+func (g *globalFlags) configured() bool {
+	return g.conf != "" || slices.ContainsFunc(slices.Collect(maps.Values(g.paths)), func(v string) bool { return v != "" })
 }
 
 // define adds the global flags to fs, bound to g's fields with their
@@ -274,21 +294,6 @@ func reportCLIError(stderr io.Writer, err error) {
 	case errors.Is(err, netnsstore.ErrOtherStateDir):
 		fmt.Fprintln(stderr, "netns-pinctl: give the --state-dir of those pins, or --conf with the network's configuration")
 	}
-}
-
-// storeCommand runs list, inuse, gc or release on the store.
-func storeCommand(s *netnsstore.Store, c *conf.Config, cmd string, cf commandFlags, asJSON bool, stdout io.Writer) error {
-	switch cmd {
-	case "list":
-		return cliList(s, stdout, asJSON)
-	case "inuse":
-		return cliInUse(s, c, cf.args[0], stdout, asJSON)
-	case "gc":
-		return cliGC(s, cf.dryRun, stdout, asJSON)
-	case "release":
-		return cliRelease(s, c, cf.args[0], cf.force, stdout)
-	}
-	return fmt.Errorf("unknown command %q", cmd)
 }
 
 // withoutCache is what list --json prints of records: each record but
@@ -428,7 +433,7 @@ func referencesNow(s *netnsstore.Store, r *netnsstore.Record) ([]inuse.Reference
 	return refs, nil
 }
 
-func cliInUse(s *netnsstore.Store, c *conf.Config, what string, w io.Writer, asJSON bool) (err error) {
+func cliInUse(s *netnsstore.Store, what string, w io.Writer, asJSON bool) (err error) {
 	snap, listErr := inspect(s)
 	if snap == nil || listErr != nil && len(snap.Records) == 0 {
 		return listErr
@@ -504,7 +509,7 @@ func cliGC(s *netnsstore.Store, dryRun bool, w io.Writer, asJSON bool) error {
 	return err
 }
 
-func cliRelease(s *netnsstore.Store, c *conf.Config, attachment string, force bool, w io.Writer) error {
+func cliRelease(s *netnsstore.Store, attachment string, force bool, w io.Writer) error {
 	released := func(r *netnsstore.Record, err error) error {
 		switch {
 		case err != nil:

@@ -18,39 +18,22 @@ import (
 	"github.com/netns-pin/netns-pin/internal/buildinfo"
 )
 
-// standaloneCommand returns the commands that read no network
-// configuration and open no store: the
-// installer's commands, which run in the installer image (static binaries
-// only, no shell) before anything is configured on the node.
-func standaloneCommand(cmd string) func(g *globalFlags, args []string, stdout, stderr io.Writer) int {
-	switch cmd {
-	case "install":
-		return runInstall
-	case "host-exec":
-		return runHostExec
-	}
-	return nil
-}
-
 // versionLine is what `netns-pinctl version` prints first: the version and
 // the commit.
 func versionLine() string { return buildinfo.String("netns-pinctl", Version, Commit) }
 
 // pluginName is the CNI plugin's binary, beside netns-pinctl in the image
-// and in the CNI bin folder once installed.
+// and in the CNI bin folder once installed, and so its type in a chain.
 const pluginName = "netns-pin"
 
 // refuseGlobalFlags: a standalone command takes --json at most; a --conf
 // or path flag given to it would be silently ignored, and no flag ever is.
 func refuseGlobalFlags(g *globalFlags, cmd string, stderr io.Writer) bool {
-	given := g.conf != ""
-	for _, v := range g.paths {
-		given = given || v != ""
-	}
-	if given {
+	if g.configured() {
 		fmt.Fprintf(stderr, "netns-pinctl %s: reads no network configuration: --conf and the path flags do not apply\n", cmd)
+		return true
 	}
-	return given
+	return false
 }
 
 // installedFile is one binary that install put into the CNI bin folder.
@@ -103,8 +86,7 @@ func runInstall(g *globalFlags, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if g.json {
-		b, _ := json.Marshal(rep)
-		fmt.Fprintf(stdout, "%s\n", b)
+		_ = json.NewEncoder(stdout).Encode(rep)
 		return 0
 	}
 	names := make([]string, len(rep.Installed))
@@ -132,12 +114,17 @@ func install(self, dir string) (*installReport, error) {
 		return nil, err
 	}
 	rep.Installed = append(rep.Installed, f)
-	// The first image's installer put the node agent beside the plugin;
-	// the agent now runs in a pod of its own and nothing execs that copy.
+	// A node agent in the CNI bin folder is a leftover that nothing execs:
+	// the agent runs in a pod of its own.
 	if err := os.Remove(filepath.Join(dir, "netns-pin-agent")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("remove the old netns-pin-agent: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
+	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
+		d.Close()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sync %s: %w", dir, err)
 	}
 	if err := checkInstalled(dst); err != nil {
@@ -189,15 +176,6 @@ func installFile(src, dst string) (installedFile, error) {
 	}
 	tmp = nil
 	return out, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // checkInstalled runs the installed plugin without CNI_COMMAND, which

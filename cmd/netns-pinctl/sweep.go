@@ -31,13 +31,7 @@ func runSweep(c *conf.Config, interval time.Duration, once, all bool) int {
 	// killed, which every step of the store survives (the next operation
 	// settles what it left, docs/design.md §10).
 	done := make(chan int, 1)
-	go func() {
-		if all {
-			done <- sweepAll(ctx, c, interval, once, log)
-			return
-		}
-		done <- sweepLoop(ctx, c, interval, once, log)
-	}()
+	go func() { done <- sweepLoop(ctx, c, interval, once, all, log) }()
 	select {
 	case code := <-done:
 		return code
@@ -52,10 +46,26 @@ func runSweep(c *conf.Config, interval time.Duration, once, all bool) int {
 	}
 }
 
-func sweepLoop(ctx context.Context, c *conf.Config, interval time.Duration, once bool, log *slog.Logger) int {
-	if once {
+// swept is a store the sweeper opened: its log (which names its stateDir
+// when every registered store is swept) and its status.
+type swept struct {
+	s      *netnsstore.Store
+	log    *slog.Logger
+	status netnsstore.SweepStatus
+}
+
+// sweepLoop sweeps c's store, or with all every store registered on the
+// node (with c's settings and the store's own pinDir and stateDir), a
+// round every interval. A store whose stateDir does not exist yet is not
+// swept, never created; one that cannot be opened or swept, or a
+// registration that cannot be read, fails the round (logged, exit 1 with
+// once).
+func sweepLoop(ctx context.Context, c *conf.Config, interval time.Duration, once, all bool, log *slog.Logger) int {
+	switch {
+	case all: // said once the registry is made
+	case once:
 		log.Info("sweeper started for one round", "pinDir", c.PinDir, "stateDir", c.StateDir)
-	} else {
+	default:
 		log.Info("sweeper started", "interval", interval.String(), "pinDir", c.PinDir, "stateDir", c.StateDir)
 	}
 	defer log.Info("sweeper stopped")
@@ -64,88 +74,21 @@ func sweepLoop(ctx context.Context, c *conf.Config, interval time.Duration, once
 	if err := netnsstore.MakeRegistry(netnsstore.RegistryDir()); err != nil {
 		log.Error("sweep: make the store registry", "error", err)
 	}
+	if all {
+		log.Info("sweeper started for every registered store", "registry", netnsstore.RegistryDir(), "interval", interval.String(), "once", once)
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	status := netnsstore.SweepStatus{PID: os.Getpid(), Version: Version, Started: time.Now().UTC(), Interval: interval}
-	if once {
-		status.Interval = 0
-	}
-	var s *netnsstore.Store
-	defer func() {
-		if s != nil {
-			if !once {
-				// A sweeper that is gone says so, rather than let check
-				// wait for its rounds to be late.
-				status.Stopped = time.Now().UTC()
-				if err := s.WriteSweepStatus(status); err != nil {
-					log.Warn("sweep: write the sweeper's status", "error", err)
-				}
-			}
-			s.Close()
-		}
-	}()
-	for {
-		var err error
-		if s == nil {
-			if s, err = openSweptStore(c, log); err != nil {
-				log.Error("sweep: open the store", "error", err)
-			}
-		}
-		if s != nil {
-			var findings []netnsstore.Finding
-			findings, err = s.FinishAbandoned()
-			if err != nil {
-				log.Error("sweep round", "error", err)
-			}
-			log.Debug("sweep round", "abandoned", len(findings))
-			status.LastRound, status.Finished, status.Error = time.Now().UTC(), len(findings), ""
-			if err != nil {
-				status.Error = err.Error()
-			}
-			if werr := s.WriteSweepStatus(status); werr != nil {
-				log.Warn("sweep: write the sweeper's status", "error", werr)
-			}
-			if ferr := s.FoldEvents(eventsFoldOver); ferr != nil {
-				log.Warn("sweep: fold the events file", "error", ferr)
-			}
-		}
-		if once {
-			if err != nil {
-				return 1
-			}
-			return 0
-		}
-		select {
-		case <-ctx.Done():
-			return 0
-		case <-t.C:
-		}
-	}
-}
-
-// sweepAll is the sweeper of every store registered on the node: each
-// round sweeps each registered store as sweepLoop sweeps one, with c's
-// settings and the store's own pinDir and stateDir. A registration that
-// cannot be read fails the round (logged, exit 1 with --once).
-func sweepAll(ctx context.Context, c *conf.Config, interval time.Duration, once bool, log *slog.Logger) int {
-	if err := netnsstore.MakeRegistry(netnsstore.RegistryDir()); err != nil {
-		log.Error("sweep: make the store registry", "error", err)
-	}
-	log.Info("sweeper started for every registered store", "registry", netnsstore.RegistryDir(), "interval", interval.String(), "once", once)
-	defer log.Info("sweeper stopped")
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	type swept struct {
-		s      *netnsstore.Store
-		status netnsstore.SweepStatus
-	}
+	started := time.Now().UTC()
 	stores := map[string]*swept{}
 	defer func() {
 		for _, sw := range stores {
 			if !once {
+				// A sweeper that is gone says so, rather than let check
+				// wait for its rounds to be late.
 				sw.status.Stopped = time.Now().UTC()
 				if err := sw.s.WriteSweepStatus(sw.status); err != nil {
-					log.Warn("sweep: write the sweeper's status", "stateDir", sw.s.StateDir, "error", err)
+					sw.log.Warn("sweep: write the sweeper's status", "error", err)
 				}
 			}
 			sw.s.Close()
@@ -153,10 +96,13 @@ func sweepAll(ctx context.Context, c *conf.Config, interval time.Duration, once 
 	}()
 	for {
 		failed := false
-		regs, err := netnsstore.Registered(netnsstore.RegistryDir())
-		if err != nil {
-			log.Error("sweep: list the registered stores", "error", err)
-			failed = true
+		regs := []netnsstore.RegisteredStore{{Registration: netnsstore.Registration{StateDir: c.StateDir, PinDir: c.PinDir}}}
+		if all {
+			var err error
+			if regs, err = netnsstore.Registered(netnsstore.RegistryDir()); err != nil {
+				log.Error("sweep: list the registered stores", "error", err)
+				failed = true
+			}
 		}
 		for _, reg := range regs {
 			if reg.Err != nil {
@@ -167,17 +113,21 @@ func sweepAll(ctx context.Context, c *conf.Config, interval time.Duration, once 
 			sw := stores[reg.StateDir]
 			if sw == nil {
 				if _, err := os.Stat(reg.StateDir); errors.Is(err, os.ErrNotExist) {
-					continue // removed with its pinDir: nothing to sweep
+					continue // not pinned yet, or removed with its pinDir: nothing to sweep
+				}
+				l, since := log, started
+				if all {
+					l, since = log.With("stateDir", reg.StateDir), time.Now().UTC()
 				}
 				sc := *c
 				sc.StateDir, sc.PinDir = reg.StateDir, reg.PinDir
 				s, err := openStore(&sc, log, netnsstore.BySweeper)
 				if err != nil {
-					log.Error("sweep: open the store", "stateDir", reg.StateDir, "error", err)
+					l.Error("sweep: open the store", "error", err)
 					failed = true
 					continue
 				}
-				sw = &swept{s: s, status: netnsstore.SweepStatus{PID: os.Getpid(), Version: Version, Started: time.Now().UTC(), Interval: interval}}
+				sw = &swept{s: s, log: l, status: netnsstore.SweepStatus{PID: os.Getpid(), Version: Version, Started: since, Interval: interval}}
 				if once {
 					sw.status.Interval = 0
 				}
@@ -185,19 +135,19 @@ func sweepAll(ctx context.Context, c *conf.Config, interval time.Duration, once 
 			}
 			findings, err := sw.s.FinishAbandoned()
 			if err != nil {
-				log.Error("sweep round", "stateDir", reg.StateDir, "error", err)
+				sw.log.Error("sweep round", "error", err)
 				failed = true
 			}
-			log.Debug("sweep round", "stateDir", reg.StateDir, "abandoned", len(findings))
+			sw.log.Debug("sweep round", "abandoned", len(findings))
 			sw.status.LastRound, sw.status.Finished, sw.status.Error = time.Now().UTC(), len(findings), ""
 			if err != nil {
 				sw.status.Error = err.Error()
 			}
 			if werr := sw.s.WriteSweepStatus(sw.status); werr != nil {
-				log.Warn("sweep: write the sweeper's status", "stateDir", reg.StateDir, "error", werr)
+				sw.log.Warn("sweep: write the sweeper's status", "error", werr)
 			}
 			if ferr := sw.s.FoldEvents(eventsFoldOver); ferr != nil {
-				log.Warn("sweep: fold the events file", "stateDir", reg.StateDir, "error", ferr)
+				sw.log.Warn("sweep: fold the events file", "error", ferr)
 			}
 		}
 		if once {
@@ -217,12 +167,3 @@ func sweepAll(ctx context.Context, c *conf.Config, interval time.Duration, once 
 // eventsFoldOver is the size past which the sweeper folds the events file
 // into one line per counter (netnsstore.Store.FoldEvents).
 const eventsFoldOver = 256 << 10
-
-// openSweptStore opens the store once its stateDir exists (nil, nil
-// before).
-func openSweptStore(c *conf.Config, log *slog.Logger) (*netnsstore.Store, error) {
-	if _, err := os.Stat(c.StateDir); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	return openStore(c, log, netnsstore.BySweeper)
-}

@@ -86,7 +86,7 @@ func runChainDel(r *netnsstore.Record) error {
 	if err != nil {
 		return fmt.Errorf("captured configuration of %s: %w", r.Network, err)
 	}
-	own := slices.IndexFunc(list.Plugins, func(p *libcni.PluginConfig) bool { return p.Network.Type == "netns-pin" })
+	own := slices.IndexFunc(list.Plugins, func(p *libcni.PluginConfig) bool { return p.Network.Type == pluginName })
 	if own < 0 {
 		return fmt.Errorf("captured configuration of %s has no netns-pin entry", r.Network)
 	}

@@ -70,8 +70,7 @@ func runUninstall(c *conf.Config, cf commandFlags, jsonOut bool, stdout, stderr 
 		return 1
 	}
 	if jsonOut {
-		b, _ := json.Marshal(rep)
-		fmt.Fprintf(stdout, "%s\n", b)
+		_ = json.NewEncoder(stdout).Encode(rep)
 	} else {
 		printUninstall(stdout, rep)
 	}
@@ -129,7 +128,7 @@ func uninstall(c *conf.Config, cniBinDir string, dryRun bool) (*uninstallReport,
 	if rep.Remains, err = remains(c); err != nil {
 		return nil, err
 	}
-	targets := []string{filepath.Join(cniBinDir, "netns-pin"), filepath.Join(cniBinDir, "netns-pin-agent")}
+	targets := []string{filepath.Join(cniBinDir, pluginName), filepath.Join(cniBinDir, "netns-pin-agent")}
 	// an install cut short leaves its temporary file
 	tmps, _ := filepath.Glob(filepath.Join(cniBinDir, ".netns-pin*.tmp"))
 	targets = append(append(targets, tmps...), c.StateDir, c.PinDir)
@@ -348,7 +347,7 @@ func namesNetnsPin(v any, depth int) bool {
 	}
 	switch v := v.(type) {
 	case map[string]any:
-		if v["type"] == selfType {
+		if v["type"] == pluginName {
 			return true
 		}
 		for _, e := range v {
@@ -375,9 +374,6 @@ func namesNetnsPin(v any, depth int) bool {
 	}
 	return false
 }
-
-// selfType is netns-pin's "type" in a chain.
-const selfType = "netns-pin"
 
 // removePinDir removes pinDir, whose pins folder is empty: its links and
 // folders, then the folder itself, unmounting the bind mount of pinDir
