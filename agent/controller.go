@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/netns-pin/netns-pin/internal/kubeproc"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -94,26 +95,10 @@ func New(cfg Config) *Agent {
 		a.setAPIErr(fmt.Errorf("%s pods of node %s: %w", verb, cfg.NodeName, err))
 		cache.DefaultWatchErrorHandler(context.Background(), r, err)
 	})
-	_, _ = inf.Informer().AddEventHandler(Kicker(a.kick))
+	_, _ = inf.Informer().AddEventHandler(kubeproc.Kicker(a.kick))
 	a.lister, a.synced = inf.Lister(), inf.Informer().HasSynced
 	go inf.Informer().RunWithContext(context.Background())
 	return a
-}
-
-// Kicker is an informer's handler that wakes the loop waiting on kick at
-// every change, unless a wake-up is pending already.
-func Kicker(kick chan struct{}) cache.ResourceEventHandlerFuncs {
-	poke := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}
 }
 
 func (a *Agent) setAPIErr(err error) {
@@ -439,16 +424,7 @@ func (a *Agent) pingAPI(ctx context.Context) {
 func (a *Agent) Healthy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return Stuck(a.lastPass, a.cfg.Interval)
-}
-
-// Stuck says why a loop that makes a pass every interval, the last one
-// finished at last, is stuck; nil before a first pass (readiness says so).
-func Stuck(last time.Time, interval time.Duration) error {
-	if late := time.Since(last); !last.IsZero() && late > 3*interval+time.Minute {
-		return fmt.Errorf("no pass for %s", late.Round(time.Second))
-	}
-	return nil
+	return kubeproc.Stuck(a.lastPass, a.cfg.Interval)
 }
 
 // Ready: the informer synced, a pass over every registered store

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/netns-pin/netns-pin/agent"
+	"github.com/netns-pin/netns-pin/internal/kubeproc"
 )
 
 // Config is what the controller runs with.
@@ -77,7 +78,7 @@ func New(cfg Config) *Controller {
 			cfg.Log.Warn("watch "+what, "error", err)
 			cache.DefaultWatchErrorHandler(context.Background(), r, err)
 		})
-		_, _ = inf.AddEventHandler(agent.Kicker(c.kick))
+		_, _ = inf.AddEventHandler(kubeproc.Kicker(c.kick))
 		c.synced = append(c.synced, inf.HasSynced)
 	}
 	c.pods, c.nodes = pods.Lister(), nodes.Lister()
@@ -378,7 +379,7 @@ func (c *Controller) Healthy() error {
 	if !c.leading {
 		return nil
 	}
-	return agent.Stuck(c.lastPass, c.cfg.Interval)
+	return kubeproc.Stuck(c.lastPass, c.cfg.Interval)
 }
 
 // Ready: the informers synced (and, for the leader, a first pass finished).

@@ -24,6 +24,7 @@ import (
 	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/buildinfo"
+	"github.com/netns-pin/netns-pin/internal/kubeproc"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -82,7 +83,7 @@ func run(argv []string) int {
 		Tracker: &agent.Tracker{InUseCommand: inUseCommand},
 	}
 	if !*storeOnly {
-		cs, err := agent.Clientset(*kubeconfig, "netns-pin-agent/"+Version)
+		cs, err := kubeproc.Clientset(*kubeconfig, "netns-pin-agent/"+Version)
 		if err != nil {
 			log.Error("API client", "error", err)
 			return 1
@@ -91,11 +92,11 @@ func run(argv []string) int {
 	}
 	a := agent.New(cfg)
 	if cs, ok := cfg.Client.(*kubernetes.Clientset); ok {
-		rec, shutdown := agent.Recorder(ctx, cs, a.EventSink, "netns-pin-agent", *node)
+		rec, shutdown := kubeproc.Recorder(ctx, cs, a.EventSink, "netns-pin-agent", *node)
 		defer shutdown()
 		a.UseRecorder(rec)
 	}
-	return agent.Main(ctx, stop, "netns-pin-agent", *listen, m, a.Healthy, a.Ready, a.Run, log)
+	return kubeproc.Main(ctx, stop, "netns-pin-agent", *listen, m, a.Healthy, a.Ready, a.Run, log)
 }
 
 // inUseCommand is the command that lists what uses a pin of a store, with

@@ -21,9 +21,9 @@ import (
 
 	"k8s.io/client-go/tools/record"
 
-	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/controller"
 	"github.com/netns-pin/netns-pin/internal/buildinfo"
+	"github.com/netns-pin/netns-pin/internal/kubeproc"
 )
 
 // Version and Commit are stamped at build time (hack/version.sh);
@@ -77,12 +77,12 @@ func run(argv []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	cs, err := agent.Clientset(*kubeconfig, "netns-pin-controller/"+Version)
+	cs, err := kubeproc.Clientset(*kubeconfig, "netns-pin-controller/"+Version)
 	if err != nil {
 		log.Error("API client", "error", err)
 		return 1
 	}
-	recorder, shutdown := agent.Recorder(ctx, cs, func(s record.EventSink) record.EventSink { return s }, "netns-pin-controller", *identity)
+	recorder, shutdown := kubeproc.Recorder(ctx, cs, func(s record.EventSink) record.EventSink { return s }, "netns-pin-controller", *identity)
 	defer shutdown()
 	m := controller.NewMetrics()
 	c := controller.New(controller.Config{
@@ -91,7 +91,7 @@ func run(argv []string) int {
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		Guard: controller.Guard{Policy: *guardPolicy, Policies: splitList(*guardPolicies)},
 	})
-	return agent.Main(ctx, stop, "netns-pin-controller", *listen, m, c.Healthy, c.Ready, c.Run, log)
+	return kubeproc.Main(ctx, stop, "netns-pin-controller", *listen, m, c.Healthy, c.Ready, c.Run, log)
 }
 
 // splitList is a comma-separated list without its empty items.

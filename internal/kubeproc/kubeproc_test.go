@@ -1,4 +1,4 @@
-package agent
+package kubeproc
 
 import (
 	"bufio"
@@ -26,7 +26,7 @@ func startAgent(t *testing.T) (int, string) {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "netns-pin-agent")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/netns-pin-agent").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/netns-pin-agent").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	cmd := exec.Command(bin, "--store-only", "--listen-address", "127.0.0.1:0", "--status-dir", "-",
 		"--host-root", dir)

@@ -1,4 +1,9 @@
-package agent
+// Package kubeproc is the process shell of netns-pin's two Kubernetes
+// binaries, the node agent and the cluster controller: their API client
+// and event recorder, their endpoint (/metrics, /healthz, /readyz), their
+// main loop, the informer handler that wakes a loop and the check that
+// says a loop is stuck.
+package kubeproc
 
 import (
 	"context"
@@ -20,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 )
@@ -132,3 +138,28 @@ func serve(ctx context.Context, ln net.Listener, m prometheus.Collector, healthy
 type slogPrinter struct{ log *slog.Logger }
 
 func (p slogPrinter) Println(v ...any) { p.log.Warn("metrics", "error", fmt.Sprint(v...)) }
+
+// Kicker is an informer's handler that wakes the loop waiting on kick at
+// every change, unless a wake-up is pending already.
+func Kicker(kick chan struct{}) cache.ResourceEventHandlerFuncs {
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}
+}
+
+// Stuck says why a loop that makes a pass every interval, the last one
+// finished at last, is stuck; nil before a first pass (readiness says so).
+func Stuck(last time.Time, interval time.Duration) error {
+	if late := time.Since(last); !last.IsZero() && late > 3*interval+time.Minute {
+		return fmt.Errorf("no pass for %s", late.Round(time.Second))
+	}
+	return nil
+}
