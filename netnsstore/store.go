@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/internal/failpoint"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
 // PinsSubdir is the folder under pinDir that holds the pins.
@@ -145,7 +145,7 @@ func Open(pinDir, stateDir string, o Options) (*Store, error) {
 }
 
 func (s *Store) open() error {
-	boot, err := os.ReadFile(failpoint.BootIDPath(bootIDPath))
+	boot, err := regfile.ReadFile(failpoint.BootIDPath(bootIDPath), 0, 4096)
 	if err != nil {
 		return fmt.Errorf("read boot id: %w", err)
 	}

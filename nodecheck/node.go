@@ -295,8 +295,10 @@ func nsfsIDWithin(path string, d time.Duration) (netnsstore.NetnsID, error) {
 	}
 }
 
+// readSmall reads a process's comm or cgroup, "" when it cannot: a
+// regular procfs file of at most a page or two, bounded all the same.
 func readSmall(path string) string {
-	data, _ := os.ReadFile(path)
+	data, _ := regfile.ReadFile(path, 0, 64<<10)
 	return string(data)
 }
 
