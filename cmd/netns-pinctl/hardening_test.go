@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,4 +200,45 @@ func TestHostExecForwardsSIGTERM(t *testing.T) {
 	require.NoError(t, cmd.Wait(), "exit 0 on SIGTERM: %s", stderr.String())
 	assert.Less(t, time.Since(start), time.Second, stderr.String())
 	assert.ErrorIs(t, unix.Kill(child, 0), unix.ESRCH, "the sweeper is gone with host-exec")
+}
+
+// TestHostExecStaysInItsOwnMountNamespace: `kubectl exec` into the sweep
+// container joins the mount namespace of the container's first process,
+// host-exec, as /proc/<pid>/ns/mnt shows it: the main thread's. The thread
+// that enters the host's namespace to start the child must never be the
+// main thread, or the exec lands on the host's files, where the image's
+// /netns-pinctl does not exist. Several runs: which thread a goroutine
+// lands on is the scheduler's choice.
+func TestHostExecStaysInItsOwnMountNamespace(t *testing.T) {
+	require.Zero(t, os.Geteuid(), "a mount namespace of its own: run as root")
+	s, flags := cliStore(t)
+	bin := buildBinaries(t)
+	hostNS, err := os.Readlink("/proc/self/ns/mnt") // the host's, where unshare starts
+	require.NoError(t, err)
+	for run := range 10 {
+		if err := os.Remove(filepath.Join(s.StateDir, "sweeper.json")); !os.IsNotExist(err) {
+			require.NoError(t, err, "run %d", run)
+		}
+		cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", bin, "host-exec", "--"}, append(flags, "sweep", "--interval", "1h")...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		require.NoError(t, cmd.Start())
+		var child int
+		require.Eventually(t, func() bool {
+			st, err := netnsstore.ReadSweepStatus(s.StateDir)
+			if err != nil || st == nil || st.LastRound.IsZero() {
+				return false
+			}
+			child = st.PID
+			return true
+		}, 10*time.Second, 10*time.Millisecond, "run %d: the sweeper ran its round: %s", run, &stderr)
+		own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", cmd.Process.Pid))
+		require.NoError(t, err)
+		childNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", child))
+		require.NoError(t, err)
+		assert.Equal(t, hostNS, childNS, "run %d: the sweeper runs in the host's mount namespace", run)
+		assert.NotEqual(t, hostNS, own, "run %d: host-exec's main thread stays in its container's mount namespace", run)
+		require.NoError(t, cmd.Process.Signal(unix.SIGTERM))
+		require.NoError(t, cmd.Wait(), "run %d: %s", run, &stderr)
+	}
 }

@@ -1,7 +1,7 @@
 package kube
 
 // The installer pod as an operator sees it: the sweeper's Prometheus
-// metrics scraped from the pod during a holder rollout, and `netns-pin
+// metrics scraped from the pod during a holder rollout, and `netns-pinctl
 // check` run in the pod, passing on the healthy node and failing once the
 // ceph-csi configuration is broken on purpose (docs/operating.md, "Checking
 // a node" and "Metrics").
@@ -9,6 +9,7 @@ package kube
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,9 +31,24 @@ import (
 // metricsPort is deploy/agent-daemonset.yaml's --listen-address port.
 const metricsPort = "9853"
 
-// installerExec runs a command in the installer pod's sweep container.
-func (c *cluster) installerExec(args ...string) host.CmdResult {
-	return c.kubectl(append([]string{"-n", "kube-system", "exec", "daemonset/netns-pin-installer", "-c", "sweep", "--"}, args...)...)
+// installerExec runs a command in the sweep container of the node's
+// installer pod, as docs/operating.md has it (`kubectl exec
+// <netns-pin-installer pod on the node>`): the one that runs, is ready and
+// is not being deleted. When the exec fails it logs the pods and which
+// mount namespace the exec joined: the container's first process's
+// (host-exec must stay in its own), against the host's.
+func (c *cluster) installerExec(t *testing.T, args ...string) host.CmdResult {
+	t.Helper()
+	p := c.waitRunning(t, "kube-system", "app.kubernetes.io/name=netns-pin-installer")
+	r := c.kubectl(append([]string{"-n", "kube-system", "exec", p.Metadata.Name, "-c", "sweep", "--"}, args...)...)
+	if r.Err != nil {
+		hostNS, _ := os.Readlink("/proc/self/ns/mnt")
+		pid := c.sweeperPID(t)
+		own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		t.Logf("exec in %s failed; the sweep container's first process (pid %d) is in mount namespace %s (%v), the host's is %s; the installer's pods:\n%s",
+			p, pid, own, err, hostNS, c.kubectl("-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=netns-pin-installer", "-o", "wide").Stdout)
+	}
+	return r
 }
 
 // scrapeInstaller reads the node's /metrics, the agent's
@@ -135,8 +151,8 @@ func (c *cluster) nodeCheck(t *testing.T, args ...string) (int, []map[string]str
 	// netns-pinctl runs check in the host's mount namespace (host-exec),
 	// as the sweeper runs.
 	argv := []string{"/netns-pinctl", "host-exec", "--", "--pin-dir", c.pinDir, "--state-dir", c.stateDir, "check"}
-	r := c.installerExec(append(argv, args...)...)
-	table := c.installerExec(append(argv, args[:len(args)-1]...)...)
+	r := c.installerExec(t, append(argv, args...)...)
+	table := c.installerExec(t, append(argv, args[:len(args)-1]...)...)
 	t.Logf("netns-pinctl check in the installer pod:\n%s", table.Stdout)
 	code := 0
 	var ee *exec.ExitError
