@@ -88,8 +88,8 @@ func parseEvent(line string) (Event, bool) {
 }
 
 // noteRelease counts the release of r's pin (and, when the runtime had
-// given up on it, the teardown finished for it).
-func (s *Store) noteRelease(r *Record, force bool) {
+// given up on it and finished says its teardown ran, that teardown).
+func (s *Store) noteRelease(r *Record, force, finished bool) {
 	if r.Cluster == "" {
 		return // a pin without a record
 	}
@@ -98,7 +98,7 @@ func (s *Store) noteRelease(r *Record, force bool) {
 		check = 0
 	}
 	s.note(Event{Kind: EventRelease, By: s.actor, Cluster: r.Cluster, Count: 1, Check: check})
-	if r.Abandoned {
+	if r.Abandoned && finished {
 		s.note(Event{Kind: EventAbandoned, By: s.actor, Cluster: r.Cluster, Count: 1})
 	}
 }

@@ -71,7 +71,8 @@ func (s *Store) diagnose(r *Record) (action, reason string) {
 // command of any attachment heals what an interrupted one left:
 //   - records of another boot: their mounts died with the boot; the links,
 //     the leftover pin file and the record go (the one case that needs no
-//     in-use check);
+//     in-use check); the plugin hands an abandoned one whose chain's DEL
+//     is owed to netns-pinctl (handsOver), whose repair runs it first;
 //   - unpinned records: settled (links moved, in-use check, then released
 //     or kept);
 //   - active or draining records whose pin was unmounted from outside:
@@ -87,6 +88,9 @@ func (s *Store) diagnose(r *Record) (action, reason string) {
 // are logged, not returned: one broken entry must not stop the repair of
 // the others, nor the operation that triggered it.
 func (s *Store) repair(v *view, skip string) {
+	if s.teardown != nil {
+		s.finishHandedOver()
+	}
 	blocked := v.blocked()
 	for _, r := range slices.Clone(v.recs) {
 		if r.BootID != s.bootID && s.pinnedAs(r) {

@@ -176,12 +176,17 @@ func (s *Store) remove(v *view, r *Record, force bool) error {
 		return err
 	}
 	failpoint.Hit("del-unpinned")
-	if err := s.removeRecord(r.Attachment); err != nil {
+	handOver := s.handsOver(r)
+	if handOver {
+		if err := s.handOver(r); err != nil {
+			return err
+		}
+	} else if err := s.removeRecord(r.Attachment); err != nil {
 		return err
 	}
 	v.recs = withoutRecord(v.recs, r.Attachment)
-	s.noteRelease(r, force)
-	if r.Abandoned {
+	s.noteRelease(r, force, !handOver)
+	if r.Abandoned && !handOver {
 		s.log.Info("finished abandoned teardown", "attachment", r.Attachment, "cluster", r.Cluster,
 			"pod", r.PodNS+"/"+r.PodName, "podUID", r.PodUID, "network", r.Network, "containerID", r.ContainerID, "ips", r.IPs,
 			"draining", time.Since(r.DrainingSince).Round(time.Millisecond).String(), "ipamReleased", r.Teardown != nil && len(r.Teardown.Cache) > 0)

@@ -103,9 +103,8 @@ type Options struct {
 	// Teardown finishes the teardown of an abandoned attachment before its
 	// pin is unmounted: the DEL of the chain's plugins before netns-pin,
 	// with CNI_NETNS set to the pin. A store without it releases no
-	// abandoned record of this boot (leavesAbandoned); one of an earlier
-	// boot it drops as any record of an earlier boot, without the chain's
-	// DEL.
+	// abandoned record of this boot (leavesAbandoned), and hands one of
+	// an earlier boot over to a store with it (handsOver).
 	Teardown teardownFunc
 	// Writer names the program version recorded in the records it writes,
 	// so that a record of a newer format can say who wrote it.

@@ -395,6 +395,56 @@ func TestRepairAfterRebootDropsAnAbandonedRecordWhoseTeardownFails(t *testing.T)
 	assert.Nil(t, got, "the record of an earlier boot is gone")
 }
 
+// Hole: after a reboot, the plugin (which cannot run the chain) dropped an
+// abandoned record as any record of an earlier boot, and the chain's DEL
+// that frees its IPAM lease never ran when a pod's ADD or GC came before
+// the sweeper. The plugin now hands such a record over: off the records
+// (no pin, no link, nothing a link rule or an in-use check sees), in
+// teardowns/, where netns-pinctl's next repair runs the chain's DEL once,
+// failing or not, and removes it.
+func TestPluginHandsAnAbandonedTeardownOfAnEarlierBootToNetnsPinctl(t *testing.T) {
+	s := testStore(t)
+	r := pinnedBeforeReboot(t, s, "10.98.21.5/24", func(r *Record) {
+		r.Abandoned, r.State = true, StateDraining
+		r.Teardown = &Teardown{CNIPath: "/opt/cni/bin", CacheFile: "/var/lib/cni/results/ceph-public-c1-net1", Cache: json.RawMessage(`{"kind":"cniCacheV1"}`)}
+	})
+	handedOver := filepath.Join(s.StateDir, TeardownsSubdir, "c1.net1.json")
+
+	_, err := s.Release("unrelated.net1", nil)
+	require.NoError(t, err)
+	got, err := s.Get("c1.net1")
+	require.NoError(t, err)
+	assert.Nil(t, got, "no longer a record")
+	assert.NoFileExists(t, r.PinPath)
+	_, err = os.Lstat(r.Links[0])
+	assert.True(t, os.IsNotExist(err), "its link is gone")
+	data, err := os.ReadFile(handedOver)
+	require.NoError(t, err, "handed over to netns-pinctl")
+	var kept Record
+	require.NoError(t, json.Unmarshal(data, &kept))
+	assert.Equal(t, r.Teardown.Cache, kept.Teardown.Cache, "with the captured chain")
+	// another operation of the plugin leaves it
+	_, err = s.Release("unrelated.net1", nil)
+	require.NoError(t, err)
+	assert.FileExists(t, handedOver)
+
+	var ran []string
+	ctl, err := Open(s.PinDir, s.StateDir, Options{InUse: notInUse, RegistryDir: filepath.Join(filepath.Dir(s.PinDir), "stores"),
+		Teardown: func(r *Record) error {
+			ran = append(ran, r.Attachment)
+			return errors.New("plugin macvlan not found in CNI_PATH")
+		}})
+	require.NoError(t, err)
+	t.Cleanup(ctl.Close)
+	_, err = ctl.Release("unrelated.net1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c1.net1"}, ran, "netns-pinctl ran the chain's DEL")
+	assert.NoFileExists(t, handedOver, "and removed it, failing DEL or not")
+	_, err = ctl.Release("unrelated.net1", nil)
+	require.NoError(t, err)
+	assert.Len(t, ran, 1, "once")
+}
+
 func TestConcurrentPinsAndReleases(t *testing.T) {
 	s := testStore(t)
 	const n = 12

@@ -368,3 +368,66 @@ func TestSweeperLeavesRetryingRuntimesAlone(t *testing.T) {
 	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "the lease is freed once")
 	assert.Zero(t, logLines(t, c, "finished abandoned teardown"))
 }
+
+// onBoot runs name with args as on a node rebooted since: in a mount
+// namespace of its own where /proc/sys/kernel/random/boot_id reads bootID
+// (/proc made private there first, so the host's boot id stays), every
+// other mount as the host has it (a pin made there is the host's: pinDir
+// is a shared mount).
+func onBoot(t *testing.T, bootID string, env []string, name string, args ...string) host.CmdResult {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "boot_id")
+	require.NoError(t, os.WriteFile(file, []byte(bootID+"\n"), 0o444))
+	script := `mount --make-rprivate /proc && mount --bind "$0" /proc/sys/kernel/random/boot_id && exec "$@"`
+	return host.RunCmd(host.CmdTimeout, env, nil, "unshare", append([]string{"--mount", "--propagation", "unchanged", "sh", "-c", script, file, name}, args...)...)
+}
+
+// Hole: a teardown the runtime abandoned (CRI-O), still held by a kernel
+// client when the node rebooted. On the new boot the first operation on
+// the store was a holder pod's ADD, whose repair dropped the record as any
+// record of an earlier boot, without the chain's DEL that the plugin
+// cannot run: host-local kept the old address for ever. The plugin now
+// hands the record over to netns-pinctl, whose next gc runs the chain's
+// DEL, once.
+func TestAbandonedTeardownOfAnEarlierBootFreesItsLease(t *testing.T) {
+	h := newDeviceHeldHolder(t)
+	c, a, calls := h.c, h.a, h.calls
+	conflist := filepath.Join(c.netconfDir, c.name+".conflist")
+	h.ns.Delete(t)
+	require.NoError(t, os.Remove(filepath.Join("/var/lib/cni/results", fmt.Sprintf("%s-%s-%s", c.name, a.containerID, ifName))))
+	a.noCleanDel = true
+	r := pinCLI(c, "--conf", conflist, "sweep", "--once")
+	require.NoError(t, r.Err, "%s", r)
+	require.Equal(t, "true", readRecord(t, a.recordPath()).str("abandoned"))
+
+	// The reboot: the client and the pin's mount die with the boot; the
+	// lease file of host-local does not.
+	h.fx.unmapDevice(t, "0")
+	hosttest.MustRun(t, "umount", "-l", a.pinPath())
+	newBoot := "6d0e4c1a-0001-4b7e-9c3d-" + host.RandHex(6)
+
+	// The new boot's first operation: the next holder's ADD.
+	ns2 := hosttest.NewNetns(t, "npe2e")
+	a2 := c.newAttachment(t, ns2, holderArgs(), true)
+	e := c.env
+	r = onBoot(t, newBoot, []string{"CNI_PATH=" + e.cniPath, "NETCONFPATH=" + c.netconfDir, "CNI_IFNAME=" + ifName, "CNI_ARGS=" + cniArgsString(a2.args)},
+		e.cnitool, "add", c.name, ns2.Path)
+	require.NoError(t, r.Err, "the new holder's ADD: %s", r)
+	handedOver := filepath.Join(c.stateDir, "teardowns", a.attachmentName()+".json")
+	assert.NoFileExists(t, a.recordPath(), "the record of the earlier boot is dropped")
+	assert.NoFileExists(t, a.pinPath())
+	assert.FileExists(t, handedOver, "its teardown is handed over to netns-pinctl")
+	assert.FileExists(t, c.leasePath(h.ip), "the plugin ran no other plugin")
+	assert.Zero(t, hostLocalDels(t, calls, a.containerID))
+	assert.Equal(t, "active", readRecord(t, a2.recordPath()).str("state"))
+
+	r = onBoot(t, newBoot, nil, c.env.ctl, "--conf", conflist, "gc")
+	require.NoError(t, r.Err, "%s", r)
+	assert.NoFileExists(t, handedOver)
+	assert.NoFileExists(t, c.leasePath(h.ip), "host-local gave the address back")
+	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "the chain's DEL ran once")
+	assert.Equal(t, 1, logLines(t, c, `"msg":"finished abandoned teardown"`, a.attachmentName(), `"handedOverByThePlugin":true`))
+	r = onBoot(t, newBoot, nil, c.env.ctl, "--conf", conflist, "gc")
+	require.NoError(t, r.Err, "%s", r)
+	assert.Equal(t, 1, hostLocalDels(t, calls, a.containerID), "and only once")
+}

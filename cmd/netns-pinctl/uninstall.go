@@ -79,6 +79,10 @@ func runUninstall(c *conf.Config, cf commandFlags, jsonOut bool, stdout, stderr 
 			fmt.Fprintf(stderr, "netns-pinctl uninstall: refused: %d thing(s) on this node still need netns-pin (above); "+
 				"remove it from the NetworkAttachmentDefinitions, wait until these pods are gone, then run it again (docs/operating.md, \"Removing netns-pin\")\n",
 				len(rep.Remains))
+			if slices.ContainsFunc(rep.Remains, func(r remain) bool { return r.Kind == "teardown" }) {
+				fmt.Fprintln(stderr, "netns-pinctl uninstall: a teardown abandoned before a reboot still owes the chain's DEL (its IPAM lease): "+
+					"the sweeper runs it within its interval, or run netns-pinctl gc")
+			}
 			if slices.ContainsFunc(rep.Remains, func(r remain) bool { return r.Kind == "finalizer" }) {
 				fmt.Fprintf(stderr, "netns-pinctl uninstall: pods of this node carried the finalizer %s at the node agent's last pass: "+
 					"take it out of their template (or delete the holder DaemonSet) and wait, with the agent still running, until they are gone; "+
@@ -191,27 +195,32 @@ func lockStateDir(stateDir string) (func(), error) {
 // chain names netns-pin.
 func remains(c *conf.Config) ([]remain, error) {
 	out := []remain{}
-	recDir := filepath.Join(c.StateDir, "records")
-	names, err := dirNames(recDir)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range names {
-		if strings.HasPrefix(n, ".tmp-") {
-			continue // a write cut short, not a record; removed with stateDir
+	// A record, and a teardown the plugin handed over after a reboot
+	// (the chain's DEL that netns-pinctl's next gc, release or sweep runs).
+	for _, kind := range []string{"record", "teardown"} {
+		dir := filepath.Join(c.StateDir, map[string]string{"record": "records", "teardown": netnsstore.TeardownsSubdir}[kind])
+		names, err := dirNames(dir)
+		if err != nil {
+			return nil, err
 		}
-		r := remain{Kind: "record", Name: strings.TrimSuffix(n, ".json"), Path: filepath.Join(recDir, n)}
-		var rec struct {
-			PodNS   string `json:"podNamespace"`
-			PodName string `json:"podName"`
+		for _, n := range names {
+			if strings.HasPrefix(n, ".tmp-") {
+				continue // a write cut short, not a record; removed with stateDir
+			}
+			r := remain{Kind: kind, Name: strings.TrimSuffix(n, ".json"), Path: filepath.Join(dir, n)}
+			var rec struct {
+				PodNS   string `json:"podNamespace"`
+				PodName string `json:"podName"`
+			}
+			if data, err := pinstore.ReadFile(r.Path, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
+				r.Pod = rec.PodNS + "/" + rec.PodName
+			}
+			out = append(out, r)
 		}
-		if data, err := pinstore.ReadFile(r.Path, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
-			r.Pod = rec.PodNS + "/" + rec.PodName
-		}
-		out = append(out, r)
 	}
 	pinsDir := filepath.Join(c.PinDir, netnsstore.PinsSubdir)
-	if names, err = dirNames(pinsDir); err != nil {
+	names, err := dirNames(pinsDir)
+	if err != nil {
 		return nil, err
 	}
 	for _, n := range names {

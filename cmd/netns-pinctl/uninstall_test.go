@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/netns-pin/netns-pin/netnsstore"
 	"golang.org/x/sys/unix"
 )
 
@@ -90,6 +92,11 @@ func TestUninstall(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(n.state, "records", att+".json"),
 		[]byte(`{"format":2,"attachment":"c1.net1","podNamespace":"rook-ceph","podName":"csi-holder-x","state":"draining"}`), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(n.pins, "pins", att), nil, 0o600))
+	// a teardown the plugin handed over after a reboot
+	handedOver := filepath.Join(n.state, netnsstore.TeardownsSubdir, "c0.net1.json")
+	require.NoError(t, os.Mkdir(filepath.Dir(handedOver), 0o700))
+	require.NoError(t, os.WriteFile(handedOver,
+		[]byte(`{"format":2,"attachment":"c0.net1","podNamespace":"rook-ceph","podName":"csi-holder-w","state":"draining","abandoned":true}`), 0o600))
 	libcni := filepath.Join(n.multusCache, "results", "ceph-public-c2-net1")
 	n.cache(t, libcni, "c2", "apps", "app-1", pinChain)
 	delegates, err := json.Marshal([]map[string]any{{
@@ -104,19 +111,21 @@ func TestUninstall(t *testing.T) {
 		rc, out, errOut := n.run(args...)
 		assert.Equal(t, 1, rc, "uninstall %v with remains: %s%s", args, out, errOut)
 		assert.Contains(t, out, "remains: record c1.net1 pod rook-ceph/csi-holder-x ("+filepath.Join(n.state, "records", att+".json")+")")
+		assert.Contains(t, out, "remains: teardown c0.net1 pod rook-ceph/csi-holder-w ("+handedOver+")")
+		assert.Contains(t, errOut, "still owes the chain's DEL")
 		assert.Contains(t, out, "remains: pin c1.net1 ("+filepath.Join(n.pins, "pins", att)+")")
 		assert.Contains(t, out, "remains: attachment ceph-public-c2-net1 pod apps/app-1 ("+libcni+")")
 		assert.Contains(t, out, "remains: attachment container c2 (Multus delegates) ("+multus+")")
 		assert.NotContains(t, out, "multus-cni-network-c0", "a chain without netns-pin is no reference")
 		assert.Contains(t, out, "kept "+filepath.Join(n.bin, "netns-pin"))
-		assert.Contains(t, errOut, "refused: 4 thing(s) on this node still need netns-pin")
-		for _, p := range []string{filepath.Join(n.bin, "netns-pin"), n.log, filepath.Join(n.state, "records", att+".json"), filepath.Join(n.pins, "pins", att)} {
+		assert.Contains(t, errOut, "refused: 5 thing(s) on this node still need netns-pin")
+		for _, p := range []string{filepath.Join(n.bin, "netns-pin"), n.log, filepath.Join(n.state, "records", att+".json"), handedOver, filepath.Join(n.pins, "pins", att)} {
 			assert.FileExists(t, p, "nothing is removed while something remains")
 		}
 	}
 
 	// The pods leave: their DELs remove the record, the pin and the caches.
-	for _, p := range []string{filepath.Join(n.state, "records", att+".json"), filepath.Join(n.pins, "pins", att), libcni, multus} {
+	for _, p := range []string{filepath.Join(n.state, "records", att+".json"), filepath.Join(n.pins, "pins", att), libcni, multus, handedOver} {
 		require.NoError(t, os.Remove(p))
 	}
 	rc, out, errOut := n.run("--dry-run", "--json")

@@ -24,13 +24,18 @@ package model
 //	    in use and still pinned, whatever the step was (a crash included):
 //	    to the cluster's newest active pin, else its newest draining pin,
 //	    once the state is known (I2), and to a live pin of its cluster
-//	    while a crash left the state open.
+//	    while a crash left the state open;
+//	I7  a teardown the runtime abandoned before a reboot is finished
+//	    whoever comes first after it: once an operation of netns-pinctl
+//	    repaired the store, the chain's plugin before netns-pin got the
+//	    attachment's DEL and nothing of it is left in teardowns/.
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -47,6 +52,9 @@ type recView struct {
 	State     string    `json:"state"`
 	Created   time.Time `json:"created"`
 	Abandoned bool      `json:"abandoned"`
+	Teardown  *struct {
+		Cache json.RawMessage `json:"cache"`
+	} `json:"teardown"`
 }
 
 // readDir lists dir; a folder not made yet is empty, any other error
@@ -135,6 +143,23 @@ func (d *driver) checkAll() {
 	d.checkInUse(mounts)
 	if !d.dirty {
 		d.checkStore(recs, mounts)
+	}
+	if d.repaired && d.ctlRepaired {
+		d.checkOwed()
+	}
+}
+
+// checkOwed is I7, after a repairing operation of netns-pinctl.
+func (d *driver) checkOwed() {
+	for _, h := range slices.SortedFunc(maps.Keys(d.owed), func(a, b *holder) int { return a.id - b.id }) {
+		d.count("I7")
+		if d.e.chainDels(h.cid) == 0 {
+			d.violation("I7", "the chain's DEL of %s, abandoned before the reboot, has not run", h)
+		}
+		if _, err := os.Lstat(filepath.Join(d.e.stateDir, "teardowns", h.att+".json")); !errors.Is(err, fs.ErrNotExist) {
+			d.violation("I7", "the teardown of %s is still in teardowns/ (%v)", h, err)
+		}
+		delete(d.owed, h)
 	}
 }
 
@@ -334,6 +359,9 @@ func (d *driver) checkEmpty() {
 	pins := d.readDir(filepath.Join(d.e.pinDir, "pins"))
 	for _, p := range pins {
 		left = append(left, "pin file "+p.Name())
+	}
+	for _, td := range d.readDir(filepath.Join(d.e.stateDir, "teardowns")) {
+		left = append(left, "teardown "+td.Name())
 	}
 	for _, m := range d.mounts() {
 		if under(m.Mountpoint, d.e.work) && (strings.HasPrefix(m.Root, "net:[") || under(m.Mountpoint, filepath.Join(d.e.pinDir, "pins"))) {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -123,8 +124,12 @@ type env struct {
 	rookDir    string // Rook-style absolute links: <rookDir>/<namespace>.net.ns
 	bootIDFile string
 	logFile    string
-	runID      string
-	entry      map[string]any
+	// cacheDir is the runtime's libcni cache, where each DEL finds the
+	// attachment's entry (writeCacheEntry); chainLog is where the chain's
+	// plugin before netns-pin (chainedPlugin) logs every DEL it gets.
+	cacheDir, chainLog string
+	runID              string
+	entry              map[string]any
 }
 
 func newEnv(t *testing.T, bin string) *env {
@@ -141,11 +146,16 @@ func newEnv(t *testing.T, bin string) *env {
 		rookDir:       filepath.Join(work, "csi"),
 		bootIDFile:    filepath.Join(work, "boot_id"),
 		logFile:       filepath.Join(work, "netns-pin.log"),
+		cacheDir:      filepath.Join(work, "cni-cache"),
+		chainLog:      filepath.Join(work, "chain.log"),
 		runID:         host.RandHex(6),
 	}
 	require.NoError(t, os.MkdirAll(filepath.Join(e.sysfs, "bus", "rbd", "devices"), 0o755))
 	require.NoError(t, os.Mkdir(e.wrongStateDir, 0o700))
 	require.NoError(t, os.MkdirAll(filepath.Join(e.debugfs, "ceph"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(e.cacheDir, "results"), 0o700))
+	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s %%s\\n' \"$CNI_COMMAND\" \"$CNI_CONTAINERID\" >> %s\n", e.chainLog)
+	require.NoError(t, os.WriteFile(filepath.Join(e.binDir, chainedPlugin), []byte(script), 0o755))
 	e.writeBootID(0)
 	var holders []map[string]any
 	for _, ns := range clusterNamespaces {
@@ -161,8 +171,48 @@ func newEnv(t *testing.T, bin string) *env {
 		"inUse":             map[string]any{"sysfs": e.sysfs, "debugfs": e.debugfs},
 		"logFile":           e.logFile,
 		"logLevel":          "debug",
+		"cacheDirs":         []string{e.cacheDir},
 	}
 	return e
+}
+
+// chainedPlugin is the plugin before netns-pin in the chain a runtime
+// ran: its DEL (by netns-pinctl, for an abandoned teardown) is logged in
+// chainLog.
+const chainedPlugin = "model-chained"
+
+// writeCacheEntry writes the libcni cache entry of attachment (cid,
+// ifName), as a runtime's ADD through libcni leaves it: the chain
+// (chainedPlugin, then netns-pin with the model's entry), the arguments
+// and the result. The plugin's refused DEL captures it.
+func (e *env) writeCacheEntry(cid, podNS, podName, podUID, netnsPath string, ips []string) {
+	e.t.Helper()
+	own := map[string]any{}
+	for k, v := range e.entry {
+		own[k] = v
+	}
+	list, err := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": network,
+		"plugins": []map[string]any{{"type": chainedPlugin}, own}})
+	require.NoError(e.t, err)
+	entry, err := json.Marshal(map[string]any{
+		"kind": "cniCacheV1", "containerId": cid, "config": list, "ifName": ifName, "networkName": network, "netns": netnsPath,
+		"cniArgs": [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", podNS}, {"K8S_POD_NAME", podName}, {"K8S_POD_UID", podUID}},
+		"result":  prevResult(netnsPath, ips),
+	})
+	require.NoError(e.t, err)
+	require.NoError(e.t, os.WriteFile(filepath.Join(e.cacheDir, "results", network+"-"+cid+"-"+ifName), entry, 0o600))
+}
+
+// chainDels counts the DELs of cid that the chain's plugin before
+// netns-pin got.
+func (e *env) chainDels(cid string) int {
+	e.t.Helper()
+	data, err := os.ReadFile(e.chainLog)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0
+	}
+	require.NoError(e.t, err)
+	return strings.Count(string(data), "DEL "+cid+"\n")
 }
 
 func (e *env) writeBootID(n int) {

@@ -142,12 +142,15 @@ type driver struct {
 	// settles an abandoned record of this boot; the plugin's leaves it
 	// for netns-pinctl, which runs the chain's DEL first.
 	ctlRepaired bool
-	step        int
-	log         []string
-	ignore      map[string]bool
-	counts      map[string]int // invariant checks made
-	found       map[string]int // violations of ignored invariants
-	stepRuns    map[string]int
+	// owed: holders whose abandoned record, with a captured chain, a
+	// reboot left; netns-pinctl owes them the chain's DEL (I7).
+	owed     map[*holder]bool
+	step     int
+	log      []string
+	ignore   map[string]bool
+	counts   map[string]int // invariant checks made
+	found    map[string]int // violations of ignored invariants
+	stepRuns map[string]int
 }
 
 func (d *driver) logf(format string, args ...any) {
@@ -391,7 +394,7 @@ func TestModel(t *testing.T) {
 	}
 	t.Logf("seed %d: %d steps in %s (%.1f steps/s)", cfg.seed, d.step-1, elapsed.Round(time.Millisecond), float64(d.step-1)/elapsed.Seconds())
 	t.Logf("steps run: %s", strings.Join(runs, " "))
-	t.Logf("invariant checks: I1=%d I2=%d I3=%d I4=%d I5=%d I6=%d", d.counts["I1"], d.counts["I2"], d.counts["I3"], d.counts["I4"], d.counts["I5"], d.counts["I6"])
+	t.Logf("invariant checks: I1=%d I2=%d I3=%d I4=%d I5=%d I6=%d I7=%d", d.counts["I1"], d.counts["I2"], d.counts["I3"], d.counts["I4"], d.counts["I5"], d.counts["I6"], d.counts["I7"])
 	if os.Getenv("MODEL_LOG") != "" {
 		t.Logf("steps:\n%s", strings.Join(d.log, "\n"))
 	}
@@ -407,7 +410,7 @@ func run(t *testing.T, cfg config) (d *driver, v *violated) {
 	d = &driver{
 		t: t, e: newEnv(t, cfg.bin), main: rand.New(rand.NewPCG(cfg.seed, 0x6e65746e732d7069)), seed: cfg.seed,
 		fps: cfg.fps, table: cfg.table, ignore: cfg.ignore, script: cfg.script != nil,
-		counts: map[string]int{}, found: map[string]int{}, stepRuns: map[string]int{},
+		counts: map[string]int{}, owed: map[*holder]bool{}, found: map[string]int{}, stepRuns: map[string]int{},
 	}
 	t.Cleanup(d.cleanup)
 	defer func() {

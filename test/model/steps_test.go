@@ -387,6 +387,7 @@ func (d *driver) del(h *holder, fp string) {
 	_, err := os.Lstat(d.e.recordPath(h.att))
 	hadRecord := err == nil
 	inUse := d.inUse(h)
+	d.e.writeCacheEntry(h.cid, h.podNS, h.podName, h.podUID, h.netnsPath, h.ips)
 	r := d.e.cni(h.call("DEL"), fp)
 	d.logf("DEL %s%s (in use by %v) -> %s", h, fpNote(fp), d.users(h), r)
 	if r.killed {
@@ -1032,6 +1033,12 @@ func (d *driver) stopClient(c *client) {
 func (d *driver) reboot() {
 	for len(d.clients) > 0 {
 		d.stopClient(d.clients[0])
+	}
+	recs := d.records()
+	for _, h := range d.holders {
+		if r, ok := recs[h.att]; ok && r.Abandoned && r.Teardown != nil && len(r.Teardown.Cache) > 0 {
+			d.owed[h] = true
+		}
 	}
 	entries := d.readDir(filepath.Join(d.e.pinDir, "pins"))
 	for _, en := range entries {
