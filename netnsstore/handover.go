@@ -3,7 +3,6 @@ package netnsstore
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -59,40 +58,38 @@ func (s *Store) finishHandedOver() {
 	if errors.Is(err, unix.ENOENT) {
 		return
 	}
-	if err != nil {
-		s.log.Error("open the handed-over teardowns", "error", err)
-		return
+	var rs []*Record
+	bad := map[string]error{}
+	if err == nil {
+		defer unix.Close(fd)
+		var names []string
+		if names, err = readDirNames(fd); err == nil {
+			rs, bad, err = readRecords(names, func(att string) (*Record, error) {
+				data, err := regfile.ReadBeneath(fd, att+recordSuffix, 1<<20)
+				if err != nil {
+					return nil, err
+				}
+				return decodeRecord(data, att, s.writer)
+			})
+		}
 	}
-	defer unix.Close(fd)
-	names, err := readDirNames(fd)
 	if err != nil {
-		s.log.Error("list the handed-over teardowns", "error", err)
-		return
+		s.log.Error("read the handed-over teardowns", "error", err)
 	}
-	for _, n := range names {
-		att, ok := strings.CutSuffix(n, recordSuffix)
-		if !ok {
-			continue
-		}
-		data, err := regfile.ReadBeneath(fd, n, 1<<20)
-		var r *Record
-		if err == nil {
-			r, err = decodeRecord(data, att, s.writer)
-		}
-		if err != nil {
-			s.log.Error("handed-over teardown left as it is", "attachment", att, "error", err)
-			continue
-		}
+	for att, err := range bad {
+		s.log.Error("handed-over teardown left as it is", "attachment", att, "error", err)
+	}
+	for _, r := range rs {
 		if err := s.teardown(r); err != nil {
-			s.log.Error("abandoned teardown failed: IPAM may keep the address", "attachment", att,
+			s.log.Error("abandoned teardown failed: IPAM may keep the address", "attachment", r.Attachment,
 				"network", r.Network, "containerID", r.ContainerID, "ips", r.IPs, "error", err)
 		}
-		if err := unlinkIfExists(fd, n); err != nil {
-			s.log.Error("remove the handed-over teardown", "attachment", att, "error", err)
+		if err := unlinkIfExists(fd, r.Attachment+recordSuffix); err != nil {
+			s.log.Error("remove the handed-over teardown", "attachment", r.Attachment, "error", err)
 			continue
 		}
 		s.note(Event{Kind: EventAbandoned, By: s.actor, Cluster: r.Cluster, Count: 1})
-		s.log.Info("finished abandoned teardown", "attachment", att, "cluster", r.Cluster, "pod", r.PodNS+"/"+r.PodName,
+		s.log.Info("finished abandoned teardown", "attachment", r.Attachment, "cluster", r.Cluster, "pod", r.PodNS+"/"+r.PodName,
 			"network", r.Network, "containerID", r.ContainerID, "ips", r.IPs, "handedOverByThePlugin", true)
 	}
 }
