@@ -177,18 +177,11 @@ func lockStateDir(stateDir string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the store's lock %s/%s: %w", stateDir, storeLockFile, err)
 	}
-	deadline := time.Now().Add(uninstallLockTimeout)
-	for {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { unix.Close(fd) }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) || time.Now().After(deadline) {
-			unix.Close(fd)
-			return nil, fmt.Errorf("lock %s/%s: %w", stateDir, storeLockFile, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := netnsstore.FlockWithin(fd, uninstallLockTimeout); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("lock %s/%s: %w", stateDir, storeLockFile, err)
 	}
+	return func() { unix.Close(fd) }, nil
 }
 
 // remains lists the records, the pins and the cached attachments whose
