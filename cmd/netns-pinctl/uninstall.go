@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -347,22 +348,12 @@ func namesNetnsPin(v any, depth int) bool {
 	if depth > 8 {
 		return false
 	}
+	deeper := func(e any) bool { return namesNetnsPin(e, depth+1) }
 	switch v := v.(type) {
 	case map[string]any:
-		if v["type"] == pluginName {
-			return true
-		}
-		for _, e := range v {
-			if namesNetnsPin(e, depth+1) {
-				return true
-			}
-		}
+		return v["type"] == pluginName || slices.ContainsFunc(slices.Collect(maps.Values(v)), deeper)
 	case []any:
-		for _, e := range v {
-			if namesNetnsPin(e, depth+1) {
-				return true
-			}
-		}
+		return slices.ContainsFunc(v, deeper)
 	case string:
 		if len(v) < 16 {
 			return false
