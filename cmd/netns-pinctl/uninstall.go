@@ -294,26 +294,23 @@ func cachedAttachments(dir string) ([]remain, error) {
 	}
 	for _, n := range names {
 		p := filepath.Join(results, n)
-		var entry struct {
-			ContainerID string     `json:"containerId"`
-			CNIArgs     [][]string `json:"cniArgs"`
-		}
 		data, v, ok := cacheJSON(p)
 		if !ok || !namesNetnsPin(v, 0) {
 			continue
 		}
 		r := remain{Kind: "attachment", Name: n, Path: p}
+		var entry struct {
+			CNIArgs [][]string `json:"cniArgs"`
+		}
 		if json.Unmarshal(data, &entry) == nil {
-			var ns, name string
+			args := map[string]string{}
 			for _, kv := range entry.CNIArgs {
-				if len(kv) == 2 && kv[0] == "K8S_POD_NAMESPACE" {
-					ns = kv[1]
-				} else if len(kv) == 2 && kv[0] == "K8S_POD_NAME" {
-					name = kv[1]
+				if len(kv) == 2 {
+					args[kv[0]] = kv[1]
 				}
 			}
-			if name != "" {
-				r.Pod = ns + "/" + name
+			if args["K8S_POD_NAME"] != "" {
+				r.Pod = args["K8S_POD_NAMESPACE"] + "/" + args["K8S_POD_NAME"]
 			}
 		}
 		out = append(out, r)
