@@ -19,6 +19,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/pinstore"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 	"github.com/netns-pin/netns-pin/netnsstore"
 	"github.com/netns-pin/netns-pin/nodecheck"
 )
@@ -206,7 +207,7 @@ func remains(c *conf.Config) ([]remain, error) {
 				PodNS   string `json:"podNamespace"`
 				PodName string `json:"podName"`
 			}
-			if data, err := pinstore.ReadFile(r.Path, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
+			if data, err := regfile.ReadFile(r.Path, unix.O_NOFOLLOW, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
 				r.Pod = rec.PodNS + "/" + rec.PodName
 			}
 			out = append(out, r)
@@ -332,7 +333,7 @@ func cachedAttachments(dir string) ([]remain, error) {
 
 // cacheJSON reads and decodes a cache entry; false when it cannot.
 func cacheJSON(path string) ([]byte, any, bool) {
-	data, err := pinstore.ReadFile(path, pinstore.MaxCacheEntry)
+	data, err := regfile.ReadFile(path, unix.O_NOFOLLOW, pinstore.MaxCacheEntry)
 	var v any
 	ok := err == nil && json.Unmarshal(data, &v) == nil
 	return data, v, ok
