@@ -296,25 +296,6 @@ func reportCLIError(stderr io.Writer, err error) {
 	}
 }
 
-// withoutCache is what list --json prints of records: each record but
-// the content of its captured libcni cache entry (the chain's
-// configuration, CNI_ARGS and capability arguments, which may carry pod
-// annotations), of which it names only the file it came from. The pod is
-// named by its namespace, name and UID alone.
-func withoutCache(rs []*netnsstore.Record) []*netnsstore.Record {
-	out := make([]*netnsstore.Record, len(rs))
-	for i, r := range rs {
-		c := *r
-		if r.Teardown != nil {
-			td := *r.Teardown
-			td.Cache = nil
-			c.Teardown = &td
-		}
-		out[i] = &c
-	}
-	return out
-}
-
 // inspect is what list and inuse read: the store as Inspect sees it under
 // the lock, changing nothing (no repair: a record that needs settling is
 // shown as such), with an error naming each record that cannot be used.
@@ -356,8 +337,18 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 			Settles string `json:"settles,omitempty"`
 		}
 		out := []any{}
-		for _, r := range withoutCache(rs) {
-			out = append(out, listed{r, settlesNote(snap, r)})
+		// A record but the content of its captured libcni cache entry (the
+		// chain's configuration, CNI_ARGS and capability arguments, which
+		// may carry pod annotations): only the file it came from is named,
+		// and the pod by its namespace, name and UID alone.
+		for _, r := range rs {
+			c := *r
+			if r.Teardown != nil {
+				td := *r.Teardown
+				td.Cache = nil
+				c.Teardown = &td
+			}
+			out = append(out, listed{&c, settlesNote(snap, &c)})
 		}
 		for _, f := range snap.Dropped {
 			out = append(out, struct {
