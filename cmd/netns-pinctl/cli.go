@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -429,11 +430,10 @@ func cliInUse(s *netnsstore.Store, what string, w io.Writer, asJSON bool) (err e
 	if snap == nil || listErr != nil && len(snap.Records) == 0 {
 		return listErr
 	}
-	rs := snap.Records
 	// Records that cannot be read are reported after what could be checked.
 	defer func() { err = errors.Join(err, listErr) }()
 	var reports []inUseReport
-	for _, r := range rs {
+	for _, r := range snap.Records {
 		if r.Attachment != what && r.Cluster != what {
 			continue
 		}
@@ -470,10 +470,7 @@ func cliInUse(s *netnsstore.Store, what string, w io.Writer, asJSON bool) (err e
 func cliGC(s *netnsstore.Store, dryRun bool, w io.Writer, asJSON bool) error {
 	findings, err := s.Sweep(dryRun)
 	if asJSON {
-		if jerr := json.NewEncoder(w).Encode(findings); jerr != nil {
-			return jerr
-		}
-		return err
+		return cmp.Or(json.NewEncoder(w).Encode(findings), err)
 	}
 	verb := map[string]string{netnsstore.ActionDrop: "dropped", netnsstore.ActionRelease: "released",
 		netnsstore.ActionKeep: "kept", netnsstore.ActionRepin: "pinned again", netnsstore.ActionSettle: "checked",
@@ -494,10 +491,7 @@ func cliGC(s *netnsstore.Store, dryRun bool, w io.Writer, asJSON bool) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", verb[f.Action], f.Attachment, f.Cluster, why)
 	}
-	if ferr := tw.Flush(); ferr != nil {
-		return ferr
-	}
-	return err
+	return cmp.Or(tw.Flush(), err)
 }
 
 func cliRelease(s *netnsstore.Store, attachment string, force bool, w io.Writer) error {
@@ -553,13 +547,11 @@ func runCheck(c *conf.Config, cf commandFlags, asJSON bool, stdout, stderr io.Wr
 			return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{Writer: Version})
 		},
 	})
-	var err error
+	write := rep.WriteTable
 	if asJSON {
-		err = rep.WriteJSON(stdout)
-	} else {
-		err = rep.WriteTable(stdout)
+		write = rep.WriteJSON
 	}
-	if err != nil {
+	if err := write(stdout); err != nil {
 		fmt.Fprintln(stderr, "netns-pinctl:", err)
 		return nodecheck.ExitUnknown
 	}
