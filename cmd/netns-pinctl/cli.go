@@ -59,7 +59,7 @@ flags:
 // after the command, as people type them: `netns-pinctl list --json` lists
 // as JSON, and no flag is ever ignored.
 func runCLI(argv []string, stdout, stderr io.Writer) int {
-	var g globalFlags
+	g := globalFlags{paths: map[string]string{}}
 	fs := flag.NewFlagSet("netns-pinctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	g.define(fs)
@@ -160,7 +160,6 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 // refuses the flag rather than ignore it.
 var jsonCommands = map[string]bool{"list": true, "inuse": true, "gc": true, "check": true, "uninstall": true}
 
-// globalFlags are the flags every command takes.
 type globalFlags struct {
 	conf  string
 	paths map[string]string // conf.PathSetting.Key -> value ("" when not given)
@@ -176,9 +175,6 @@ func (g *globalFlags) configured() bool {
 // current values as defaults, so that a second flag set (the command's)
 // keeps what the first one parsed.
 func (g *globalFlags) define(fs *flag.FlagSet) {
-	if g.paths == nil {
-		g.paths = map[string]string{}
-	}
 	fs.StringVar(&g.conf, "conf", g.conf, "read the plugin entry (pinDir, stateDir, inUse, cacheDirs, logFile, logLevel) from this conflist, NetworkAttachmentDefinition config or plugin entry")
 	for _, ps := range conf.PathSettings {
 		fs.Func(ps.Flag, ps.Key+" (default "+ps.Default+")", func(v string) error { g.paths[ps.Key] = v; return nil })
@@ -186,7 +182,6 @@ func (g *globalFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&g.json, "json", g.json, "print JSON for machines")
 }
 
-// commandFlags are a command's own flags and arguments.
 type commandFlags struct {
 	args     []string
 	dryRun   bool // gc
