@@ -242,16 +242,12 @@ var defaultAgentStatusDir = conf.DefaultStateDir + "-agent"
 
 // finalizerPods lists the pods the node agent last saw carrying the
 // finalizer, from its status folder beside stateDir and beside the default
-// stateDir (where the agent writes it unless told otherwise). Removed
-// before they are gone, the agent would leave each of them Terminating
-// once deleted.
+// stateDir (where the agent writes it unless told otherwise), once when
+// they are one. Removed before they are gone, the agent would leave each
+// of them Terminating once deleted.
 func finalizerPods(stateDir string) ([]remain, error) {
-	dirs := []string{strings.TrimSuffix(stateDir, "/") + "-agent"}
-	if defaultAgentStatusDir != dirs[0] {
-		dirs = append(dirs, defaultAgentStatusDir)
-	}
 	var out []remain
-	for _, dir := range dirs {
+	for _, dir := range slices.Compact([]string{strings.TrimSuffix(stateDir, "/") + "-agent", defaultAgentStatusDir}) {
 		pods, err := nodecheck.FinalizerPods(dir)
 		if err != nil {
 			return nil, err
