@@ -496,12 +496,11 @@ func cliRelease(s *netnsstore.Store, attachment string, force bool, w io.Writer)
 			return err
 		case r == nil:
 			return fmt.Errorf("no pinned attachment %q (see netns-pinctl list)", attachment)
-		}
-		if r.Cluster == "" {
+		case r.Cluster == "":
 			fmt.Fprintf(w, "released %s (a pin without a record)\n", attachment)
-			return nil
+		default:
+			fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
 		}
-		fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
 		return nil
 	}
 	if force {
