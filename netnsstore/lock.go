@@ -33,7 +33,7 @@ func (s *Store) lock() (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s/%s: %w", s.StateDir, lockFile, err)
 	}
-	if err := flockWithin(int(f.Fd()), s.lockTimeout); err != nil {
+	if err := FlockWithin(int(f.Fd()), s.lockTimeout); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock %s/%s: %w", s.StateDir, lockFile, err)
 	}
@@ -44,12 +44,12 @@ func (s *Store) lock() (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// flockWithin takes an exclusive flock, giving up after timeout. A
+// FlockWithin takes an exclusive flock, giving up after timeout. A
 // blocking flock cannot be given a deadline, so it runs in a goroutine; on
 // timeout the caller closes fd, and should the flock still succeed later,
 // it is dropped with the last reference to the open file, which that
 // goroutine's syscall holds.
-func flockWithin(fd int, timeout time.Duration) error {
+func FlockWithin(fd int, timeout time.Duration) error {
 	// The usual case, a free lock, without a goroutine and a timer.
 	switch err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); {
 	case err == nil:

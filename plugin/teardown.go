@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"golang.org/x/sys/unix"
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/pinstore"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 	"github.com/netns-pin/netns-pin/netnsstore"
 )
 
@@ -23,7 +25,7 @@ func teardownOf(args *skel.CmdArgs, c *conf.Config) *netnsstore.Teardown {
 	name := fmt.Sprintf("%s-%s-%s", c.Name, args.ContainerID, args.IfName)
 	for _, dir := range c.CacheDirs {
 		p := filepath.Join(dir, "results", name)
-		if data, err := pinstore.ReadFile(p, pinstore.MaxCacheEntry); err == nil {
+		if data, err := regfile.ReadFile(p, unix.O_NOFOLLOW, pinstore.MaxCacheEntry); err == nil {
 			td.CacheFile, td.Cache = p, data
 			break
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -58,7 +59,7 @@ flags:
 // after the command, as people type them: `netns-pinctl list --json` lists
 // as JSON, and no flag is ever ignored.
 func runCLI(argv []string, stdout, stderr io.Writer) int {
-	var g globalFlags
+	g := globalFlags{paths: map[string]string{}}
 	fs := flag.NewFlagSet("netns-pinctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	g.define(fs)
@@ -159,7 +160,6 @@ func runCLI(argv []string, stdout, stderr io.Writer) int {
 // refuses the flag rather than ignore it.
 var jsonCommands = map[string]bool{"list": true, "inuse": true, "gc": true, "check": true, "uninstall": true}
 
-// globalFlags are the flags every command takes.
 type globalFlags struct {
 	conf  string
 	paths map[string]string // conf.PathSetting.Key -> value ("" when not given)
@@ -175,9 +175,6 @@ func (g *globalFlags) configured() bool {
 // current values as defaults, so that a second flag set (the command's)
 // keeps what the first one parsed.
 func (g *globalFlags) define(fs *flag.FlagSet) {
-	if g.paths == nil {
-		g.paths = map[string]string{}
-	}
 	fs.StringVar(&g.conf, "conf", g.conf, "read the plugin entry (pinDir, stateDir, inUse, cacheDirs, logFile, logLevel) from this conflist, NetworkAttachmentDefinition config or plugin entry")
 	for _, ps := range conf.PathSettings {
 		fs.Func(ps.Flag, ps.Key+" (default "+ps.Default+")", func(v string) error { g.paths[ps.Key] = v; return nil })
@@ -185,7 +182,6 @@ func (g *globalFlags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&g.json, "json", g.json, "print JSON for machines")
 }
 
-// commandFlags are a command's own flags and arguments.
 type commandFlags struct {
 	args     []string
 	dryRun   bool // gc
@@ -296,25 +292,6 @@ func reportCLIError(stderr io.Writer, err error) {
 	}
 }
 
-// withoutCache is what list --json prints of records: each record but
-// the content of its captured libcni cache entry (the chain's
-// configuration, CNI_ARGS and capability arguments, which may carry pod
-// annotations), of which it names only the file it came from. The pod is
-// named by its namespace, name and UID alone.
-func withoutCache(rs []*netnsstore.Record) []*netnsstore.Record {
-	out := make([]*netnsstore.Record, len(rs))
-	for i, r := range rs {
-		c := *r
-		if r.Teardown != nil {
-			td := *r.Teardown
-			td.Cache = nil
-			c.Teardown = &td
-		}
-		out[i] = &c
-	}
-	return out
-}
-
 // inspect is what list and inuse read: the store as Inspect sees it under
 // the lock, changing nothing (no repair: a record that needs settling is
 // shown as such), with an error naming each record that cannot be used.
@@ -356,8 +333,18 @@ func cliList(s *netnsstore.Store, w io.Writer, asJSON bool) error {
 			Settles string `json:"settles,omitempty"`
 		}
 		out := []any{}
-		for _, r := range withoutCache(rs) {
-			out = append(out, listed{r, settlesNote(snap, r)})
+		// A record but the content of its captured libcni cache entry (the
+		// chain's configuration, CNI_ARGS and capability arguments, which
+		// may carry pod annotations): only the file it came from is named,
+		// and the pod by its namespace, name and UID alone.
+		for _, r := range rs {
+			c := *r
+			if r.Teardown != nil {
+				td := *r.Teardown
+				td.Cache = nil
+				c.Teardown = &td
+			}
+			out = append(out, listed{&c, settlesNote(snap, &c)})
 		}
 		for _, f := range snap.Dropped {
 			out = append(out, struct {
@@ -438,11 +425,10 @@ func cliInUse(s *netnsstore.Store, what string, w io.Writer, asJSON bool) (err e
 	if snap == nil || listErr != nil && len(snap.Records) == 0 {
 		return listErr
 	}
-	rs := snap.Records
 	// Records that cannot be read are reported after what could be checked.
 	defer func() { err = errors.Join(err, listErr) }()
 	var reports []inUseReport
-	for _, r := range rs {
+	for _, r := range snap.Records {
 		if r.Attachment != what && r.Cluster != what {
 			continue
 		}
@@ -479,10 +465,7 @@ func cliInUse(s *netnsstore.Store, what string, w io.Writer, asJSON bool) (err e
 func cliGC(s *netnsstore.Store, dryRun bool, w io.Writer, asJSON bool) error {
 	findings, err := s.Sweep(dryRun)
 	if asJSON {
-		if jerr := json.NewEncoder(w).Encode(findings); jerr != nil {
-			return jerr
-		}
-		return err
+		return cmp.Or(json.NewEncoder(w).Encode(findings), err)
 	}
 	verb := map[string]string{netnsstore.ActionDrop: "dropped", netnsstore.ActionRelease: "released",
 		netnsstore.ActionKeep: "kept", netnsstore.ActionRepin: "pinned again", netnsstore.ActionSettle: "checked",
@@ -503,10 +486,7 @@ func cliGC(s *netnsstore.Store, dryRun bool, w io.Writer, asJSON bool) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", verb[f.Action], f.Attachment, f.Cluster, why)
 	}
-	if ferr := tw.Flush(); ferr != nil {
-		return ferr
-	}
-	return err
+	return cmp.Or(tw.Flush(), err)
 }
 
 func cliRelease(s *netnsstore.Store, attachment string, force bool, w io.Writer) error {
@@ -516,12 +496,11 @@ func cliRelease(s *netnsstore.Store, attachment string, force bool, w io.Writer)
 			return err
 		case r == nil:
 			return fmt.Errorf("no pinned attachment %q (see netns-pinctl list)", attachment)
-		}
-		if r.Cluster == "" {
+		case r.Cluster == "":
 			fmt.Fprintf(w, "released %s (a pin without a record)\n", attachment)
-			return nil
+		default:
+			fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
 		}
-		fmt.Fprintf(w, "released %s (cluster %s)\n", attachment, r.Cluster)
 		return nil
 	}
 	if force {
@@ -562,13 +541,11 @@ func runCheck(c *conf.Config, cf commandFlags, asJSON bool, stdout, stderr io.Wr
 			return netnsstore.Open(c.PinDir, c.StateDir, netnsstore.Options{Writer: Version})
 		},
 	})
-	var err error
+	write := rep.WriteTable
 	if asJSON {
-		err = rep.WriteJSON(stdout)
-	} else {
-		err = rep.WriteTable(stdout)
+		write = rep.WriteJSON
 	}
-	if err != nil {
+	if err := write(stdout); err != nil {
 		fmt.Fprintln(stderr, "netns-pinctl:", err)
 		return nodecheck.ExitUnknown
 	}

@@ -44,7 +44,10 @@ func runHostExec(g *globalFlags, args []string, stdout, stderr io.Writer) int {
 	if err == nil && same {
 		return runCLI(fs.Args(), stdout, stderr)
 	}
-	code, err := runInHostMountNS(ref, err, fs.Args(), stdout, stderr)
+	code := 0
+	if err == nil {
+		code, err = runInHostMountNS(ref, fs.Args(), stdout, stderr)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "netns-pinctl host-exec %s: %v\n", fs.Arg(0), err)
 		return 127
@@ -58,13 +61,9 @@ func runHostExec(g *globalFlags, args []string, stdout, stderr io.Writer) int {
 // that entered that namespace: setns(CLONE_NEWNS) refuses a thread that
 // shares its filesystem attributes (root, cwd) with others, as every
 // thread of a Go program does, so the thread first takes its own copy
-// (unshare CLONE_FS); the thread stays locked and ends with its
-// goroutine after the child. This process stays in its own mount namespace, where
-// `kubectl exec` into its container still finds the image's files.
-func runInHostMountNS(ref string, refErr error, args []string, stdout, stderr io.Writer) (int, error) {
-	if refErr != nil {
-		return 0, refErr
-	}
+// (unshare CLONE_FS). This process stays in its own mount namespace,
+// where `kubectl exec` into its container still finds the image's files.
+func runInHostMountNS(ref string, args []string, stdout, stderr io.Writer) (int, error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	defer signal.Stop(sigs)

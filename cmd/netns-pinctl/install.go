@@ -107,13 +107,11 @@ func install(self, dir string) (*installReport, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("--cni-bin-dir %s: not a directory", dir)
 	}
-	rep := &installReport{Version: Version, Commit: Commit, Dir: dir}
 	dst := filepath.Join(dir, pluginName)
 	f, err := installFile(filepath.Join(filepath.Dir(self), pluginName), dst)
 	if err != nil {
 		return nil, err
 	}
-	rep.Installed = append(rep.Installed, f)
 	// A node agent in the CNI bin folder is a leftover that nothing execs:
 	// the agent runs in a pod of its own.
 	if err := os.Remove(filepath.Join(dir, "netns-pin-agent")); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -130,7 +128,7 @@ func install(self, dir string) (*installReport, error) {
 	if err := checkInstalled(dst); err != nil {
 		return nil, err
 	}
-	return rep, nil
+	return &installReport{Version: Version, Commit: Commit, Dir: dir, Installed: []installedFile{f}}, nil
 }
 
 // installFile copies src to dst the way a running runtime never notices:

@@ -134,15 +134,12 @@ func sweepLoop(ctx context.Context, c *conf.Config, interval time.Duration, once
 				stores[reg.StateDir] = sw
 			}
 			findings, err := sw.s.FinishAbandoned()
-			if err != nil {
-				sw.log.Error("sweep round", "error", err)
-				failed = true
-			}
-			sw.log.Debug("sweep round", "abandoned", len(findings))
 			sw.status.LastRound, sw.status.Finished, sw.status.Error = time.Now().UTC(), len(findings), ""
 			if err != nil {
-				sw.status.Error = err.Error()
+				sw.log.Error("sweep round", "error", err)
+				sw.status.Error, failed = err.Error(), true
 			}
+			sw.log.Debug("sweep round", "abandoned", len(findings))
 			if werr := sw.s.WriteSweepStatus(sw.status); werr != nil {
 				sw.log.Warn("sweep: write the sweeper's status", "error", werr)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/pinstore"
+	"github.com/netns-pin/netns-pin/internal/regfile"
 	"github.com/netns-pin/netns-pin/netnsstore"
 	"github.com/netns-pin/netns-pin/nodecheck"
 )
@@ -177,18 +179,11 @@ func lockStateDir(stateDir string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the store's lock %s/%s: %w", stateDir, storeLockFile, err)
 	}
-	deadline := time.Now().Add(uninstallLockTimeout)
-	for {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { unix.Close(fd) }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) || time.Now().After(deadline) {
-			unix.Close(fd)
-			return nil, fmt.Errorf("lock %s/%s: %w", stateDir, storeLockFile, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := netnsstore.FlockWithin(fd, uninstallLockTimeout); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("lock %s/%s: %w", stateDir, storeLockFile, err)
 	}
+	return func() { unix.Close(fd) }, nil
 }
 
 // remains lists the records, the pins and the cached attachments whose
@@ -212,7 +207,7 @@ func remains(c *conf.Config) ([]remain, error) {
 				PodNS   string `json:"podNamespace"`
 				PodName string `json:"podName"`
 			}
-			if data, err := pinstore.ReadFile(r.Path, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
+			if data, err := regfile.ReadFile(r.Path, unix.O_NOFOLLOW, 1<<20); err == nil && json.Unmarshal(data, &rec) == nil && rec.PodName != "" {
 				r.Pod = rec.PodNS + "/" + rec.PodName
 			}
 			out = append(out, r)
@@ -247,16 +242,12 @@ var defaultAgentStatusDir = conf.DefaultStateDir + "-agent"
 
 // finalizerPods lists the pods the node agent last saw carrying the
 // finalizer, from its status folder beside stateDir and beside the default
-// stateDir (where the agent writes it unless told otherwise). Removed
-// before they are gone, the agent would leave each of them Terminating
-// once deleted.
+// stateDir (where the agent writes it unless told otherwise), once when
+// they are one. Removed before they are gone, the agent would leave each
+// of them Terminating once deleted.
 func finalizerPods(stateDir string) ([]remain, error) {
-	dirs := []string{strings.TrimSuffix(stateDir, "/") + "-agent"}
-	if defaultAgentStatusDir != dirs[0] {
-		dirs = append(dirs, defaultAgentStatusDir)
-	}
 	var out []remain
-	for _, dir := range dirs {
+	for _, dir := range slices.Compact([]string{strings.TrimSuffix(stateDir, "/") + "-agent", defaultAgentStatusDir}) {
 		pods, err := nodecheck.FinalizerPods(dir)
 		if err != nil {
 			return nil, err
@@ -300,26 +291,23 @@ func cachedAttachments(dir string) ([]remain, error) {
 	}
 	for _, n := range names {
 		p := filepath.Join(results, n)
-		var entry struct {
-			ContainerID string     `json:"containerId"`
-			CNIArgs     [][]string `json:"cniArgs"`
-		}
 		data, v, ok := cacheJSON(p)
 		if !ok || !namesNetnsPin(v, 0) {
 			continue
 		}
 		r := remain{Kind: "attachment", Name: n, Path: p}
+		var entry struct {
+			CNIArgs [][]string `json:"cniArgs"`
+		}
 		if json.Unmarshal(data, &entry) == nil {
-			var ns, name string
+			args := map[string]string{}
 			for _, kv := range entry.CNIArgs {
-				if len(kv) == 2 && kv[0] == "K8S_POD_NAMESPACE" {
-					ns = kv[1]
-				} else if len(kv) == 2 && kv[0] == "K8S_POD_NAME" {
-					name = kv[1]
+				if len(kv) == 2 {
+					args[kv[0]] = kv[1]
 				}
 			}
-			if name != "" {
-				r.Pod = ns + "/" + name
+			if args["K8S_POD_NAME"] != "" {
+				r.Pod = args["K8S_POD_NAMESPACE"] + "/" + args["K8S_POD_NAME"]
 			}
 		}
 		out = append(out, r)
@@ -341,7 +329,7 @@ func cachedAttachments(dir string) ([]remain, error) {
 
 // cacheJSON reads and decodes a cache entry; false when it cannot.
 func cacheJSON(path string) ([]byte, any, bool) {
-	data, err := pinstore.ReadFile(path, pinstore.MaxCacheEntry)
+	data, err := regfile.ReadFile(path, unix.O_NOFOLLOW, pinstore.MaxCacheEntry)
 	var v any
 	ok := err == nil && json.Unmarshal(data, &v) == nil
 	return data, v, ok
@@ -354,22 +342,12 @@ func namesNetnsPin(v any, depth int) bool {
 	if depth > 8 {
 		return false
 	}
+	deeper := func(e any) bool { return namesNetnsPin(e, depth+1) }
 	switch v := v.(type) {
 	case map[string]any:
-		if v["type"] == pluginName {
-			return true
-		}
-		for _, e := range v {
-			if namesNetnsPin(e, depth+1) {
-				return true
-			}
-		}
+		return v["type"] == pluginName || slices.ContainsFunc(slices.Collect(maps.Values(v)), deeper)
 	case []any:
-		for _, e := range v {
-			if namesNetnsPin(e, depth+1) {
-				return true
-			}
-		}
+		return slices.ContainsFunc(v, deeper)
 	case string:
 		if len(v) < 16 {
 			return false

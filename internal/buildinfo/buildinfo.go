@@ -5,6 +5,7 @@
 package buildinfo
 
 import (
+	"cmp"
 	"fmt"
 	"runtime/debug"
 )
@@ -36,9 +37,7 @@ func fromBuildInfo(bi *debug.BuildInfo, version, commit string) (string, string)
 			modified = s.Value == "true"
 		}
 	}
-	if commit == "" {
-		commit = revision
-	}
+	commit = cmp.Or(commit, revision)
 	if version != "" && version != Unstamped {
 		return version, commit
 	}

@@ -24,6 +24,10 @@ func Open(c *conf.Config, log *slog.Logger, actor, writer string, teardown func(
 	})
 }
 
+// MaxCacheEntry bounds a libcni cache entry read whole; a chain's
+// configuration and result are a few KiB.
+const MaxCacheEntry = 256 << 10
+
 // memoryLimit is the Go runtime's soft memory limit for one holder
 // operation or command. The runtime's own memory (metadata, stacks, spans)
 // is most of it in a fresh process, and the first heap goal is what is
