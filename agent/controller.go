@@ -27,6 +27,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/internal/kubeproc"
 	"github.com/netns-pin/netns-pin/netnsstore"
+	"github.com/netns-pin/netns-pin/nodecheck"
 )
 
 // Config is what the agent runs with.
@@ -264,10 +265,10 @@ func (a *Agent) pass(ctx context.Context) {
 	if plan.Blocked != "" {
 		a.cfg.Log.Warn("no finalizer is lifted", "reason", plan.Blocked)
 	}
-	var fins []StatusPod
+	var fins []nodecheck.AgentStatusPod
 	for _, p := range pods {
 		if p.Finalizer {
-			fins = append(fins, StatusPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Deleting: p.Deleting})
+			fins = append(fins, nodecheck.AgentStatusPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Deleting: p.Deleting})
 		}
 	}
 	a.cfg.Metrics.agentSeen(len(fins), len(plan.Unprotected), plan.Blocked != "")
@@ -449,35 +450,8 @@ func (a *Agent) Ready() error {
 }
 
 // Status is the agent's status file, <statusDir>/status.json, for
-// `netns-pinctl check` on the node, which sees no API: whether an agent runs,
-// and which pods of the node carry the finalizer.
-type Status struct {
-	Node      string        `json:"node"`
-	PID       int           `json:"pid"`
-	Version   string        `json:"version,omitempty"`
-	Started   time.Time     `json:"started"`
-	Interval  time.Duration `json:"interval"`
-	Heartbeat time.Time     `json:"heartbeat"`
-	APIError  string        `json:"apiError,omitempty"`
-	Blocked   string        `json:"blocked,omitempty"`
-	// Refused names each request the API refuses the agent ("verb
-	// resource: message"), for `netns-pinctl check`.
-	Refused []string `json:"refused,omitempty"`
-	// Stores is how many stores are registered on the node, and
-	// UnreadableStores why each one the agent cannot read cannot be.
-	Stores           int         `json:"stores"`
-	UnreadableStores []string    `json:"unreadableStores,omitempty"`
-	Finalizers       []StatusPod `json:"finalizers"`
-	Stopped          time.Time   `json:"stopped,omitzero"`
-}
-
-// StatusPod is a pod of the node carrying the finalizer.
-type StatusPod struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	UID       string `json:"uid"`
-	Deleting  bool   `json:"deleting,omitempty"`
-}
+// `netns-pinctl check` on the node, which sees no API.
+type Status = nodecheck.AgentStatus
 
 // StatusFile is the name of the status file in the status folder.
 const StatusFile = "status.json"
