@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"maps"
-	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -173,13 +171,15 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.own {
 		c.Collect(ch)
 	}
-	for _, op := range []string{"add", "lift", "event", "watch", "ping"} {
-		if !slices.ContainsFunc(slices.Collect(maps.Keys(m.apiErrors)), func(k [2]string) bool { return k[0] == op }) {
-			emit(ch, descAPIErrors, prometheus.CounterValue, 0, op, "")
-		}
-	}
+	counted := map[string]bool{} // op
 	for k, n := range m.apiErrors {
 		emit(ch, descAPIErrors, prometheus.CounterValue, float64(n), k[0], k[1])
+		counted[k[0]] = true
+	}
+	for _, op := range []string{"add", "lift", "event", "watch", "ping"} {
+		if !counted[op] {
+			emit(ch, descAPIErrors, prometheus.CounterValue, 0, op, "")
+		}
 	}
 	emit(ch, descSkipped, prometheus.CounterValue, float64(m.skipped))
 }
