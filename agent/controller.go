@@ -42,7 +42,6 @@ type Config struct {
 	Recorder  record.EventRecorder
 	Metrics   *Metrics
 	Log       *slog.Logger
-	Tracker   *Tracker
 	Version   string
 }
 
@@ -62,6 +61,7 @@ type Agent struct {
 
 	eventsRead map[string]int64 // stateDir -> offset of its events file
 	status     Status
+	tracker    Tracker
 }
 
 // ReasonAgentRefused is the Event the agent posts when the API refuses
@@ -236,7 +236,7 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	var evs []PodEvent
 	if a.cfg.Client != nil {
-		evs = a.cfg.Tracker.Observe(pods, v, time.Now())
+		evs = a.tracker.Observe(pods, v, time.Now())
 	}
 	released := map[string]bool{}
 	for _, e := range evs {

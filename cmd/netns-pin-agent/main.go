@@ -80,7 +80,6 @@ func run(argv []string) int {
 	cfg := agent.Config{
 		NodeName: *node, HostRoot: *hostRoot, StatusDir: sd, Interval: *interval,
 		Metrics: m, Log: log, Version: Version,
-		Tracker: &agent.Tracker{InUseCommand: inUseCommand},
 	}
 	if !*storeOnly {
 		cs, err := kubeproc.Clientset(*kubeconfig, "netns-pin-agent/"+Version)
@@ -97,16 +96,4 @@ func run(argv []string) int {
 		a.UseRecorder(rec)
 	}
 	return kubeproc.Main(ctx, stop, "netns-pin-agent", *listen, m, a.Healthy, a.Ready, a.Run, log)
-}
-
-// inUseCommand is the command that lists what uses a pin of a store, with
-// the store's folders when they are not the defaults.
-func inUseCommand(stateDir, pinDir, attachment string) string {
-	c := conf.Config{StateDir: stateDir, PinDir: pinDir}
-	for _, ps := range conf.PathSettings {
-		if *ps.Field(&c) == "" {
-			*ps.Field(&c) = ps.Default
-		}
-	}
-	return c.InUseCommand(attachment)
 }
