@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -74,9 +76,7 @@ const ReasonAgentRefused = "NetnsPinAgentRefused"
 // that a network's holders rules or cniArgsNamespaces admit. The agent
 // reads nothing else of the cluster.
 func New(cfg Config) *Agent {
-	if cfg.HostRoot == "" {
-		cfg.HostRoot = "/"
-	}
+	cfg.HostRoot = cmp.Or(cfg.HostRoot, "/")
 	a := &Agent{cfg: cfg, kick: make(chan struct{}, 1), refused: map[string]string{}, eventsRead: map[string]int64{}}
 	a.status = Status{Node: cfg.NodeName, PID: os.Getpid(), Version: cfg.Version, Started: time.Now().UTC(), Interval: cfg.Interval}
 	if cfg.Client == nil {
@@ -112,7 +112,7 @@ func (a *Agent) setAPIErr(err error) {
 // operation and reason, and, when the API refused it (RBAC or
 // admission), kept as a refusal that readiness, the status file and an
 // Event name (on obj, else on the agent's Node).
-func (a *Agent) apiError(op, verb, resource string, obj *corev1.Pod, err error) {
+func (a *Agent) apiError(op, verb, resource string, obj runtime.Object, err error) {
 	reason := string(apierrors.ReasonForError(err))
 	a.cfg.Metrics.apiError(op, reason)
 	if !apierrors.IsForbidden(err) {
@@ -131,13 +131,10 @@ func (a *Agent) apiError(op, verb, resource string, obj *corev1.Pod, err error) 
 	if op == "event" || a.cfg.Recorder == nil {
 		return // an Event cannot say that Events are refused
 	}
-	if obj != nil {
-		a.post(obj, eventWarning, ReasonAgentRefused, msg)
-		return
+	if obj == nil {
+		obj = &corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}
 	}
-	node := &corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}
-	a.cfg.Recorder.Event(node, eventWarning, ReasonAgentRefused, msg)
-	a.cfg.Metrics.events.WithLabelValues(ReasonAgentRefused).Inc()
+	a.post(obj, eventWarning, ReasonAgentRefused, msg)
 }
 
 // apiOK clears a refusal once the same request went through.
@@ -206,7 +203,7 @@ func (a *Agent) registryDir() string {
 
 // pass is one look at pods and stores, and what it calls for.
 func (a *Agent) pass(ctx context.Context) {
-	objs := map[string]*corev1.Pod{}
+	objs := map[string]runtime.Object{} // pod UID
 	var pods []Pod
 	if a.lister != nil {
 		list, _ := a.lister.List(labels.Everything()) // a lister of an informer's cache does not fail
@@ -280,8 +277,7 @@ func (a *Agent) pass(ctx context.Context) {
 	a.mu.Unlock()
 	a.cfg.Metrics.setReady(a.Ready() == nil)
 	a.status.Heartbeat, a.status.Finalizers, a.status.Blocked = time.Now().UTC(), fins, plan.Blocked
-	a.status.Stores = v.Stores
-	a.status.UnreadableStores = v.UnreadStores
+	a.status.Stores, a.status.UnreadableStores = v.Stores, v.UnreadStores
 	a.status.APIError = ""
 	if apiErr != nil {
 		a.status.APIError = apiErr.Error()
@@ -349,9 +345,11 @@ func (a *Agent) readStore(v *View, reg netnsstore.Registration) error {
 		a.cfg.Log.Warn("record cannot be read", "stateDir", reg.StateDir, "attachment", n, "error", e)
 	}
 	for _, r := range recs {
-		pin := PinOf(r)
-		pin.StateDir, pin.PinDir = reg.StateDir, reg.PinDir
-		v.Pins = append(v.Pins, pin)
+		v.Pins = append(v.Pins, Pin{
+			Attachment: r.Attachment, Cluster: r.Cluster, PodNamespace: r.PodNS, PodName: r.PodName, PodUID: r.PodUID,
+			Links: r.Links, State: r.State, Abandoned: r.Abandoned, DrainingSince: r.DrainingSince, Updated: r.Updated,
+			References: r.References, StateDir: reg.StateDir, PinDir: reg.PinDir,
+		})
 	}
 	events, next, reset, eerr := netnsstore.ReadEvents(stateDir, a.eventsRead[reg.StateDir])
 	if eerr == nil {
@@ -391,7 +389,7 @@ func (a *Agent) patch(ctx context.Context, p Pod, add bool) error {
 	return err
 }
 
-func (a *Agent) post(obj *corev1.Pod, typ, reason, msg string) {
+func (a *Agent) post(obj runtime.Object, typ, reason, msg string) {
 	if obj == nil || a.cfg.Recorder == nil {
 		return
 	}
