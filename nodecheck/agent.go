@@ -102,7 +102,6 @@ func (c *checker) agent() {
 		c.r.add(Finding{Check: "agent", Level: Unknown, Where: where, What: err.Error()})
 		return
 	}
-	now := c.o.Now()
 	var pinned map[string]bool
 	if c.snap != nil {
 		pinned = map[string]bool{}
@@ -116,7 +115,7 @@ func (c *checker) agent() {
 			waiting = append(waiting, p.Namespace+"/"+p.Name)
 		}
 	}
-	age := now.Sub(st.Heartbeat)
+	age := c.o.Now().Sub(st.Heartbeat)
 	down := !st.Stopped.IsZero() || age > max(3*st.Interval, time.Minute)
 	switch {
 	case down && len(st.Finalizers) > 0:
