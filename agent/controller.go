@@ -156,7 +156,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.writeStatus()
 	}()
 	for !a.synced() {
-		// No pass yet: the status says why.
 		a.cfg.Metrics.setReady(false)
 		a.mu.Lock()
 		a.status.Heartbeat = time.Now().UTC()
