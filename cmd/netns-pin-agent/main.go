@@ -19,8 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/buildinfo"
@@ -90,8 +88,8 @@ func run(argv []string) int {
 		cfg.Client = cs
 	}
 	a := agent.New(cfg)
-	if cs, ok := cfg.Client.(*kubernetes.Clientset); ok {
-		rec, shutdown := kubeproc.Recorder(ctx, cs, a.EventSink, "netns-pin-agent", *node)
+	if cfg.Client != nil {
+		rec, shutdown := kubeproc.Recorder(ctx, cfg.Client, a.EventSink, "netns-pin-agent", *node)
 		defer shutdown()
 		a.UseRecorder(rec)
 	}
