@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -27,6 +29,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/internal/kubeproc"
 	"github.com/netns-pin/netns-pin/netnsstore"
+	"github.com/netns-pin/netns-pin/nodecheck"
 )
 
 // Config is what the agent runs with.
@@ -41,7 +44,6 @@ type Config struct {
 	Recorder  record.EventRecorder
 	Metrics   *Metrics
 	Log       *slog.Logger
-	Tracker   *Tracker
 	Version   string
 }
 
@@ -61,6 +63,7 @@ type Agent struct {
 
 	eventsRead map[string]int64 // stateDir -> offset of its events file
 	status     Status
+	tracker    Tracker
 }
 
 // ReasonAgentRefused is the Event the agent posts when the API refuses
@@ -73,9 +76,7 @@ const ReasonAgentRefused = "NetnsPinAgentRefused"
 // that a network's holders rules or cniArgsNamespaces admit. The agent
 // reads nothing else of the cluster.
 func New(cfg Config) *Agent {
-	if cfg.HostRoot == "" {
-		cfg.HostRoot = "/"
-	}
+	cfg.HostRoot = cmp.Or(cfg.HostRoot, "/")
 	a := &Agent{cfg: cfg, kick: make(chan struct{}, 1), refused: map[string]string{}, eventsRead: map[string]int64{}}
 	a.status = Status{Node: cfg.NodeName, PID: os.Getpid(), Version: cfg.Version, Started: time.Now().UTC(), Interval: cfg.Interval}
 	if cfg.Client == nil {
@@ -111,7 +112,7 @@ func (a *Agent) setAPIErr(err error) {
 // operation and reason, and, when the API refused it (RBAC or
 // admission), kept as a refusal that readiness, the status file and an
 // Event name (on obj, else on the agent's Node).
-func (a *Agent) apiError(op, verb, resource string, obj *corev1.Pod, err error) {
+func (a *Agent) apiError(op, verb, resource string, obj runtime.Object, err error) {
 	reason := string(apierrors.ReasonForError(err))
 	a.cfg.Metrics.apiError(op, reason)
 	if !apierrors.IsForbidden(err) {
@@ -130,13 +131,10 @@ func (a *Agent) apiError(op, verb, resource string, obj *corev1.Pod, err error) 
 	if op == "event" || a.cfg.Recorder == nil {
 		return // an Event cannot say that Events are refused
 	}
-	if obj != nil {
-		a.post(obj, eventWarning, ReasonAgentRefused, msg)
-		return
+	if obj == nil {
+		obj = &corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}
 	}
-	node := &corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}
-	a.cfg.Recorder.Event(node, eventWarning, ReasonAgentRefused, msg)
-	a.cfg.Metrics.events.WithLabelValues(ReasonAgentRefused).Inc()
+	a.post(obj, eventWarning, ReasonAgentRefused, msg)
 }
 
 // apiOK clears a refusal once the same request went through.
@@ -158,7 +156,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.writeStatus()
 	}()
 	for !a.synced() {
-		// No pass yet: the status says why.
 		a.cfg.Metrics.setReady(false)
 		a.mu.Lock()
 		a.status.Heartbeat = time.Now().UTC()
@@ -205,7 +202,7 @@ func (a *Agent) registryDir() string {
 
 // pass is one look at pods and stores, and what it calls for.
 func (a *Agent) pass(ctx context.Context) {
-	objs := map[string]*corev1.Pod{}
+	objs := map[string]runtime.Object{} // pod UID
 	var pods []Pod
 	if a.lister != nil {
 		list, _ := a.lister.List(labels.Everything()) // a lister of an informer's cache does not fail
@@ -235,7 +232,7 @@ func (a *Agent) pass(ctx context.Context) {
 	}
 	var evs []PodEvent
 	if a.cfg.Client != nil {
-		evs = a.cfg.Tracker.Observe(pods, v, time.Now())
+		evs = a.tracker.Observe(pods, v, time.Now())
 	}
 	released := map[string]bool{}
 	for _, e := range evs {
@@ -264,10 +261,10 @@ func (a *Agent) pass(ctx context.Context) {
 	if plan.Blocked != "" {
 		a.cfg.Log.Warn("no finalizer is lifted", "reason", plan.Blocked)
 	}
-	var fins []StatusPod
+	var fins []nodecheck.AgentStatusPod
 	for _, p := range pods {
 		if p.Finalizer {
-			fins = append(fins, StatusPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Deleting: p.Deleting})
+			fins = append(fins, nodecheck.AgentStatusPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Deleting: p.Deleting})
 		}
 	}
 	a.cfg.Metrics.agentSeen(len(fins), len(plan.Unprotected), plan.Blocked != "")
@@ -279,8 +276,7 @@ func (a *Agent) pass(ctx context.Context) {
 	a.mu.Unlock()
 	a.cfg.Metrics.setReady(a.Ready() == nil)
 	a.status.Heartbeat, a.status.Finalizers, a.status.Blocked = time.Now().UTC(), fins, plan.Blocked
-	a.status.Stores = v.Stores
-	a.status.UnreadableStores = v.UnreadStores
+	a.status.Stores, a.status.UnreadableStores = v.Stores, v.UnreadStores
 	a.status.APIError = ""
 	if apiErr != nil {
 		a.status.APIError = apiErr.Error()
@@ -348,9 +344,11 @@ func (a *Agent) readStore(v *View, reg netnsstore.Registration) error {
 		a.cfg.Log.Warn("record cannot be read", "stateDir", reg.StateDir, "attachment", n, "error", e)
 	}
 	for _, r := range recs {
-		pin := PinOf(r)
-		pin.StateDir, pin.PinDir = reg.StateDir, reg.PinDir
-		v.Pins = append(v.Pins, pin)
+		v.Pins = append(v.Pins, Pin{
+			Attachment: r.Attachment, Cluster: r.Cluster, PodNamespace: r.PodNS, PodName: r.PodName, PodUID: r.PodUID,
+			Links: r.Links, State: r.State, Abandoned: r.Abandoned, DrainingSince: r.DrainingSince, Updated: r.Updated,
+			References: r.References, StateDir: reg.StateDir, PinDir: reg.PinDir,
+		})
 	}
 	events, next, reset, eerr := netnsstore.ReadEvents(stateDir, a.eventsRead[reg.StateDir])
 	if eerr == nil {
@@ -390,7 +388,7 @@ func (a *Agent) patch(ctx context.Context, p Pod, add bool) error {
 	return err
 }
 
-func (a *Agent) post(obj *corev1.Pod, typ, reason, msg string) {
+func (a *Agent) post(obj runtime.Object, typ, reason, msg string) {
 	if obj == nil || a.cfg.Recorder == nil {
 		return
 	}
@@ -449,35 +447,8 @@ func (a *Agent) Ready() error {
 }
 
 // Status is the agent's status file, <statusDir>/status.json, for
-// `netns-pinctl check` on the node, which sees no API: whether an agent runs,
-// and which pods of the node carry the finalizer.
-type Status struct {
-	Node      string        `json:"node"`
-	PID       int           `json:"pid"`
-	Version   string        `json:"version,omitempty"`
-	Started   time.Time     `json:"started"`
-	Interval  time.Duration `json:"interval"`
-	Heartbeat time.Time     `json:"heartbeat"`
-	APIError  string        `json:"apiError,omitempty"`
-	Blocked   string        `json:"blocked,omitempty"`
-	// Refused names each request the API refuses the agent ("verb
-	// resource: message"), for `netns-pinctl check`.
-	Refused []string `json:"refused,omitempty"`
-	// Stores is how many stores are registered on the node, and
-	// UnreadableStores why each one the agent cannot read cannot be.
-	Stores           int         `json:"stores"`
-	UnreadableStores []string    `json:"unreadableStores,omitempty"`
-	Finalizers       []StatusPod `json:"finalizers"`
-	Stopped          time.Time   `json:"stopped,omitzero"`
-}
-
-// StatusPod is a pod of the node carrying the finalizer.
-type StatusPod struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	UID       string `json:"uid"`
-	Deleting  bool   `json:"deleting,omitempty"`
-}
+// `netns-pinctl check` on the node, which sees no API.
+type Status = nodecheck.AgentStatus
 
 // StatusFile is the name of the status file in the status folder.
 const StatusFile = "status.json"

@@ -56,15 +56,6 @@ type Pin struct {
 	StateDir, PinDir string
 }
 
-// PinOf is the part of a record the agent acts on.
-func PinOf(r *netnsstore.Record) Pin {
-	return Pin{
-		Attachment: r.Attachment, Cluster: r.Cluster, PodNamespace: r.PodNS, PodName: r.PodName, PodUID: r.PodUID,
-		Links: r.Links, State: r.State, Abandoned: r.Abandoned, DrainingSince: r.DrainingSince, Updated: r.Updated,
-		References: r.References, PinDir: r.PinDir,
-	}
-}
-
 // names tells whether the pin is the pod's. The UID decides; a record
 // without one (written from CNI_ARGS without K8S_POD_UID) is matched by
 // namespace and name, which may keep the finalizer of a newer pod of the

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/human"
 	"github.com/netns-pin/netns-pin/internal/refusal"
 	"github.com/netns-pin/netns-pin/netnsstore"
@@ -42,11 +43,7 @@ type PodEvent struct {
 // release that happened while it was away has no Released event (the
 // finalizer is lifted with NetnsPinFinalizerLifted instead).
 type Tracker struct {
-	// InUseCommand renders the command that lists what uses a pin of the
-	// store in stateDir and pinDir, as the
-	// plugin's refusal names it (netns-pinctl [flags] inuse <attachment>).
-	InUseCommand func(stateDir, pinDir, attachment string) string
-	seen         map[string]seen // pod UID
+	seen map[string]seen // pod UID
 }
 
 type seen struct {
@@ -72,7 +69,7 @@ func (t *Tracker) Observe(pods []Pod, v View, now time.Time) []PodEvent {
 		}
 		pin := &v.Pins[i]
 		present[p.UID] = true
-		typ, reason, msg := t.describe(*pin)
+		typ, reason, msg := describe(*pin)
 		prev, had := t.seen[p.UID]
 		switch {
 		case reason == stateNone:
@@ -113,7 +110,7 @@ func (t *Tracker) Observe(pods []Pod, v View, now time.Time) []PodEvent {
 }
 
 // describe is the Event a pin's state calls for.
-func (t *Tracker) describe(p Pin) (typ, reason, msg string) {
+func describe(p Pin) (typ, reason, msg string) {
 	switch p.State {
 	case netnsstore.StateActive:
 		links := strings.Join(p.Links, ", ")
@@ -125,20 +122,26 @@ func (t *Tracker) describe(p Pin) (typ, reason, msg string) {
 		if p.Abandoned {
 			return eventWarning, ReasonAbandoned, fmt.Sprintf("the runtime gave up on this pod's network teardown after a refused DEL and will not retry; "+
 				"the netns of cluster %s stays pinned, left to netns-pinctl sweep, which runs the chain's DEL and releases it once nothing uses it (see: %s)",
-				p.Cluster, t.command(p))
+				p.Cluster, inUseCommand(p))
 		}
 		if len(p.References) == 0 {
 			return eventWarning, ReasonRefused, fmt.Sprintf("netns-pin: cluster %s: holder pod %s/%s: the release was refused, what uses the netns could not be read (see: %s)",
-				p.Cluster, p.PodNamespace, p.PodName, t.command(p))
+				p.Cluster, p.PodNamespace, p.PodName, inUseCommand(p))
 		}
-		return eventWarning, ReasonRefused, refusal.Message(p.Cluster, p.PodNamespace, p.PodName, p.References, t.command(p))
+		return eventWarning, ReasonRefused, refusal.Message(p.Cluster, p.PodNamespace, p.PodName, p.References, inUseCommand(p))
 	}
 	return "", stateNone, ""
 }
 
-func (t *Tracker) command(p Pin) string {
-	if t.InUseCommand != nil {
-		return t.InUseCommand(p.StateDir, p.PinDir, p.Attachment)
+// inUseCommand is the command that lists what uses the pin, as the
+// plugin's refusal names it: with its store's folders when they are not
+// the defaults.
+func inUseCommand(p Pin) string {
+	c := conf.Config{StateDir: p.StateDir, PinDir: p.PinDir}
+	for _, ps := range conf.PathSettings {
+		if *ps.Field(&c) == "" {
+			*ps.Field(&c) = ps.Default
+		}
 	}
-	return "netns-pinctl inuse " + p.Attachment
+	return c.InUseCommand(p.Attachment)
 }

@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"maps"
-	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -173,13 +171,15 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.own {
 		c.Collect(ch)
 	}
-	for _, op := range []string{"add", "lift", "event", "watch", "ping"} {
-		if !slices.ContainsFunc(slices.Collect(maps.Keys(m.apiErrors)), func(k [2]string) bool { return k[0] == op }) {
-			emit(ch, descAPIErrors, prometheus.CounterValue, 0, op, "")
-		}
-	}
+	counted := map[string]bool{} // op
 	for k, n := range m.apiErrors {
 		emit(ch, descAPIErrors, prometheus.CounterValue, float64(n), k[0], k[1])
+		counted[k[0]] = true
+	}
+	for _, op := range []string{"add", "lift", "event", "watch", "ping"} {
+		if !counted[op] {
+			emit(ch, descAPIErrors, prometheus.CounterValue, 0, op, "")
+		}
 	}
 	emit(ch, descSkipped, prometheus.CounterValue, float64(m.skipped))
 }
@@ -189,16 +189,6 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// validEvent tells whether a line of the events file can become labels.
-func validEvent(e netnsstore.Event) bool {
-	switch e.Kind {
-	case netnsstore.EventRefusal, netnsstore.EventRelease, netnsstore.EventAbandoned:
-	default:
-		return false
-	}
-	return utf8.ValidString(e.Cluster) && utf8.ValidString(e.By)
 }
 
 // eventsSeen takes in what one pass read of one store (named by its
@@ -218,7 +208,8 @@ func (m *Metrics) eventsSeen(store string, events []netnsstore.Event, reset bool
 		m.stores[store] = sc
 	}
 	for _, e := range events {
-		if !validEvent(e) {
+		// A line that cannot become labels is skipped, and counted.
+		if !utf8.ValidString(e.Cluster) || !utf8.ValidString(e.By) {
 			m.skipped++
 			continue
 		}
@@ -229,6 +220,9 @@ func (m *Metrics) eventsSeen(store string, events []netnsstore.Event, reset bool
 			sc.releases[[2]string{e.Cluster, e.By}] += e.Count
 		case netnsstore.EventAbandoned:
 			sc.finished += e.Count
+		default:
+			m.skipped++
+			continue
 		}
 		if e.Check > 0 {
 			m.check.Observe(e.Check.Seconds())
@@ -267,13 +261,11 @@ func (m *Metrics) storeSeen(v View, failed bool) {
 			continue
 		}
 		m.clusters[cl] = true
-		for _, st := range []string{"active", "draining", "abandoned"} {
-			if _, ok := m.pins[[2]string{cl, st}]; !ok {
+		if _, ok := m.oldest[cl]; !ok { // the cluster's first pin of this pass: its series start at 0
+			m.oldest[cl] = time.Time{}
+			for _, st := range []string{"active", "draining", "abandoned"} {
 				m.pins[[2]string{cl, st}] = 0
 			}
-		}
-		if _, ok := m.oldest[cl]; !ok {
-			m.oldest[cl] = time.Time{}
 		}
 		state := ""
 		switch p.State {

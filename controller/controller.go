@@ -80,10 +80,9 @@ func New(cfg Config) *Controller {
 		})
 		_, _ = inf.AddEventHandler(kubeproc.Kicker(c.kick))
 		c.synced = append(c.synced, inf.HasSynced)
+		go inf.RunWithContext(context.Background())
 	}
 	c.pods, c.nodes = pods.Lister(), nodes.Lister()
-	go pods.Informer().RunWithContext(context.Background())
-	go nodes.Informer().RunWithContext(context.Background())
 	return c
 }
 
@@ -259,7 +258,7 @@ func (c *Controller) pass(ctx context.Context) (recheck time.Time) {
 			// and the decision taken again on what it says.
 			ln, ok := live[p.Node]
 			if !ok {
-				ln = c.liveNode(ctx, p.Node, n.MissingSince, now)
+				ln = c.liveNode(ctx, p.Node, n.MissingSince)
 				live[p.Node] = ln
 			}
 			d = Decide(p, ln, now, c.cfg.Quarantine)
@@ -311,7 +310,7 @@ func (c *Controller) cachedNode(name string, now time.Time) Node {
 
 // liveNode reads the node from the API server. Only NotFound says it is
 // gone; any other error is a read error, which decides nothing.
-func (c *Controller) liveNode(ctx context.Context, name string, missingSince, now time.Time) Node {
+func (c *Controller) liveNode(ctx context.Context, name string, missingSince time.Time) Node {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	obj, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

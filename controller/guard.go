@@ -86,8 +86,7 @@ func celString(s string) string {
 // with the pods that carry netns-pin.io/pin. An error is counted and
 // logged; the next pass tries again.
 func (c *Controller) keepGuard(ctx context.Context, carrying []string, now time.Time) {
-	g := c.cfg.Guard
-	if g.Policy == "" {
+	if c.cfg.Guard.Policy == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)

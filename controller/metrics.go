@@ -21,10 +21,6 @@ var (
 		[]string{"node", "reason"}, nil)
 )
 
-// APIOps are the values of api_errors_total's op label, each exported
-// from 0.
-var APIOps = []string{"get_node", "get_pod", "lift", "watch"}
-
 // Metrics is the controller's Prometheus collector.
 type Metrics struct {
 	mu      sync.Mutex
@@ -49,7 +45,7 @@ func NewMetrics() *Metrics {
 	}
 	m.lifted.WithLabelValues(ReasonNodeGone)
 	m.lifted.WithLabelValues(ReasonNodeOutOfService)
-	for _, op := range APIOps {
+	for _, op := range []string{"get_node", "get_pod", "lift", "watch"} {
 		m.apiErrors.WithLabelValues(op)
 	}
 	return m

@@ -13,24 +13,37 @@ import (
 	"github.com/netns-pin/netns-pin/internal/regfile"
 )
 
-// agentStatus is what the node agent (cmd/netns-pin-agent) writes to
+// AgentStatus is what the node agent (cmd/netns-pin-agent) writes to
 // <stateDir>-agent/status.json at each pass: check sees no API, and learns
 // from it whether an agent runs and which pods of the node carry the
-// finalizer netns-pin.io/pin. Decoded here rather than imported: the
-// agent's package links client-go, which the plugin (and so check) must not.
-type agentStatus struct {
-	PID        int           `json:"pid"`
-	Interval   time.Duration `json:"interval"`
-	Heartbeat  time.Time     `json:"heartbeat"`
-	APIError   string        `json:"apiError"`
-	Blocked    string        `json:"blocked"`
-	Refused    []string      `json:"refused"`
-	Unreadable []string      `json:"unreadableStores"`
-	Stopped    time.Time     `json:"stopped"`
-	Finalizers []struct {
-		Namespace, Name, UID string
-		Deleting             bool
-	} `json:"finalizers"`
+// finalizer netns-pin.io/pin. Defined here, not in the agent's package:
+// that one links client-go, which the plugin (and so check) must not.
+type AgentStatus struct {
+	Node      string        `json:"node"`
+	PID       int           `json:"pid"`
+	Version   string        `json:"version,omitempty"`
+	Started   time.Time     `json:"started"`
+	Interval  time.Duration `json:"interval"`
+	Heartbeat time.Time     `json:"heartbeat"`
+	APIError  string        `json:"apiError,omitempty"`
+	Blocked   string        `json:"blocked,omitempty"`
+	// Refused names each request the API refuses the agent ("verb
+	// resource: message").
+	Refused []string `json:"refused,omitempty"`
+	// Stores is how many stores are registered on the node, and
+	// UnreadableStores why each one the agent cannot read cannot be.
+	Stores           int              `json:"stores"`
+	UnreadableStores []string         `json:"unreadableStores,omitempty"`
+	Finalizers       []AgentStatusPod `json:"finalizers"`
+	Stopped          time.Time        `json:"stopped,omitzero"`
+}
+
+// AgentStatusPod is a pod of the node carrying the finalizer.
+type AgentStatusPod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	Deleting  bool   `json:"deleting,omitempty"`
 }
 
 // AgentStatusFile is the node agent's status file in dir, the agent's
@@ -60,13 +73,13 @@ func FinalizerPods(dir string) ([]string, error) {
 // readAgentStatus reads status.json beneath dir, dir itself opened
 // without following a symlink as its last component: as the store's
 // readers read stateDir, a link planted there is never followed.
-func readAgentStatus(dir string) (*agentStatus, error) {
+func readAgentStatus(dir string) (*AgentStatus, error) {
 	where := AgentStatusFile(dir)
 	data, err := regfile.ReadIn(dir, "status.json", 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("the node agent's status %s: %w", where, err)
 	}
-	var st agentStatus
+	var st AgentStatus
 	if err := json.Unmarshal(data, &st); err != nil {
 		return nil, fmt.Errorf("the node agent's status %s is not JSON: %w", where, err)
 	}
@@ -89,7 +102,6 @@ func (c *checker) agent() {
 		c.r.add(Finding{Check: "agent", Level: Unknown, Where: where, What: err.Error()})
 		return
 	}
-	now := c.o.Now()
 	var pinned map[string]bool
 	if c.snap != nil {
 		pinned = map[string]bool{}
@@ -103,7 +115,7 @@ func (c *checker) agent() {
 			waiting = append(waiting, p.Namespace+"/"+p.Name)
 		}
 	}
-	age := now.Sub(st.Heartbeat)
+	age := c.o.Now().Sub(st.Heartbeat)
 	down := !st.Stopped.IsZero() || age > max(3*st.Interval, time.Minute)
 	switch {
 	case down && len(st.Finalizers) > 0:
@@ -119,9 +131,9 @@ func (c *checker) agent() {
 		c.r.add(Finding{Check: "agent", Level: Error, Where: where,
 			What: "the API refuses the node agent: " + strings.Join(st.Refused, "; "),
 			Fix:  "give the agent's ServiceAccount what deploy/rbac.yaml gives it, and check deploy/validating-admission-policy.yaml"})
-	case len(st.Unreadable) > 0:
+	case len(st.UnreadableStores) > 0:
 		c.r.add(Finding{Check: "agent", Level: Error, Where: where,
-			What: "the node agent cannot read a registered store, and lifts no finalizer: " + strings.Join(st.Unreadable, "; "),
+			What: "the node agent cannot read a registered store, and lifts no finalizer: " + strings.Join(st.UnreadableStores, "; "),
 			Fix:  "repair the store, or unregister one removed by hand (netns-pinctl --state-dir <dir> uninstall, or its file in /var/lib/netns-pin/stores)"})
 	case len(waiting) > 0:
 		c.r.add(Finding{Check: "agent", Level: Warning, Where: where,

@@ -172,9 +172,6 @@ func quoteList(ss []string) string {
 // any other text (an error naming such a path) from sending terminal
 // escapes, tabs or newlines to the operator's terminal.
 func printable(s string) string {
-	if !strings.ContainsFunc(s, func(r rune) bool { return r == utf8.RuneError || !unicode.IsPrint(r) }) {
-		return s
-	}
 	var b strings.Builder
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])

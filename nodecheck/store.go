@@ -259,13 +259,11 @@ func nsfsID(path string) (netnsstore.NetnsID, error) {
 func trustFix(err error, dir, mode string) string {
 	var u *netnsstore.UntrustedDirError
 	switch {
-	case !errors.As(err, &u):
-		return fmt.Sprintf("chown root:root %s && chmod %s %s", dir, mode, dir)
-	case strings.HasPrefix(u.Why, "is a symlink"):
+	case errors.As(err, &u) && strings.HasPrefix(u.Why, "is a symlink"):
 		return fmt.Sprintf("give the real path: no symlink may be on the way (%s is one)", u.Path)
-	case u.Path == filepath.Clean(dir):
-		return fmt.Sprintf("chown root:root %s && chmod %s %s", dir, mode, dir)
-	default:
+	case u != nil && u.Path != filepath.Clean(dir):
 		return fmt.Sprintf("chown root %s && chmod go-w %s (an ancestor: anyone who may write it can swap %s)", u.Path, u.Path, dir)
+	default:
+		return fmt.Sprintf("chown root:root %s && chmod %s %s", dir, mode, dir)
 	}
 }

@@ -19,8 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/conf"
 	"github.com/netns-pin/netns-pin/internal/buildinfo"
@@ -80,7 +78,6 @@ func run(argv []string) int {
 	cfg := agent.Config{
 		NodeName: *node, HostRoot: *hostRoot, StatusDir: sd, Interval: *interval,
 		Metrics: m, Log: log, Version: Version,
-		Tracker: &agent.Tracker{InUseCommand: inUseCommand},
 	}
 	if !*storeOnly {
 		cs, err := kubeproc.Clientset(*kubeconfig, "netns-pin-agent/"+Version)
@@ -91,22 +88,10 @@ func run(argv []string) int {
 		cfg.Client = cs
 	}
 	a := agent.New(cfg)
-	if cs, ok := cfg.Client.(*kubernetes.Clientset); ok {
-		rec, shutdown := kubeproc.Recorder(ctx, cs, a.EventSink, "netns-pin-agent", *node)
+	if cfg.Client != nil {
+		rec, shutdown := kubeproc.Recorder(ctx, cfg.Client, a.EventSink, "netns-pin-agent", *node)
 		defer shutdown()
 		a.UseRecorder(rec)
 	}
 	return kubeproc.Main(ctx, stop, "netns-pin-agent", *listen, m, a.Healthy, a.Ready, a.Run, log)
-}
-
-// inUseCommand is the command that lists what uses a pin of a store, with
-// the store's folders when they are not the defaults.
-func inUseCommand(stateDir, pinDir, attachment string) string {
-	c := conf.Config{StateDir: stateDir, PinDir: pinDir}
-	for _, ps := range conf.PathSettings {
-		if *ps.Field(&c) == "" {
-			*ps.Field(&c) = ps.Default
-		}
-	}
-	return c.InUseCommand(attachment)
 }

@@ -9,6 +9,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -39,8 +40,8 @@ func run(argv []string) int {
 	Version, Commit = buildinfo.Resolve(Version, Commit)
 	fs := flag.NewFlagSet("netns-pin-controller", flag.ContinueOnError)
 	host, _ := os.Hostname()
-	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's identity in the leader Lease (default $POD_NAME, from the downward API, else the host name)")
-	leaseNS := fs.String("lease-namespace", envOr("POD_NAMESPACE", "kube-system"), "namespace of the leader Lease (default $POD_NAMESPACE, else kube-system)")
+	identity := fs.String("identity", cmp.Or(os.Getenv("POD_NAME"), host), "this replica's identity in the leader Lease (default $POD_NAME, from the downward API, else the host name)")
+	leaseNS := fs.String("lease-namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), "kube-system"), "namespace of the leader Lease (default $POD_NAMESPACE, else kube-system)")
 	leaseName := fs.String("lease-name", "netns-pin-controller", "name of the leader Lease")
 	leaseDuration := fs.Duration("lease-duration", 15*time.Second, "how long a Lease not renewed keeps others from leading")
 	renewDeadline := fs.Duration("renew-deadline", 10*time.Second, "how long the leader tries to renew before it stops leading")
@@ -103,11 +104,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

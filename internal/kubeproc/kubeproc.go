@@ -49,7 +49,7 @@ func Clientset(kubeconfig, userAgent string) (*kubernetes.Clientset, error) {
 
 // Recorder posts Events of component (on host) through sink, wrapped by
 // wrap, until ctx ends or the returned func is called.
-func Recorder(ctx context.Context, cs *kubernetes.Clientset, wrap func(record.EventSink) record.EventSink, component, host string) (record.EventRecorder, func()) {
+func Recorder(ctx context.Context, cs kubernetes.Interface, wrap func(record.EventSink) record.EventSink, component, host string) (record.EventRecorder, func()) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(wrap(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")}))
 	return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: host}), broadcaster.Shutdown
