@@ -61,8 +61,9 @@ func runHostExec(g *globalFlags, args []string, stdout, stderr io.Writer) int {
 // that entered that namespace: setns(CLONE_NEWNS) refuses a thread that
 // shares its filesystem attributes (root, cwd) with others, as every
 // thread of a Go program does, so the thread first takes its own copy
-// (unshare CLONE_FS). This process stays in its own mount namespace,
-// where `kubectl exec` into its container still finds the image's files.
+// (unshare CLONE_FS). That thread is never the main thread (main.go's
+// init keeps it), so this process stays in its own mount namespace, where
+// `kubectl exec` into its container still finds the image's files.
 func runInHostMountNS(ref string, args []string, stdout, stderr io.Writer) (int, error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)

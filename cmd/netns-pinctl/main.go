@@ -7,6 +7,7 @@ package main
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/netns-pin/netns-pin/internal/buildinfo"
 )
@@ -18,6 +19,13 @@ var (
 	Version = buildinfo.Unstamped
 	Commit  = ""
 )
+
+// The main goroutine keeps the main thread to itself, so no goroutine that
+// enters another namespace on its thread runs there: the main thread's
+// namespaces are what /proc/<pid>/ns shows for the process, and `kubectl
+// exec` into the sweep container joins host-exec's mount namespace by that
+// path, which must stay the container's (runInHostMountNS).
+func init() { runtime.LockOSThread() }
 
 func main() {
 	Version, Commit = buildinfo.Resolve(Version, Commit)
