@@ -1,7 +1,6 @@
 package pinstore
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -52,25 +51,24 @@ func NewLogger(c *conf.Config, attrs ...any) (*slog.Logger, func()) {
 // file; anything else is an error naming it.
 func OpenLogFile(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
-	var fi fs.FileInfo
-	switch {
-	case err == nil:
-		fi, err = f.Stat()
-	case !errors.Is(err, fs.ErrNotExist):
-		// O_NOFOLLOW on a symlink fails with ELOOP: name what is there.
-		if fi, _ = os.Lstat(path); fi == nil {
-			return nil, err
-		}
-		err = nil
-	}
-	if err == nil && fi.Mode().IsRegular() {
-		return f, nil
-	}
-	if f != nil {
-		f.Close()
-	}
 	if err != nil {
+		// O_NOFOLLOW on a symlink fails with ELOOP: name what is there.
+		if fi, lerr := os.Lstat(path); lerr == nil && !fi.Mode().IsRegular() {
+			return nil, notRegular(path, fi)
+		}
 		return nil, err
 	}
-	return nil, fmt.Errorf("logFile %s is %s, not a regular file: not opened", path, regfile.Kind(fi.Mode()))
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = notRegular(path, fi)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func notRegular(path string, fi fs.FileInfo) error {
+	return fmt.Errorf("logFile %s is %s, not a regular file: not opened", path, regfile.Kind(fi.Mode()))
 }

@@ -48,3 +48,20 @@ func TestLogFileNeverFollowsASymlink(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(data), `"msg":"written"`)
 }
+
+// Hole: a regular log file that exists but cannot be opened for writing
+// (a read-only mount, say) gave no file and no error, and the log went
+// nowhere. The error is returned, and the log goes to stderr.
+func TestLogFileThatCannotBeOpenedIsAnError(t *testing.T) {
+	require.Zero(t, os.Geteuid(), "a read-only bind mount: run as root")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "netns-pin.log")
+	require.NoError(t, os.WriteFile(path, []byte("old\n"), 0o600))
+	require.NoError(t, unix.Mount(dir, dir, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	require.NoError(t, unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""))
+
+	f, err := OpenLogFile(path)
+	assert.Nil(t, f)
+	require.ErrorIs(t, err, unix.EROFS)
+}
