@@ -11,6 +11,9 @@
 #                image index for linux/amd64 and linux/arm64, the static
 #                binaries only, reproducible, stamped from git (hack/image.sh;
 #                no container engine)
+#   make chart   the Helm chart deploy/chart/netns-pin packaged:
+#                .cache/chart/netns-pin-<version>.tgz, the same bytes from the
+#                same commit (hack/chart.sh; helm from make tools)
 #   make manifests  deploy/'s manifests rendered from the chart (hack/manifests;
 #                a test of deploy/ fails while they differ)
 #   make test    gofmt, go vet, helm lint --strict, go test -race (all but test/, then with -tags failpoints
@@ -97,7 +100,7 @@ define step
 	@start=$$(date +%s); $(2); printf '=== %s: ok (%ss)\n' "$(1)" "$$(( $$(date +%s) - start ))"
 endef
 
-.PHONY: all build image manifests chart-lint tools packages demo demos kube-up kube-down test fmt-check vet staticcheck unit failpoints arm64 e2e e2e-run soak bench fuzz clean
+.PHONY: all build image chart manifests chart-lint tools packages demo demos kube-up kube-down test fmt-check vet staticcheck unit failpoints arm64 e2e e2e-run soak bench fuzz clean
 
 all: build
 
@@ -125,6 +128,10 @@ build:
 # The push: README.md, "Install" (skopeo copy --all oci-archive:... docker://...).
 image:
 	@hack/image.sh
+
+# The push: CHANGELOG.md's release procedure (helm push to an OCI registry).
+chart:
+	@hack/chart.sh
 
 # deploy/'s manifests from the chart's templates (docs/design.md, "The
 # chart and deploy/").
