@@ -11,7 +11,12 @@
 #                image index for linux/amd64 and linux/arm64, the static
 #                binaries only, reproducible, stamped from git (hack/image.sh;
 #                no container engine)
-#   make test    gofmt, go vet, go test -race (all but test/, then with -tags failpoints
+#   make chart   the Helm chart deploy/chart/netns-pin packaged:
+#                .cache/chart/netns-pin-<version>.tgz, the same bytes from the
+#                same commit (hack/chart.sh; helm from make tools)
+#   make manifests  deploy/'s manifests rendered from the chart (hack/manifests;
+#                a test of deploy/ fails while they differ)
+#   make test    gofmt, go vet, helm lint --strict, go test -race (all but test/, then with -tags failpoints
 #                where tests need it), linux/arm64 (vet, build, unit tests under
 #                qemu-user; beside test/kube, after test/kernel), the e2e suites
 #                under test/, both demos (root)
@@ -95,7 +100,7 @@ define step
 	@start=$$(date +%s); $(2); printf '=== %s: ok (%ss)\n' "$(1)" "$$(( $$(date +%s) - start ))"
 endef
 
-.PHONY: all build image tools packages demo demos kube-up kube-down test fmt-check vet staticcheck unit failpoints arm64 e2e e2e-run soak bench fuzz clean
+.PHONY: all build image chart manifests chart-lint tools packages demo demos kube-up kube-down test fmt-check vet staticcheck unit failpoints arm64 e2e e2e-run soak bench fuzz clean
 
 all: build
 
@@ -123,6 +128,22 @@ build:
 # The push: README.md, "Install" (skopeo copy --all oci-archive:... docker://...).
 image:
 	@hack/image.sh
+
+# The push: CHANGELOG.md's release procedure (helm push to an OCI registry).
+chart:
+	@hack/chart.sh
+
+# deploy/'s manifests from the chart's templates (docs/design.md, "The
+# chart and deploy/").
+manifests:
+	@hack/tools.sh helm
+	@$(GO) run ./hack/manifests
+
+# The chart with its default values and with each example of
+# deploy/chart/examples/ (helm from make tools).
+chart-lint:
+	$(call step,helm lint --strict,$(CACHE)/bin/helm lint --strict deploy/chart/netns-pin; \
+		for v in deploy/chart/examples/*.yaml; do $(CACHE)/bin/helm lint --strict --quiet deploy/chart/netns-pin --values "$$v"; done)
 
 # make demo: the plugin with cnitool and throwaway netns (seconds).
 # make demo DEMO=ceph: the same story on a real one-node Ceph cluster with a
@@ -210,7 +231,7 @@ soak:
 
 test: tools build
 	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory fmt-check vet staticcheck unit failpoints e2e-run demos E2E_BESIDE_AFTER=arm64; \
+	$(MAKE) --no-print-directory fmt-check vet staticcheck chart-lint unit failpoints e2e-run demos E2E_BESIDE_AFTER=arm64; \
 	printf '\n=== make test: all passed (%ss)\n' "$$(( $$(date +%s) - start ))"
 
 # hack/bench.sh (root): builds the do-nothing plugin, inuse's test binary and

@@ -18,6 +18,12 @@ func Objects(path string) ([]map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ObjectsOf(path, data)
+}
+
+// ObjectsOf decodes the Kubernetes objects of a manifest's text (name says
+// whose, in an error), as Objects does a file's.
+func ObjectsOf(name string, data []byte) ([]map[string]any, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var objs []map[string]any
 	for {
@@ -27,7 +33,7 @@ func Objects(path string) ([]map[string]any, error) {
 			return objs, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s is not valid YAML: %w", path, err)
+			return nil, fmt.Errorf("%s is not valid YAML: %w", name, err)
 		}
 		if doc != nil {
 			objs = append(objs, doc)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hack/tools.sh - install what netns-pin's build, demo and tests need.
 #
-# Usage: hack/tools.sh [packages|tools|plugin|all|env]
+# Usage: hack/tools.sh [packages|tools|helm|plugin|all|env]
 #
 #   packages  Debian packages the tests and the demo run (ip, nsenter, unshare,
 #             mount, jq, make, a C compiler for -race, qemu-system-x86 and
@@ -9,7 +9,11 @@
 #             installer image, qemu-user-static for the arm64 unit tests); `apt-get update` runs
 #             once, and only when something is missing.
 #   tools     pinned cnitool and reference CNI plugins, built from the Go module
-#             proxy into .cache/ (skipped when the stamp for that version exists).
+#             proxy into .cache/ (skipped when the stamp for that version exists),
+#             and helm (below).
+#   helm      helm ${HELM_VERSION} alone, built from the Go module proxy into
+#             .cache/bin/helm: the chart's lint, template and package
+#             (deploy/chart/, make manifests, make chart).
 #   plugin    go build ./plugin -> bin/netns-pin (copied to .cache/cni/bin/) and
 #             ./cmd/netns-pin-agent -> bin/netns-pin-agent (the node agent) and
 #             ./cmd/netns-pin-controller -> bin/netns-pin-controller (the cluster
@@ -20,6 +24,7 @@
 # Everything lands in the git-ignored folder .cache/:
 #   .cache/bin/cnitool          cnitool ${CNITOOL_VERSION}
 #   .cache/bin/staticcheck      staticcheck ${STATICCHECK_VERSION}
+#   .cache/bin/helm             helm ${HELM_VERSION}
 #   .cache/cni/bin/<plugin>     reference plugins ${PLUGINS_VERSION} + netns-pin
 #   .cache/stamps/              one file per built tool version
 set -euo pipefail
@@ -33,6 +38,9 @@ STAMP_DIR="${CACHE}/stamps"
 CNITOOL_VERSION="v1.3.1"
 PLUGINS_VERSION="v1.10.0"
 STATICCHECK_VERSION="v0.8.2"
+# Helm 4 from the Go module proxy (helm.sh/helm/v4): no release binary is
+# downloaded. deploy/'s tests run this binary (deploy/chart_test.go).
+HELM_VERSION="v4.3.2"
 # golang.org/x/perf has no release tags: a pinned pseudo-version.
 # Reference plugins (path under github.com/containernetworking/plugins/plugins/).
 PLUGINS=(
@@ -148,6 +156,12 @@ install_tools() {
 	# the stamp names the version and the plugin set
 	sum="$(printf '%s\n' "${PLUGINS[@]}" | cksum | cut -d' ' -f1)"
 	go_install cni-plugins "${PLUGINS_VERSION}-${sum}" "${CNI_BIN_DIR}" "${pkgs[@]}"
+	install_helm
+}
+
+install_helm() {
+	ensure_go
+	go_install helm "${HELM_VERSION}" "${BIN_DIR}" "helm.sh/helm/v4/cmd/helm@${HELM_VERSION}"
 }
 
 build_plugin() {
@@ -178,6 +192,7 @@ main() {
 	case "${what}" in
 	packages) ensure_packages ;;
 	tools) install_tools ;;
+	helm) install_helm ;;
 	plugin) build_plugin ;;
 	all)
 		ensure_packages
@@ -185,9 +200,9 @@ main() {
 		build_plugin
 		;;
 	env) print_env ;;
-	-h | --help | help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+	-h | --help | help) sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
 	*)
-		log "unknown target ${what} (packages|tools|plugin|all|env)"
+		log "unknown target ${what} (packages|tools|helm|plugin|all|env)"
 		exit 2
 		;;
 	esac

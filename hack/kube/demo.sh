@@ -58,7 +58,7 @@ step "deploy/network-attachment-definition.yaml and deploy/holder-daemonset.yaml
 # the node's storage NIC, this cluster's range, the kubelet's folder
 sed -e "s#\"master\": \"eth1\"#\"master\": \"${KUBE_STORAGE_MASTER}\"#" \
 	-e "s#\"range\": \"192.168.20.0/24\"#\"range\": \"${KUBE_STORAGE_SUBNET}\", \"configuration_path\": \"${KUBE_WHEREABOUTS_CONF}\"#" \
-	-e "s#\"exclude\": \[\"192.168.20.0/28\"\]#\"exclude\": [\"${KUBE_STORAGE_SUBNET%.0/24}.0/28\"]#" \
+	-e "s#\"192.168.20.0/28\"#\"${KUBE_STORAGE_SUBNET%.0/24}.0/28\"#" \
 	-e "s#\"logFile\": \"/var/log/netns-pin.log\"#\"logFile\": \"${KUBE_DIR}/logs/netns-pin.log\", \"pinDir\": \"${PIN_DIR}\", \"stateDir\": \"${STATE_DIR}\"#" \
 	"${ROOT}/deploy/network-attachment-definition.yaml" >"${WORK}/nad.yaml"
 kubectl_ create namespace "${NS}" --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
