@@ -179,7 +179,24 @@ func TestListAndInUseChangeNothing(t *testing.T) {
 func TestHostExecForwardsSIGTERM(t *testing.T) {
 	require.Zero(t, os.Geteuid(), "a mount namespace of its own: run as root")
 	s, flags := cliStore(t)
-	bin := buildBinaries(t)
+	cmd, child, stderr := startHostExecSweeper(t, buildBinaries(t), s.StateDir, flags)
+	require.NotEqual(t, cmd.Process.Pid, child, "the sweeper is host-exec's child")
+	start := time.Now()
+	require.NoError(t, cmd.Process.Signal(unix.SIGTERM))
+	require.NoError(t, cmd.Wait(), "exit 0 on SIGTERM: %s", stderr.String())
+	assert.Less(t, time.Since(start), time.Second, stderr.String())
+	assert.ErrorIs(t, unix.Kill(child, 0), unix.ESRCH, "the sweeper is gone with host-exec")
+}
+
+// startHostExecSweeper starts `netns-pinctl host-exec -- sweep` in a mount
+// namespace of its own, as the sweep container's first process, and waits
+// for the sweeper's first round; it returns host-exec's command, the
+// sweeper's pid and host-exec's stderr.
+func startHostExecSweeper(t *testing.T, bin, stateDir string, flags []string) (*exec.Cmd, int, *bytes.Buffer) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(stateDir, "sweeper.json")); !os.IsNotExist(err) {
+		require.NoError(t, err)
+	}
 	// unshare execs host-exec: the pid started is host-exec's.
 	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", bin, "host-exec", "--"}, append(flags, "sweep", "--interval", "1h")...)...)
 	var stderr bytes.Buffer
@@ -187,19 +204,14 @@ func TestHostExecForwardsSIGTERM(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	var child int
 	require.Eventually(t, func() bool {
-		st, err := netnsstore.ReadSweepStatus(s.StateDir)
+		st, err := netnsstore.ReadSweepStatus(stateDir)
 		if err != nil || st == nil || st.LastRound.IsZero() {
 			return false
 		}
 		child = st.PID
 		return true
-	}, 10*time.Second, 10*time.Millisecond, "the sweeper ran its round")
-	require.NotEqual(t, cmd.Process.Pid, child, "the sweeper is host-exec's child")
-	start := time.Now()
-	require.NoError(t, cmd.Process.Signal(unix.SIGTERM))
-	require.NoError(t, cmd.Wait(), "exit 0 on SIGTERM: %s", stderr.String())
-	assert.Less(t, time.Since(start), time.Second, stderr.String())
-	assert.ErrorIs(t, unix.Kill(child, 0), unix.ESRCH, "the sweeper is gone with host-exec")
+	}, 10*time.Second, 10*time.Millisecond, "the sweeper ran its round: %s", &stderr)
+	return cmd, child, &stderr
 }
 
 // TestHostExecStaysInItsOwnMountNamespace: `kubectl exec` into the sweep
@@ -216,22 +228,7 @@ func TestHostExecStaysInItsOwnMountNamespace(t *testing.T) {
 	hostNS, err := os.Readlink("/proc/self/ns/mnt") // the host's, where unshare starts
 	require.NoError(t, err)
 	for run := range 10 {
-		if err := os.Remove(filepath.Join(s.StateDir, "sweeper.json")); !os.IsNotExist(err) {
-			require.NoError(t, err, "run %d", run)
-		}
-		cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", bin, "host-exec", "--"}, append(flags, "sweep", "--interval", "1h")...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		require.NoError(t, cmd.Start())
-		var child int
-		require.Eventually(t, func() bool {
-			st, err := netnsstore.ReadSweepStatus(s.StateDir)
-			if err != nil || st == nil || st.LastRound.IsZero() {
-				return false
-			}
-			child = st.PID
-			return true
-		}, 10*time.Second, 10*time.Millisecond, "run %d: the sweeper ran its round: %s", run, &stderr)
+		cmd, child, stderr := startHostExecSweeper(t, bin, s.StateDir, flags)
 		own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", cmd.Process.Pid))
 		require.NoError(t, err)
 		childNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", child))
@@ -239,6 +236,6 @@ func TestHostExecStaysInItsOwnMountNamespace(t *testing.T) {
 		assert.Equal(t, hostNS, childNS, "run %d: the sweeper runs in the host's mount namespace", run)
 		assert.NotEqual(t, hostNS, own, "run %d: host-exec's main thread stays in its container's mount namespace", run)
 		require.NoError(t, cmd.Process.Signal(unix.SIGTERM))
-		require.NoError(t, cmd.Wait(), "run %d: %s", run, &stderr)
+		require.NoError(t, cmd.Wait(), "run %d: %s", run, stderr)
 	}
 }
