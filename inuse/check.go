@@ -33,6 +33,7 @@ package inuse
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -78,15 +79,9 @@ const (
 var defaultPorts = sync.OnceValue(func() Ports { return mustParsePorts(DefaultCephPorts) })
 
 func (o Options) withDefaults() (Options, error) {
-	if o.Sysfs == "" {
-		o.Sysfs = DefaultSysfs
-	}
-	if o.Debugfs == "" {
-		o.Debugfs = DefaultDebugfs
-	}
-	if o.Proc == "" {
-		o.Proc = DefaultProc
-	}
+	o.Sysfs = cmp.Or(o.Sysfs, DefaultSysfs)
+	o.Debugfs = cmp.Or(o.Debugfs, DefaultDebugfs)
+	o.Proc = cmp.Or(o.Proc, DefaultProc)
 	if o.CephPorts.isEmpty() {
 		o.CephPorts = defaultPorts()
 	}
@@ -143,21 +138,15 @@ func Check(t Target, o Options) ([]Reference, error) {
 			c.ips = append(c.ips, ip.Unmap().WithZone(""))
 		}
 	}
-	type result struct {
-		refs []Reference
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		refs, err := c.run()
-		done <- result{refs, err}
-	}()
-	timer := time.NewTimer(o.Timeout)
-	defer timer.Stop()
+	done := make(chan error, 1)
+	go func() { done <- c.run() }()
 	select {
-	case r := <-done:
-		return r.refs, r.err
-	case <-timer.C:
+	case err := <-done:
+		if err != nil {
+			return nil, err
+		}
+		return c.refs, nil
+	case <-time.After(o.Timeout):
 		// The goroutine stays blocked in the kernel; nothing can
 		// interrupt it. It ends with the process, or when the call
 		// returns.
@@ -165,17 +154,19 @@ func Check(t Target, o Options) ([]Reference, error) {
 	}
 }
 
-func (c *checker) run() ([]Reference, error) {
+// run leaves the references, sorted, in c.refs.
+func (c *checker) run() error {
 	if err := c.ceph(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.processesAndSockets(); err != nil {
-		return nil, err
+		return err
 	}
 	if c.o.Unattributed == PolicyBlock {
 		c.refs = append(c.refs, c.unattributed...)
 	}
-	return sortRefs(c.refs), nil
+	c.refs = sortRefs(c.refs)
+	return nil
 }
 
 // maxWorkers bounds the goroutines reading files: past a few, the kernel's
