@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -377,7 +376,7 @@ func heldSockets(fdDir string, index map[uint64]int) ([]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		ino, ok := linkInode([]byte(link), "socket")
+		ino, ok := linkInode(link, "socket")
 		if !ok {
 			continue
 		}
@@ -391,19 +390,12 @@ func heldSockets(fdDir string, index map[uint64]int) ([]int, error) {
 // linkInode parses a procfs link that names an inode, "<kind>:[<digits>]":
 // a descriptor's "socket:[12345]" (net/socket.c sockfs_dname), a
 // namespace's "net:[4026531840]".
-func linkInode(l []byte, kind string) (uint64, bool) {
-	if len(l) < len(kind)+4 || string(l[:len(kind)]) != kind || string(l[len(kind):len(kind)+2]) != ":[" || l[len(l)-1] != ']' {
-		return 0, false
+func linkInode(l, kind string) (uint64, bool) {
+	if d, ok := strings.CutPrefix(l, kind+":["); ok && strings.HasSuffix(d, "]") {
+		n, err := strconv.ParseUint(d[:len(d)-1], 10, 64)
+		return n, err == nil
 	}
-	var n uint64
-	for _, c := range l[len(kind)+2 : len(l)-1] {
-		d := uint64(c - '0')
-		if c < '0' || c > '9' || n > (math.MaxUint64-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
-	}
-	return n, true
+	return 0, false
 }
 
 func containsCephFSType(line []byte) bool { return bytes.Contains(line, []byte(" - ceph ")) }

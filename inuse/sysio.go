@@ -65,7 +65,7 @@ func nsLinkIno(path, kind string) (ino uint64, ok bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	ino, ok = linkInode([]byte(link), kind)
+	ino, ok = linkInode(link, kind)
 	return ino, ok, nil
 }
 
