@@ -376,18 +376,22 @@ func (c *checker) rbdDevices() error {
 // unattributed clients count), and no kind otherwise; on the way it claims
 // the debugfs directory of the device's client.
 func (c *checker) rbdDevice(dir, id string) (Reference, error) {
-	attr := func(a string) (string, bool, error) {
-		data, err := readFile(filepath.Join(dir, a), maxSmallFile)
-		if isGone(err) {
-			return "", false, nil
+	// read reads attributes into dsts; one that is gone reads "".
+	read := func(names []string, dsts ...*string) error {
+		for i, a := range names {
+			data, err := readFile(filepath.Join(dir, a), maxSmallFile)
+			if err != nil && !isGone(err) {
+				return err
+			}
+			*dsts[i] = strings.TrimSpace(string(data))
 		}
-		return strings.TrimSpace(string(data)), err == nil, err
+		return nil
 	}
-	raw, ok, err := attr("client_addr")
-	if err != nil {
+	data, err := readFile(filepath.Join(dir, "client_addr"), maxSmallFile)
+	if err != nil && !isGone(err) {
 		return Reference{}, err
 	}
-	ref := c.rbdClient(raw, ok)
+	ref := c.rbdClient(strings.TrimSpace(string(data)), err == nil)
 	if ref.Kind == kindCephClient && c.o.Unattributed != PolicyBlock {
 		ref = Reference{} // unattributed clients are ignored
 	}
@@ -400,16 +404,11 @@ func (c *checker) rbdDevice(dir, id string) (Reference, error) {
 		// Unmapped while we looked: its attributes went with it.
 		return Reference{}, nil
 	}
-	fsid, _, err := attr("cluster_fsid")
-	if err != nil {
-		return Reference{}, err
-	}
-	cid, _, err := attr("client_id")
-	if err != nil {
+	if err := read([]string{"cluster_fsid", "client_id"}, &ref.ClusterFSID, &ref.ClientID); err != nil {
 		return Reference{}, err
 	}
 	if c.unresolved.Load() > 0 {
-		if i, ok := c.noStatus[fsid+"."+cid]; ok && c.claimed[i].CompareAndSwap(false, true) {
+		if i, ok := c.noStatus[ref.ClusterFSID+"."+ref.ClientID]; ok && c.claimed[i].CompareAndSwap(false, true) {
 			c.unresolved.Add(-1)
 		}
 	}
@@ -417,14 +416,8 @@ func (c *checker) rbdDevice(dir, id string) (Reference, error) {
 		return Reference{}, nil
 	}
 	ref.Device = "rbd" + id
-	ref.ClusterFSID, ref.ClientID = fsid, cid
-	for _, a := range []struct {
-		name string
-		dst  *string
-	}{{"pool", &ref.Pool}, {"pool_ns", &ref.PoolNamespace}, {"name", &ref.Image}, {"current_snap", &ref.Snap}} {
-		if *a.dst, _, err = attr(a.name); err != nil {
-			return Reference{}, err
-		}
+	if err := read([]string{"pool", "pool_ns", "name", "current_snap"}, &ref.Pool, &ref.PoolNamespace, &ref.Image, &ref.Snap); err != nil {
+		return Reference{}, err
 	}
 	if ref.Snap == "-" {
 		ref.Snap = ""
