@@ -188,7 +188,7 @@ type checker struct {
 	// claimed, set once an rbd device is found to use that client. It is
 	// nil when unattributed clients are ignored: then nobody asks.
 	// targetNetDev is the inode of <proc>/thread-self/net/dev read inside
-	// the target netns (0 when it could not be entered): see netnsByProcNet.
+	// the target netns (0 when it could not be entered): see inTargetNetns.
 	targetNetDev uint64
 
 	// scanMounts: without debugfs, every mount namespace's mountinfo is

@@ -246,7 +246,7 @@ func (c *checker) process(pid string, index map[uint64]int, needles [][]byte, ca
 	}
 	inNetns, unknown, gone := c.inTargetNetns(pid)
 	if gone {
-		return procResult{mntNS: res.mntNS}, nil
+		return res, nil
 	}
 	dir := filepath.Join(c.o.Proc, pid)
 	if index != nil {
@@ -320,38 +320,28 @@ func (c *checker) inTargetNetns(pid string) (in bool, unknown error, gone bool) 
 	}
 	// The kernel may refuse even root (an LSM, PID 1 of an outer
 	// container): tell the netns another way, and count the process when
-	// that fails too.
-	in, known, gone := c.netnsByProcNet(pid)
-	if gone || known {
-		return in, nil, gone
-	}
-	return false, fmt.Errorf("stat %s: %w", path, err), false
-}
-
-// netnsByProcNet tells whether process pid runs in the target netns when
-// its ns/net cannot be read. /proc/<pid>/net shows the files of the
-// process's netns, and each netns registers its own procfs entries, so the
-// inode number of <proc>/<pid>/net/dev names the netns (while it lives,
-// which the pinned one does); procfs shows it without the ptrace access
-// check of ns/net. It is compared with the target's (read from inside it
-// when its pin could be entered) or, failing that, with this process's own
-// netns, which is never the target. known is false when neither decides.
-func (c *checker) netnsByProcNet(pid string) (in, known, gone bool) {
-	var st unix.Stat_t
-	err := unix.Stat(filepath.Join(c.o.Proc, pid, "net", "dev"), &st)
+	// that fails too. /proc/<pid>/net shows the files of the process's
+	// netns, and each netns registers its own procfs entries, so the inode
+	// number of <proc>/<pid>/net/dev names the netns (while it lives, which
+	// the pinned one does); procfs shows it without the ptrace access check
+	// of ns/net. It is compared with the target's (read from inside it when
+	// its pin could be entered) or, failing that, with this process's own
+	// netns, which is never the target.
+	unknown = fmt.Errorf("stat %s: %w", path, err)
+	err = unix.Stat(filepath.Join(c.o.Proc, pid, "net", "dev"), &st)
 	switch {
 	case isGone(err):
-		return false, false, true
+		return false, nil, true
 	case err != nil:
-		return false, false, false
+		return false, unknown, false
 	case c.targetNetDev != 0:
-		return st.Ino == c.targetNetDev, true, false
+		return st.Ino == c.targetNetDev, nil, false
 	}
 	var own unix.Stat_t
 	if err := unix.Stat(filepath.Join(c.o.Proc, "thread-self", "net", "dev"), &own); err == nil && own.Ino == st.Ino && own.Dev == st.Dev {
-		return false, true, false
+		return false, nil, false
 	}
-	return false, false, false
+	return false, unknown, false
 }
 
 // heldSockets returns the indexes of the candidate sockets that the process
