@@ -61,9 +61,9 @@ type Options struct {
 	// Unattributed is the policy for clients whose netns cannot be told;
 	// empty means PolicyBlock.
 	Unattributed Policy
-	// Timeout bounds a check; zero means 10 seconds. A check reads
-	// kernel files only, but a kernel call that never returns must not hang the CNI DEL that runs it: Check then returns an
-	// error naming the file it was blocked on.
+	// Timeout bounds a check; zero means 10 seconds. A kernel call that
+	// never returns must not hang the CNI DEL that runs the check: Check
+	// then returns an error naming the file it was blocked on.
 	Timeout time.Duration
 }
 
@@ -183,10 +183,6 @@ type checker struct {
 	refs         []Reference
 	unattributed []Reference
 
-	// noStatus indexes the debugfs client directories without a status
-	// file (rbd clients, and CephFS clients before Linux 5.11) into
-	// claimed, set once an rbd device is found to use that client. It is
-	// nil when unattributed clients are ignored: then nobody asks.
 	// targetNetDev is the inode of <proc>/thread-self/net/dev read inside
 	// the target netns (0 when it could not be entered): see inTargetNetns.
 	targetNetDev uint64
@@ -195,6 +191,10 @@ type checker struct {
 	// read for CephFS kernel mounts (see mountinfoOf).
 	scanMounts bool
 
+	// noStatus indexes the debugfs client directories without a status
+	// file (rbd clients, and CephFS clients before Linux 5.11) into
+	// claimed, set once an rbd device is found to use that client. It is
+	// nil when unattributed clients are ignored: then nobody asks.
 	noStatus   map[string]int
 	claimed    []atomic.Bool
 	unresolved atomic.Int64
