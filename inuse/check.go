@@ -291,26 +291,17 @@ func (c *checker) debugfsClients(dir string, ents []os.DirEntry) ([]string, erro
 		default:
 			return err
 		}
+		r := &res[i]
+		r.ClusterFSID, r.ClientID = fsid, id
 		st, err := parseStatus(string(data))
-		if err != nil {
-			res[i] = Reference{
-				Kind: kindCephClient, ClusterFSID: fsid, ClientID: id,
-				Reason: "unreadable debugfs status: " + err.Error(),
-			}
-			return nil
-		}
 		addr := st.Addr.AddrPort.Addr()
 		switch {
+		case err != nil:
+			r.Kind, r.Reason = kindCephClient, "unreadable debugfs status: "+err.Error()
 		case c.ours(addr):
-			res[i] = Reference{
-				Kind: kindCephFS, ClusterFSID: fsid, ClientID: id,
-				ClientAddr: st.Addr.String(), Addr: addr.Unmap(), Blocklisted: st.Blocklisted,
-			}
+			r.Kind, r.ClientAddr, r.Addr, r.Blocklisted = kindCephFS, st.Addr.String(), addr.Unmap(), st.Blocklisted
 		case addr.IsUnspecified():
-			res[i] = Reference{
-				Kind: kindCephClient, ClusterFSID: fsid, ClientID: id, ClientAddr: st.Addr.String(),
-				Reason: "CephFS client has no address yet",
-			}
+			r.Kind, r.ClientAddr, r.Reason = kindCephClient, st.Addr.String(), "CephFS client has no address yet"
 		}
 		return nil
 	})
