@@ -261,10 +261,8 @@ func (c *checker) process(pid string, index map[uint64]int, needles [][]byte, ca
 	cg, err := readFile(filepath.Join(dir, "cgroup"), maxSmallFile)
 	switch {
 	case err == nil:
-		for _, n := range needles {
-			if bytes.Contains(cg, n) {
-				return res, nil // the holder pod's own process
-			}
+		if slices.ContainsFunc(needles, func(n []byte) bool { return bytes.Contains(cg, n) }) {
+			return res, nil // the holder pod's own process
 		}
 	case isGone(err):
 		return res, nil
