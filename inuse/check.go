@@ -33,6 +33,7 @@ package inuse
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -60,9 +61,9 @@ type Options struct {
 	// Unattributed is the policy for clients whose netns cannot be told;
 	// empty means PolicyBlock.
 	Unattributed Policy
-	// Timeout bounds a check; zero means 10 seconds. A check reads
-	// kernel files only, but a kernel call that never returns must not hang the CNI DEL that runs it: Check then returns an
-	// error naming the file it was blocked on.
+	// Timeout bounds a check; zero means 10 seconds. A kernel call that
+	// never returns must not hang the CNI DEL that runs the check: Check
+	// then returns an error naming the file it was blocked on.
 	Timeout time.Duration
 }
 
@@ -78,15 +79,9 @@ const (
 var defaultPorts = sync.OnceValue(func() Ports { return mustParsePorts(DefaultCephPorts) })
 
 func (o Options) withDefaults() (Options, error) {
-	if o.Sysfs == "" {
-		o.Sysfs = DefaultSysfs
-	}
-	if o.Debugfs == "" {
-		o.Debugfs = DefaultDebugfs
-	}
-	if o.Proc == "" {
-		o.Proc = DefaultProc
-	}
+	o.Sysfs = cmp.Or(o.Sysfs, DefaultSysfs)
+	o.Debugfs = cmp.Or(o.Debugfs, DefaultDebugfs)
+	o.Proc = cmp.Or(o.Proc, DefaultProc)
 	if o.CephPorts.isEmpty() {
 		o.CephPorts = defaultPorts()
 	}
@@ -143,21 +138,15 @@ func Check(t Target, o Options) ([]Reference, error) {
 			c.ips = append(c.ips, ip.Unmap().WithZone(""))
 		}
 	}
-	type result struct {
-		refs []Reference
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		refs, err := c.run()
-		done <- result{refs, err}
-	}()
-	timer := time.NewTimer(o.Timeout)
-	defer timer.Stop()
+	done := make(chan error, 1)
+	go func() { done <- c.run() }()
 	select {
-	case r := <-done:
-		return r.refs, r.err
-	case <-timer.C:
+	case err := <-done:
+		if err != nil {
+			return nil, err
+		}
+		return c.refs, nil
+	case <-time.After(o.Timeout):
 		// The goroutine stays blocked in the kernel; nothing can
 		// interrupt it. It ends with the process, or when the call
 		// returns.
@@ -165,17 +154,19 @@ func Check(t Target, o Options) ([]Reference, error) {
 	}
 }
 
-func (c *checker) run() ([]Reference, error) {
+// run leaves the references, sorted, in c.refs.
+func (c *checker) run() error {
 	if err := c.ceph(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.processesAndSockets(); err != nil {
-		return nil, err
+		return err
 	}
 	if c.o.Unattributed == PolicyBlock {
 		c.refs = append(c.refs, c.unattributed...)
 	}
-	return sortRefs(c.refs), nil
+	c.refs = sortRefs(c.refs)
+	return nil
 }
 
 // maxWorkers bounds the goroutines reading files: past a few, the kernel's
@@ -192,18 +183,18 @@ type checker struct {
 	refs         []Reference
 	unattributed []Reference
 
-	// noStatus indexes the debugfs client directories without a status
-	// file (rbd clients, and CephFS clients before Linux 5.11) into
-	// claimed, set once an rbd device is found to use that client. It is
-	// nil when unattributed clients are ignored: then nobody asks.
 	// targetNetDev is the inode of <proc>/thread-self/net/dev read inside
-	// the target netns (0 when it could not be entered): see netnsByProcNet.
+	// the target netns (0 when it could not be entered): see inTargetNetns.
 	targetNetDev uint64
 
 	// scanMounts: without debugfs, every mount namespace's mountinfo is
 	// read for CephFS kernel mounts (see mountinfoOf).
 	scanMounts bool
 
+	// noStatus indexes the debugfs client directories without a status
+	// file (rbd clients, and CephFS clients before Linux 5.11) into
+	// claimed, set once an rbd device is found to use that client. It is
+	// nil when unattributed clients are ignored: then nobody asks.
 	noStatus   map[string]int
 	claimed    []atomic.Bool
 	unresolved atomic.Int64
@@ -300,26 +291,17 @@ func (c *checker) debugfsClients(dir string, ents []os.DirEntry) ([]string, erro
 		default:
 			return err
 		}
+		r := &res[i]
+		r.ClusterFSID, r.ClientID = fsid, id
 		st, err := parseStatus(string(data))
-		if err != nil {
-			res[i] = Reference{
-				Kind: kindCephClient, ClusterFSID: fsid, ClientID: id,
-				Reason: "unreadable debugfs status: " + err.Error(),
-			}
-			return nil
-		}
 		addr := st.Addr.AddrPort.Addr()
 		switch {
+		case err != nil:
+			r.Kind, r.Reason = kindCephClient, "unreadable debugfs status: "+err.Error()
 		case c.ours(addr):
-			res[i] = Reference{
-				Kind: kindCephFS, ClusterFSID: fsid, ClientID: id,
-				ClientAddr: st.Addr.String(), Addr: addr.Unmap(), Blocklisted: st.Blocklisted,
-			}
+			r.Kind, r.ClientAddr, r.Addr, r.Blocklisted = kindCephFS, st.Addr.String(), addr.Unmap(), st.Blocklisted
 		case addr.IsUnspecified():
-			res[i] = Reference{
-				Kind: kindCephClient, ClusterFSID: fsid, ClientID: id, ClientAddr: st.Addr.String(),
-				Reason: "CephFS client has no address yet",
-			}
+			r.Kind, r.ClientAddr, r.Reason = kindCephClient, st.Addr.String(), "CephFS client has no address yet"
 		}
 		return nil
 	})
@@ -385,18 +367,22 @@ func (c *checker) rbdDevices() error {
 // unattributed clients count), and no kind otherwise; on the way it claims
 // the debugfs directory of the device's client.
 func (c *checker) rbdDevice(dir, id string) (Reference, error) {
-	attr := func(a string) (string, bool, error) {
-		data, err := readFile(filepath.Join(dir, a), maxSmallFile)
-		if isGone(err) {
-			return "", false, nil
+	// read reads attributes into dsts; one that is gone reads "".
+	read := func(names []string, dsts ...*string) error {
+		for i, a := range names {
+			data, err := readFile(filepath.Join(dir, a), maxSmallFile)
+			if err != nil && !isGone(err) {
+				return err
+			}
+			*dsts[i] = strings.TrimSpace(string(data))
 		}
-		return strings.TrimSpace(string(data)), err == nil, err
+		return nil
 	}
-	raw, ok, err := attr("client_addr")
-	if err != nil {
+	data, err := readFile(filepath.Join(dir, "client_addr"), maxSmallFile)
+	if err != nil && !isGone(err) {
 		return Reference{}, err
 	}
-	ref := c.rbdClient(raw, ok)
+	ref := c.rbdClient(strings.TrimSpace(string(data)), err == nil)
 	if ref.Kind == kindCephClient && c.o.Unattributed != PolicyBlock {
 		ref = Reference{} // unattributed clients are ignored
 	}
@@ -409,16 +395,11 @@ func (c *checker) rbdDevice(dir, id string) (Reference, error) {
 		// Unmapped while we looked: its attributes went with it.
 		return Reference{}, nil
 	}
-	fsid, _, err := attr("cluster_fsid")
-	if err != nil {
-		return Reference{}, err
-	}
-	cid, _, err := attr("client_id")
-	if err != nil {
+	if err := read([]string{"cluster_fsid", "client_id"}, &ref.ClusterFSID, &ref.ClientID); err != nil {
 		return Reference{}, err
 	}
 	if c.unresolved.Load() > 0 {
-		if i, ok := c.noStatus[fsid+"."+cid]; ok && c.claimed[i].CompareAndSwap(false, true) {
+		if i, ok := c.noStatus[ref.ClusterFSID+"."+ref.ClientID]; ok && c.claimed[i].CompareAndSwap(false, true) {
 			c.unresolved.Add(-1)
 		}
 	}
@@ -426,14 +407,8 @@ func (c *checker) rbdDevice(dir, id string) (Reference, error) {
 		return Reference{}, nil
 	}
 	ref.Device = "rbd" + id
-	ref.ClusterFSID, ref.ClientID = fsid, cid
-	for _, a := range []struct {
-		name string
-		dst  *string
-	}{{"pool", &ref.Pool}, {"pool_ns", &ref.PoolNamespace}, {"name", &ref.Image}, {"current_snap", &ref.Snap}} {
-		if *a.dst, _, err = attr(a.name); err != nil {
-			return Reference{}, err
-		}
+	if err := read([]string{"pool", "pool_ns", "name", "current_snap"}, &ref.Pool, &ref.PoolNamespace, &ref.Image, &ref.Snap); err != nil {
+		return Reference{}, err
 	}
 	if ref.Snap == "-" {
 		ref.Snap = ""

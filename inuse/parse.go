@@ -1,10 +1,12 @@
 package inuse
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -197,19 +199,14 @@ func parseCephSource(source, superOptions string) (cephSource, error) {
 		if !ok || fsname == "" {
 			return cephSource{}, fmt.Errorf("ceph source %q: want <fsid>.<fs> after @", source)
 		}
-		if user := source[:at]; user != "" {
-			cs.User = user
-		}
+		cs.User = cmp.Or(source[:at], cs.User)
 		if fsid != "" && fsid != "?" {
 			cs.FSID = fsid
 		}
 		cs.FSName, cs.Path = fsname, path
 		if monAddr != "" {
-			for m := range strings.SplitSeq(monAddr, "/") {
-				if m == "" {
-					return cephSource{}, fmt.Errorf("ceph mount option mon_addr=%q: empty monitor address", monAddr)
-				}
-				cs.Monitors = append(cs.Monitors, m)
+			if cs.Monitors = strings.Split(monAddr, "/"); slices.Contains(cs.Monitors, "") {
+				return cephSource{}, fmt.Errorf("ceph mount option mon_addr=%q: empty monitor address", monAddr)
 			}
 		}
 		return cs, nil
@@ -218,11 +215,8 @@ func parseCephSource(source, superOptions string) (cephSource, error) {
 	if i <= 0 {
 		return cephSource{}, fmt.Errorf("ceph source %q: want <mon>[,<mon>...]:/<path> or <user>@<fsid>.<fs>=/<path>", source)
 	}
-	for m := range strings.SplitSeq(source[:i], ",") {
-		if m == "" {
-			return cephSource{}, fmt.Errorf("ceph source %q: empty monitor address", source)
-		}
-		cs.Monitors = append(cs.Monitors, m)
+	if cs.Monitors = strings.Split(source[:i], ","); slices.Contains(cs.Monitors, "") {
+		return cephSource{}, fmt.Errorf("ceph source %q: empty monitor address", source)
 	}
 	cs.Path = source[i+1:]
 	return cs, nil
@@ -254,19 +248,11 @@ type tcpSocket struct {
 func parseTCPLine(line string) (tcpSocket, error) {
 	var f [10]string
 	n := 0
-	for i := 0; i < len(line) && n < len(f); {
-		for i < len(line) && (line[i] == ' ' || line[i] == '\t' || line[i] == '\n') {
-			i++
+	for w := range strings.FieldsFuncSeq(line, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' }) {
+		if n == len(f) {
+			break
 		}
-		j := i
-		for j < len(line) && line[j] != ' ' && line[j] != '\t' && line[j] != '\n' {
-			j++
-		}
-		if j > i {
-			f[n] = line[i:j]
-			n++
-		}
-		i = j
+		f[n], n = w, n+1
 	}
 	if n < len(f) || !strings.HasSuffix(f[0], ":") {
 		return tcpSocket{}, fmt.Errorf("tcp line %q: want \"<sl>: <local> <remote> <st> ... <inode>\"", line)
@@ -307,24 +293,20 @@ func parseHexAddrPort(s string) (netip.AddrPort, error) {
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("%q: port is not hex", s)
 	}
-	var b [16]byte
-	switch len(a) {
-	case 8, 32:
-	default:
+	if len(a) != 8 && len(a) != 32 {
 		return netip.AddrPort{}, fmt.Errorf("%q: address has %d hex digits, want 8 or 32", s, len(a))
 	}
-	for w := 0; w < len(a)/8; w++ {
+	var b [16]byte
+	for w := range len(a) / 8 {
 		v, err := strconv.ParseUint(a[w*8:w*8+8], 16, 32)
 		if err != nil {
 			return netip.AddrPort{}, fmt.Errorf("%q: address is not hex", s)
 		}
 		binary.NativeEndian.PutUint32(b[w*4:], uint32(v))
 	}
-	var addr netip.Addr
+	addr := netip.AddrFrom16(b)
 	if len(a) == 8 {
 		addr = netip.AddrFrom4([4]byte(b[:4]))
-	} else {
-		addr = netip.AddrFrom16(b)
 	}
 	return netip.AddrPortFrom(addr, uint16(port)), nil
 }

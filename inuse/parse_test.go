@@ -388,12 +388,12 @@ func TestParseTCPLineRoundTrip(t *testing.T) {
 
 func TestLinkInode(t *testing.T) {
 	for in, want := range map[string]uint64{"socket:[1]": 1, "socket:[18446744073709551615]": 18446744073709551615} {
-		ino, ok := linkInode([]byte(in), "socket")
+		ino, ok := linkInode(in, "socket")
 		assert.True(t, ok, in)
 		assert.Equal(t, want, ino)
 	}
 	for _, in := range []string{"", "socket:[]", "socket:[", "socket:[12", "pipe:[12]", "socket:[1x]", "/dev/null", "socket:[99999999999999999999]", "anon_inode:[eventfd]"} {
-		_, ok := linkInode([]byte(in), "socket")
+		_, ok := linkInode(in, "socket")
 		assert.False(t, ok, in)
 	}
 }

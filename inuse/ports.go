@@ -1,6 +1,7 @@
 package inuse
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -35,18 +36,16 @@ func ParsePorts(s string) (Ports, error) {
 			return Ports{}, fmt.Errorf("port list %q: entry %d is empty", s, i+1)
 		}
 		loS, hiS, isRange := strings.Cut(e, "-")
+		if !isRange {
+			hiS = loS
+		}
 		lo, err := parsePort(strings.TrimSpace(loS))
-		if err != nil {
+		hi, hiErr := parsePort(strings.TrimSpace(hiS))
+		if err = cmp.Or(err, hiErr); err != nil {
 			return Ports{}, fmt.Errorf("port list %q: entry %q: %w", s, e, err)
 		}
-		hi := lo
-		if isRange {
-			if hi, err = parsePort(strings.TrimSpace(hiS)); err != nil {
-				return Ports{}, fmt.Errorf("port list %q: entry %q: %w", s, e, err)
-			}
-			if hi < lo {
-				return Ports{}, fmt.Errorf("port list %q: entry %q: range starts after it ends", s, e)
-			}
+		if hi < lo {
+			return Ports{}, fmt.Errorf("port list %q: entry %q: range starts after it ends", s, e)
 		}
 		rs = append(rs, portRange{lo, hi})
 	}
@@ -105,18 +104,14 @@ func (p Ports) isEmpty() bool { return len(p.r) == 0 }
 
 // String returns the canonical form, e.g. "3300,6789,6800-7300".
 func (p Ports) String() string {
-	var b strings.Builder
+	entries := make([]string, len(p.r))
 	for i, r := range p.r {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(int(r.lo)))
+		entries[i] = strconv.Itoa(int(r.lo))
 		if r.hi != r.lo {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(int(r.hi)))
+			entries[i] += "-" + strconv.Itoa(int(r.hi))
 		}
 	}
-	return b.String()
+	return strings.Join(entries, ",")
 }
 
 // Policy says what to do with Ceph clients that cannot be attributed to any

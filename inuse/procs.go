@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -247,7 +246,7 @@ func (c *checker) process(pid string, index map[uint64]int, needles [][]byte, ca
 	}
 	inNetns, unknown, gone := c.inTargetNetns(pid)
 	if gone {
-		return procResult{mntNS: res.mntNS}, nil
+		return res, nil
 	}
 	dir := filepath.Join(c.o.Proc, pid)
 	if index != nil {
@@ -262,10 +261,8 @@ func (c *checker) process(pid string, index map[uint64]int, needles [][]byte, ca
 	cg, err := readFile(filepath.Join(dir, "cgroup"), maxSmallFile)
 	switch {
 	case err == nil:
-		for _, n := range needles {
-			if bytes.Contains(cg, n) {
-				return res, nil // the holder pod's own process
-			}
+		if slices.ContainsFunc(needles, func(n []byte) bool { return bytes.Contains(cg, n) }) {
+			return res, nil // the holder pod's own process
 		}
 	case isGone(err):
 		return res, nil
@@ -321,38 +318,28 @@ func (c *checker) inTargetNetns(pid string) (in bool, unknown error, gone bool) 
 	}
 	// The kernel may refuse even root (an LSM, PID 1 of an outer
 	// container): tell the netns another way, and count the process when
-	// that fails too.
-	in, known, gone := c.netnsByProcNet(pid)
-	if gone || known {
-		return in, nil, gone
-	}
-	return false, fmt.Errorf("stat %s: %w", path, err), false
-}
-
-// netnsByProcNet tells whether process pid runs in the target netns when
-// its ns/net cannot be read. /proc/<pid>/net shows the files of the
-// process's netns, and each netns registers its own procfs entries, so the
-// inode number of <proc>/<pid>/net/dev names the netns (while it lives,
-// which the pinned one does); procfs shows it without the ptrace access
-// check of ns/net. It is compared with the target's (read from inside it
-// when its pin could be entered) or, failing that, with this process's own
-// netns, which is never the target. known is false when neither decides.
-func (c *checker) netnsByProcNet(pid string) (in, known, gone bool) {
-	var st unix.Stat_t
-	err := unix.Stat(filepath.Join(c.o.Proc, pid, "net", "dev"), &st)
+	// that fails too. /proc/<pid>/net shows the files of the process's
+	// netns, and each netns registers its own procfs entries, so the inode
+	// number of <proc>/<pid>/net/dev names the netns (while it lives, which
+	// the pinned one does); procfs shows it without the ptrace access check
+	// of ns/net. It is compared with the target's (read from inside it when
+	// its pin could be entered) or, failing that, with this process's own
+	// netns, which is never the target.
+	unknown = fmt.Errorf("stat %s: %w", path, err)
+	err = unix.Stat(filepath.Join(c.o.Proc, pid, "net", "dev"), &st)
 	switch {
 	case isGone(err):
-		return false, false, true
+		return false, nil, true
 	case err != nil:
-		return false, false, false
+		return false, unknown, false
 	case c.targetNetDev != 0:
-		return st.Ino == c.targetNetDev, true, false
+		return st.Ino == c.targetNetDev, nil, false
 	}
 	var own unix.Stat_t
 	if err := unix.Stat(filepath.Join(c.o.Proc, "thread-self", "net", "dev"), &own); err == nil && own.Ino == st.Ino && own.Dev == st.Dev {
-		return false, true, false
+		return false, nil, false
 	}
-	return false, false, false
+	return false, unknown, false
 }
 
 // heldSockets returns the indexes of the candidate sockets that the process
@@ -377,7 +364,7 @@ func heldSockets(fdDir string, index map[uint64]int) ([]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		ino, ok := linkInode([]byte(link), "socket")
+		ino, ok := linkInode(link, "socket")
 		if !ok {
 			continue
 		}
@@ -391,19 +378,12 @@ func heldSockets(fdDir string, index map[uint64]int) ([]int, error) {
 // linkInode parses a procfs link that names an inode, "<kind>:[<digits>]":
 // a descriptor's "socket:[12345]" (net/socket.c sockfs_dname), a
 // namespace's "net:[4026531840]".
-func linkInode(l []byte, kind string) (uint64, bool) {
-	if len(l) < len(kind)+4 || string(l[:len(kind)]) != kind || string(l[len(kind):len(kind)+2]) != ":[" || l[len(l)-1] != ']' {
-		return 0, false
+func linkInode(l, kind string) (uint64, bool) {
+	if d, ok := strings.CutPrefix(l, kind+":["); ok && strings.HasSuffix(d, "]") {
+		n, err := strconv.ParseUint(d[:len(d)-1], 10, 64)
+		return n, err == nil
 	}
-	var n uint64
-	for _, c := range l[len(kind)+2 : len(l)-1] {
-		d := uint64(c - '0')
-		if c < '0' || c > '9' || n > (math.MaxUint64-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
-	}
-	return n, true
+	return 0, false
 }
 
 func containsCephFSType(line []byte) bool { return bytes.Contains(line, []byte(" - ceph ")) }

@@ -65,7 +65,7 @@ func nsLinkIno(path, kind string) (ino uint64, ok bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	ino, ok = linkInode([]byte(link), kind)
+	ino, ok = linkInode(link, kind)
 	return ino, ok, nil
 }
 
@@ -106,22 +106,11 @@ func (c *checker) parallel(n int, describe func(i int) string, fn func(w, i int)
 	// A worker takes chunk items at a time, and is started only for
 	// perWorker items: in a fresh process (every CNI call is one) a
 	// goroutine that needs a thread of its own costs as much as many of
-	// the reads it would take over (docs/performance.md).
+	// the reads it would take over (docs/performance.md). The calling
+	// goroutine is worker 0.
 	const chunk, perWorker = 32, 48
 	c.progress.describe.Store(&describe)
 	defer c.progress.describe.Store(nil)
-	items := c.progress.items
-	workers := min(c.workers, n/perWorker)
-	if workers <= 1 {
-		for i := range n {
-			items[0].Store(int64(i) + 1)
-			if err := fn(0, i); err != nil {
-				return err
-			}
-		}
-		items[0].Store(0)
-		return nil
-	}
 	var (
 		next   atomic.Int64
 		failed atomic.Bool
@@ -129,25 +118,27 @@ func (c *checker) parallel(n int, describe func(i int) string, fn func(w, i int)
 		first  error
 		wg     sync.WaitGroup
 	)
-	for w := range workers {
-		wg.Go(func() {
-			defer items[w].Store(0)
-			for !failed.Load() {
-				start := int(next.Add(chunk)) - chunk
-				if start >= n {
+	work := func(w int) {
+		defer c.progress.items[w].Store(0)
+		for !failed.Load() {
+			start := int(next.Add(chunk)) - chunk
+			if start >= n {
+				return
+			}
+			for i := start; i < min(start+chunk, n); i++ {
+				c.progress.items[w].Store(int64(i) + 1)
+				if err := fn(w, i); err != nil {
+					once.Do(func() { first = err })
+					failed.Store(true)
 					return
 				}
-				for i := start; i < min(start+chunk, n); i++ {
-					items[w].Store(int64(i) + 1)
-					if err := fn(w, i); err != nil {
-						once.Do(func() { first = err })
-						failed.Store(true)
-						return
-					}
-				}
 			}
-		})
+		}
 	}
+	for w := 1; w < min(c.workers, n/perWorker); w++ {
+		wg.Go(func() { work(w) })
+	}
+	work(0)
 	wg.Wait()
 	return first
 }

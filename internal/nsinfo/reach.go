@@ -11,11 +11,6 @@ import (
 	"github.com/moby/sys/mountinfo"
 )
 
-// The host's mount namespace is PID 1's; where /proc/1/ns is unreadable
-// (some VMs and sandboxes) it is PID 2's, kthreadd, which the kernel starts
-// in the initial namespaces.
-var hostRefs = []string{"/proc/1", "/proc/2"}
-
 // PinsReachHost returns nil when a mount made under dir by this process
 // appears in the host's mount namespace, where ceph-csi looks for it:
 //
@@ -59,8 +54,11 @@ func HostMountNS() (ref string, same bool, err error) {
 	if err != nil {
 		return "", false, fmt.Errorf("stat /proc/self/ns/mnt: %w", err)
 	}
+	// The host's mount namespace is PID 1's; where /proc/1/ns is unreadable
+	// (some VMs and sandboxes) it is PID 2's, kthreadd, which the kernel
+	// starts in the initial namespaces.
 	var errs []error
-	for _, ref := range hostRefs {
+	for _, ref := range []string{"/proc/1", "/proc/2"} {
 		if ref == "/proc/2" {
 			if comm, _ := os.ReadFile("/proc/2/comm"); strings.TrimSpace(string(comm)) != "kthreadd" {
 				errs = append(errs, errors.New("PID 2 is not kthreadd"))
