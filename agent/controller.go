@@ -62,7 +62,7 @@ type Agent struct {
 	refused    map[string]string // "verb resource" -> the API's message, while refused
 
 	eventsRead map[string]int64 // stateDir -> offset of its events file
-	status     Status
+	status     nodecheck.AgentStatus
 	tracker    Tracker
 }
 
@@ -78,7 +78,7 @@ const ReasonAgentRefused = "NetnsPinAgentRefused"
 func New(cfg Config) *Agent {
 	cfg.HostRoot = cmp.Or(cfg.HostRoot, "/")
 	a := &Agent{cfg: cfg, kick: make(chan struct{}, 1), refused: map[string]string{}, eventsRead: map[string]int64{}}
-	a.status = Status{Node: cfg.NodeName, PID: os.Getpid(), Version: cfg.Version, Started: time.Now().UTC(), Interval: cfg.Interval}
+	a.status = nodecheck.AgentStatus{Node: cfg.NodeName, PID: os.Getpid(), Version: cfg.Version, Started: time.Now().UTC(), Interval: cfg.Interval}
 	if cfg.Client == nil {
 		a.synced = func() bool { return true }
 		return a // store only: metrics, no API (docs/operating.md, "Metrics")
@@ -446,22 +446,15 @@ func (a *Agent) Ready() error {
 	return nil
 }
 
-// Status is the agent's status file, <statusDir>/status.json, for
-// `netns-pinctl check` on the node, which sees no API.
-type Status = nodecheck.AgentStatus
-
-// StatusFile is the name of the status file in the status folder.
-const StatusFile = "status.json"
-
 func (a *Agent) writeStatus() {
 	if a.cfg.StatusDir == "" {
 		return
 	}
 	data, err := json.Marshal(a.status)
 	if err == nil {
-		tmp := filepath.Join(a.cfg.StatusDir, ".tmp-"+StatusFile)
+		tmp := filepath.Join(a.cfg.StatusDir, ".tmp-"+nodecheck.AgentStatusName)
 		if err = os.WriteFile(tmp, data, 0o644); err == nil {
-			err = os.Rename(tmp, filepath.Join(a.cfg.StatusDir, StatusFile))
+			err = os.Rename(tmp, nodecheck.AgentStatusFile(a.cfg.StatusDir))
 		}
 	}
 	if err != nil {

@@ -48,7 +48,11 @@ type AgentStatusPod struct {
 
 // AgentStatusFile is the node agent's status file in dir, the agent's
 // status folder (<stateDir>-agent).
-func AgentStatusFile(dir string) string { return filepath.Join(dir, "status.json") }
+func AgentStatusFile(dir string) string { return filepath.Join(dir, AgentStatusName) }
+
+// AgentStatusName is the name of the node agent's status file in its
+// status folder.
+const AgentStatusName = "status.json"
 
 // FinalizerPods reads the node agent's status in dir and returns the pods
 // of the node ("namespace/name") that carried the finalizer
@@ -75,7 +79,7 @@ func FinalizerPods(dir string) ([]string, error) {
 // readers read stateDir, a link planted there is never followed.
 func readAgentStatus(dir string) (*AgentStatus, error) {
 	where := AgentStatusFile(dir)
-	data, err := regfile.ReadIn(dir, "status.json", 1<<20)
+	data, err := regfile.ReadIn(dir, AgentStatusName, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("the node agent's status %s: %w", where, err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/netns-pin/netns-pin/agent"
 	"github.com/netns-pin/netns-pin/internal/host"
+	"github.com/netns-pin/netns-pin/nodecheck"
 )
 
 // runAgent starts bin/netns-pin-agent with kubeconfig kc as node node and
@@ -92,8 +93,8 @@ func TestAgentWrongHostRootKeepsFinalizers(t *testing.T) {
 		var last time.Time
 		for range 5 {
 			require.True(t, host.Poll(30*time.Second, 20*time.Millisecond, func() bool {
-				b, err := os.ReadFile(filepath.Join(status, agent.StatusFile))
-				var st agent.Status
+				b, err := os.ReadFile(nodecheck.AgentStatusFile(status))
+				var st nodecheck.AgentStatus
 				if err != nil || json.Unmarshal(b, &st) != nil || !st.Heartbeat.After(last) {
 					return false
 				}
@@ -109,7 +110,7 @@ func TestAgentWrongHostRootKeepsFinalizers(t *testing.T) {
 		_, metrics := get(t, "http://"+addr+"/metrics")
 		assert.Contains(t, metrics, "netns_pin_agent_ready 0")
 		assert.Contains(t, metrics, "netns_pin_agent_lifts_blocked 1")
-		st, err := os.ReadFile(filepath.Join(status, agent.StatusFile))
+		st, err := os.ReadFile(nodecheck.AgentStatusFile(status))
 		require.NoError(t, err)
 		assert.Contains(t, string(st), "cannot be found")
 	})
@@ -148,7 +149,7 @@ func TestAgentWithoutListRBACIsNotReady(t *testing.T) {
 		assert.Contains(t, metrics, `netns_pin_agent_api_errors_total{op="watch",reason="Forbidden"}`)
 		var st []byte
 		require.True(t, host.Poll(10*time.Second, 100*time.Millisecond, func() bool {
-			st, _ = os.ReadFile(filepath.Join(status, agent.StatusFile))
+			st, _ = os.ReadFile(nodecheck.AgentStatusFile(status))
 			return strings.Contains(string(st), `"list pods: `)
 		}), "the status file names the refused verb for netns-pinctl check: %s", st)
 		// Its Event on the Node cannot be posted either: that is said too.
