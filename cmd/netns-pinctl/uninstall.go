@@ -192,8 +192,8 @@ func remains(c *conf.Config) ([]remain, error) {
 	out := []remain{}
 	// A record, and a teardown the plugin handed over after a reboot
 	// (the chain's DEL that netns-pinctl's next gc, release or sweep runs).
-	for _, kind := range []string{"record", "teardown"} {
-		dir := filepath.Join(c.StateDir, map[string]string{"record": "records", "teardown": netnsstore.TeardownsSubdir}[kind])
+	for _, f := range []struct{ kind, sub string }{{"record", "records"}, {"teardown", netnsstore.TeardownsSubdir}} {
+		kind, dir := f.kind, filepath.Join(c.StateDir, f.sub)
 		names, err := dirNames(dir)
 		if err != nil {
 			return nil, err

@@ -42,6 +42,7 @@ func (c *cluster) installerExec(t *testing.T, args ...string) host.CmdResult {
 	p := c.waitRunning(t, "kube-system", "app.kubernetes.io/name=netns-pin-installer")
 	r := c.kubectl(append([]string{"-n", "kube-system", "exec", p.Metadata.Name, "-c", "sweep", "--"}, args...)...)
 	if r.Err != nil {
+		t.Logf("kubectl exec in %s: %s", p, r) // before what follows, which may fail the test itself
 		hostNS, _ := os.Readlink("/proc/self/ns/mnt")
 		pid := c.sweeperPID(t)
 		own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
