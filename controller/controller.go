@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,10 @@ type Controller struct {
 
 	missing map[string]time.Time // node name -> first seen missing (the leader's)
 	guard   guardState           // the leader's
+	// guardChanged: the guard's policy changed since the last pass (an
+	// apply of deploy/, a helm upgrade or rollback may have written other
+	// counts): the next pass reads it again.
+	guardChanged atomic.Bool
 }
 
 // New sets up the informers: every pod of the cluster and every node,
@@ -83,7 +88,41 @@ func New(cfg Config) *Controller {
 		go inf.RunWithContext(context.Background())
 	}
 	c.pods, c.nodes = pods.Lister(), nodes.Lister()
+	if cfg.Guard.Policy != "" {
+		c.watchGuardPolicy()
+	}
 	return c
+}
+
+// watchGuardPolicy has every change of the guard's policy make a pass that
+// reads it again, so that a count written by someone else (the shipped
+// "not counted yet" of an apply, the count of an earlier revision that a
+// rollback applies) is set right at once, not at the next Interval. The
+// caches do not wait for it: without it the count is still read every
+// Interval.
+func (c *Controller) watchGuardPolicy() {
+	f := informers.NewSharedInformerFactoryWithOptions(c.cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + c.cfg.Guard.Policy // RBAC grants this one name
+	}))
+	inf := f.Admissionregistration().V1().ValidatingAdmissionPolicies().Informer()
+	_ = inf.SetWatchErrorHandler(func(r *cache.Reflector, err error) {
+		c.cfg.Metrics.apiError("watch")
+		c.cfg.Log.Warn("watch the removal guard's policy", "error", err)
+		cache.DefaultWatchErrorHandler(context.Background(), r, err)
+	})
+	changed := func() {
+		c.guardChanged.Store(true)
+		select {
+		case c.kick <- struct{}{}:
+		default: // a pass is due already
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	})
+	go inf.RunWithContext(context.Background())
 }
 
 // slimPod keeps of a pod what the controller reads: a cluster's pods are

@@ -119,20 +119,30 @@ func TestPassKeepsTheRemovalGuard(t *testing.T) {
 	assert.ElementsMatch(t, []string{"example.com/keep", GuardFinalizer}, vf)
 	assert.Equal(t, []string{GuardFinalizer}, bf)
 
-	// an apply of deploy/ puts the shipped variables back: written again
-	// once the policy is read again (every Interval)
-	v, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "guard", metav1.GetOptions{})
-	require.NoError(t, err)
-	v.Spec.Variables[1].Expression = "-1"
-	_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Update(ctx, v, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	c.pass(ctx)
-	vars, _, _ = state()
-	assert.Equal(t, "-1", vars[GuardCountVar], "read again before Interval")
+	// an apply of deploy/ puts the shipped variables back, a helm rollback
+	// an earlier revision's: the watch sees the change, and the next pass
+	// (long before Interval) writes the count again
+	reset := func(count string) {
+		v, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "guard", metav1.GetOptions{})
+		require.NoError(t, err)
+		v.Spec.Variables[1].Expression = count
+		_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Update(ctx, v, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	for _, count := range []string{"-1", "0"} {
+		c.guardChanged.Store(false)
+		reset(count)
+		require.Eventually(t, c.guardChanged.Load, 10*time.Second, 10*time.Millisecond, "the watch sees %s written", count)
+		c.pass(ctx)
+		vars, _, _ = state()
+		assert.Equal(t, "2", vars[GuardCountVar], "written again after %s was applied", count)
+	}
+	// without a watch event, read again every Interval
+	c.guardChanged.Store(false)
+	c.guard.count = "stale" // as if the last write were another count
 	c.guard.checked = time.Now().Add(-time.Hour)
 	c.pass(ctx)
-	vars, _, _ = state()
-	assert.Equal(t, "2", vars[GuardCountVar], "read again after Interval")
+	assert.Equal(t, "2", c.guard.count, "read and checked again after Interval")
 
 	for _, p := range []struct{ ns, name string }{{"rook-ceph", "holder-b"}, {"other", "holder-a"}} {
 		require.NoError(t, client.CoreV1().Pods(p.ns).Delete(ctx, p.name, metav1.DeleteOptions{}))

@@ -56,8 +56,9 @@ type Guard struct {
 const guardPods = 10
 
 // guardState is what the leader last wrote, so that a pass writes only
-// what changed; the policy is read again every Interval, since an apply
-// of deploy/ puts back the shipped "not counted yet".
+// what changed; the policy is read again when it changes (an apply of
+// deploy/ puts back the shipped "not counted yet", a helm rollback the
+// count of its revision) and every Interval.
 type guardState struct {
 	count, pods string // CEL expressions; "" until written
 	checked     time.Time
@@ -99,7 +100,7 @@ func (c *Controller) keepGuard(ctx context.Context, carrying []string, now time.
 	if hold && c.guard.finalizers != "on" && c.setGuardFinalizers(ctx, true) {
 		c.guard.finalizers = "on"
 	}
-	stale := now.Sub(c.guard.checked) >= c.cfg.Interval
+	stale := c.guardChanged.Swap(false) || now.Sub(c.guard.checked) >= c.cfg.Interval
 	if (stale || c.guard.count != count || c.guard.pods != pods) && c.writeGuardCount(ctx, count, pods) {
 		c.guard.count, c.guard.pods, c.guard.checked = count, pods, now
 	}
