@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -53,7 +54,7 @@ func PodsCarryingFinalizer(ctx context.Context, client kubernetes.Interface, pag
 		}
 	}
 	slices.SortFunc(out, func(a, b CarryingPod) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
 	return out, nil
 }
