@@ -165,8 +165,8 @@ func TestChartVersionIsTheRelease(t *testing.T) {
 
 // With its default values the chart renders netns-pin itself and
 // nothing of the user's: the installer, the agent, the controller, their
-// rights and admission policies, the removal guard; no network, no
-// holder, no monitoring object.
+// rights and admission policies, the removal guard, the pre-delete hook
+// of `helm uninstall`; no network, no holder, no monitoring object.
 func TestChartDefaults(t *testing.T) {
 	objs := render(t, nil)
 	var got []string
@@ -193,6 +193,10 @@ func TestChartDefaults(t *testing.T) {
 		"controller-admission-policy.yaml: ValidatingAdmissionPolicyBinding netns-pin-controller-lift-only",
 		"removal-guard.yaml: ValidatingAdmissionPolicy netns-pin-removal-guard",
 		"removal-guard.yaml: ValidatingAdmissionPolicyBinding netns-pin-removal-guard",
+		"uninstall-check.yaml: ServiceAccount netns-pin-uninstall-check",
+		"uninstall-check.yaml: ClusterRole netns-pin-uninstall-check",
+		"uninstall-check.yaml: ClusterRoleBinding netns-pin-uninstall-check",
+		"uninstall-check.yaml: Job netns-pin-uninstall-check",
 	}, got)
 	for _, tmpl := range []string{"installer-daemonset.yaml", "agent-daemonset.yaml"} {
 		spec := podSpec(objs[tmpl][len(objs[tmpl])-1])
@@ -274,6 +278,7 @@ func TestChartSchemaRefuses(t *testing.T) {
 		{[]string{"installer.nodeSelectr.a=b"}, "at '/installer': additional properties 'nodeSelectr' not allowed"},
 		{[]string{"controller.replicas=two"}, "at '/controller/replicas': got string, want integer"},
 		{[]string{"monitoring.enabled=yes"}, "at '/monitoring/enabled': got string, want boolean"},
+		{[]string{"uninstallCheck.enable=false"}, "at '/uninstallCheck': additional properties 'enable' not allowed"},
 		{[]string{"networks[0].name=n", "networks[0].namespace=ns", "networks[0].plugin.type=macvlan", "networks[0].netnsPin.stateDir=var/lib/x"},
 			"at '/networks/0/netnsPin/stateDir': 'var/lib/x' does not match pattern '^/'"},
 		{[]string{"holders[0].cluster=my-cluster", "holders[0].network=ceph-public"}, "at '/holders/0/cluster'"},

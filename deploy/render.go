@@ -34,8 +34,8 @@ const (
 // A Rendering is one `helm template` of the chart into deploy/: with
 // Values (files under the repository) and Set, each template named in
 // Files is written to its deploy/ path; with Files nil, every template
-// that renders anything is, to the same path under deploy/ as under
-// templates/.
+// that renders anything but Helm's hooks is, to the same path under
+// deploy/ as under templates/.
 type Rendering struct {
 	Values []string
 	Set    []string
@@ -66,11 +66,16 @@ func HelmPath(root string) string {
 
 // Render renders every Rendering with the helm binary from the chart of
 // the repository at root, and returns each manifest by its path under
-// deploy/ (slash-separated), as `make manifests` writes it.
+// deploy/ (slash-separated), as `make manifests` writes it: without the
+// documents of Helm's hooks (withoutHooks).
 func Render(helm, root string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, r := range Renderings {
-		docs, err := Template(helm, root, r.Values, r.Set)
+		all, err := Template(helm, root, r.Values, r.Set)
+		if err != nil {
+			return nil, err
+		}
+		docs, err := withoutHooks(all)
 		if err != nil {
 			return nil, err
 		}
@@ -94,6 +99,38 @@ func Render(helm, root string) (map[string][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// HookAnnotation marks a Helm hook: an object helm creates at an event of
+// the release (the uninstall check before `helm uninstall`), not one of
+// the release.
+const HookAnnotation = "helm.sh/hook"
+
+// withoutHooks is the documents of each template but Helm's hooks, and
+// no template left with none. deploy/ has no hook: kustomize has no
+// event to run one at, and its users have the removal guard and
+// `netns-pinctl uninstall` instead.
+func withoutHooks(docs map[string][]string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for tmpl, texts := range docs {
+		for _, text := range texts {
+			objs, err := ObjectsOf("templates/"+tmpl, []byte(text))
+			if err != nil {
+				return nil, err
+			}
+			if !slices.ContainsFunc(objs, isHook) {
+				out[tmpl] = append(out[tmpl], text)
+			}
+		}
+	}
+	return out, nil
+}
+
+// isHook: the object carries the annotation helm.sh/hook.
+func isHook(obj map[string]any) bool {
+	annotations, _ := Field(obj, "metadata", "annotations").(map[string]any)
+	_, ok := annotations[HookAnnotation]
+	return ok
 }
 
 // Template runs `helm template` of the chart of the repository at root

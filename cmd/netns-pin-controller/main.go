@@ -6,6 +6,11 @@
 // why; a node only NotReady or Unknown keeps every finalizer. Replicas
 // elect a leader through a Lease; only the leader acts. It serves its
 // metrics, /healthz and /readyz. The CNI plugin never links it.
+//
+// With --uninstall-check it only counts the pods that carry
+// netns-pin.io/pin and exits, 0 when none does, 1 naming them: the
+// chart's pre-delete hook, which refuses `helm uninstall` before anything
+// is deleted (docs/operating.md, "Removing netns-pin").
 package main
 
 import (
@@ -13,6 +18,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -53,12 +59,17 @@ func run(argv []string) int {
 	listen := fs.String("listen-address", ":9854", "serve /metrics, /healthz and /readyz here")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, the pod's ServiceAccount)")
 	version := fs.Bool("version", false, "print the version and exit")
+	uninstallCheck := fs.Bool("uninstall-check", false, "only say whether netns-pin may be removed, and exit: 0 when no pod carries netns-pin.io/pin, 1 naming those that do or when they cannot be counted (the chart's pre-delete hook)")
+	timeout := fs.Duration("timeout", 60*time.Second, "with --uninstall-check: how long the count may take")
 	if err := fs.Parse(argv); err != nil {
 		return 2
 	}
 	if *version {
 		fmt.Println(buildinfo.String("netns-pin-controller", Version, Commit))
 		return 0
+	}
+	if *uninstallCheck {
+		return runUninstallCheck(fs.Args(), *kubeconfig, *timeout, os.Stdout, os.Stderr)
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -93,6 +104,29 @@ func run(argv []string) int {
 		Guard: controller.Guard{Policy: *guardPolicy, Policies: splitList(*guardPolicies)},
 	})
 	return kubeproc.Main(ctx, stop, "netns-pin-controller", *listen, m, c.Healthy, c.Ready, c.Run, log)
+}
+
+// runUninstallCheck is --uninstall-check: one count of the pods that
+// carry the finalizer, with no Lease, no metrics and no informer (a Job
+// run once before helm deletes anything).
+func runUninstallCheck(args []string, kubeconfig string, timeout time.Duration, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) > 0:
+		fmt.Fprintln(stderr, "netns-pin-controller: --uninstall-check: no arguments expected:", args)
+		return 2
+	case timeout <= 0:
+		fmt.Fprintln(stderr, "netns-pin-controller: --timeout must be positive")
+		return 2
+	}
+	cs, err := kubeproc.Clientset(kubeconfig, "netns-pin-controller/"+Version)
+	if err != nil {
+		return controller.UninstallNotCounted(stderr, fmt.Errorf("API client: %w", err))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return controller.UninstallCheck(ctx, cs, stdout, stderr)
 }
 
 // splitList is a comma-separated list without its empty items.
