@@ -10,6 +10,8 @@
 #                                (its controller), its CRDs and its
 #                                doc/crds/daemonset-install.yaml (whose RBAC
 #                                test/runtime applies as it is)
+#   .cache/kube/registry-<v>/   distribution's registry, the node's registry
+#                                for the chart scenario (hack/kube/up.sh)
 #   .cache/kube/images/*.tar     OCI archives: the pause image, a busybox image
 #                                and whereabouts' controller (hack/kube/whereabouts.sh)
 #   .cache/image/netns-pin.oci.tar
@@ -193,6 +195,17 @@ build_upgrade_from_image() {
 	rm -rf "${dir}/out"
 }
 
+# build_registry: distribution's registry (cmd/registry), which
+# hack/kube/up.sh runs on REGISTRY_ADDR; `go install pkg@version` builds
+# exactly that version.
+build_registry() {
+	stamp_ok registry "${REGISTRY_VERSION}" && [[ -x "${REGISTRY_BIN}/registry" ]] && return 0
+	log "go install ${REGISTRY_MODULE}/cmd/registry@${REGISTRY_VERSION}"
+	mkdir -p "${REGISTRY_BIN}"
+	(cd / && CGO_ENABLED=0 GOBIN="${REGISTRY_BIN}" go install -trimpath -ldflags "-s -w" "${REGISTRY_MODULE}/cmd/registry@${REGISTRY_VERSION}")
+	stamp_set registry "${REGISTRY_VERSION}"
+}
+
 link_bins() {
 	local b
 	mkdir -p "${KUBE_CACHE}/bin"
@@ -219,6 +232,7 @@ main() {
 	build_whereabouts
 	whereabouts_manifests
 	build_whereabouts_image
+	build_registry
 	build_k8s
 	link_bins
 	log "built in $((($(now_ms) - start) / 1000)) s"

@@ -101,7 +101,7 @@ main() {
 	done
 	delete_workloads
 	local c
-	for c in netns-pin-api-relay kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "${c}"; done
+	for c in netns-pin-api-relay kubelet kube-scheduler kube-controller-manager kube-apiserver etcd registry; do stop "${c}"; done
 	# teardown.sh removes the folder; keep what step 4 needs
 	cp "${KUBE_DIR}/host.orig" "${KUBE_CACHE}/.host.orig" 2>/dev/null
 	KEEP_DIR=0 bash "${ROOT}/hack/runtime/teardown.sh" "${KUBE_DIR}" || FAILED=1

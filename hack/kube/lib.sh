@@ -19,6 +19,12 @@ MULTUS_VERSION="$(sed -n 's/^MULTUS_VERSION="\(.*\)"$/\1/p' "${ROOT}/hack/runtim
 # Built once per version, kept across kube-down.
 K8S_BIN="${KUBE_CACHE}/k8s-${K8S_VERSION}"
 WHEREABOUTS_BIN="${KUBE_CACHE}/whereabouts-${WHEREABOUTS_VERSION}"
+# The node's registry (distribution's), for the chart scenario: its kubelet
+# pulls netns-pin's image from it, as a user's pulls the pushed one.
+REGISTRY_MODULE="github.com/distribution/distribution/v3"
+REGISTRY_VERSION="v3.1.2"
+REGISTRY_BIN="${KUBE_CACHE}/registry-${REGISTRY_VERSION}"
+REGISTRY_ADDR="127.0.0.1:15000"
 IMAGES="${KUBE_CACHE}/images"
 # What people use: kubectl and the admin kubeconfig of the running cluster.
 KUBECTL="${KUBE_CACHE}/bin/kubectl"

@@ -6,7 +6,9 @@
 #   2. its own containerd (root, state and socket under KUBE_DIR; with
 #      NETNS_PIN_KUBE_RUNTIME=crio a CRI-O, hack/runtime/crio.sh), etcd,
 #      kube-apiserver, kube-controller-manager, kube-scheduler and the
-#      kubelet, each started in the background with its PID recorded
+#      kubelet, each started in the background with its PID recorded; the
+#      node's registry (distribution's, on 127.0.0.1:15000, which
+#      containerd pulls from over plain HTTP) for the chart scenario
 #   3. the node's CNI: Multus (thin) as the only configuration, with a
 #      kubeconfig of its own and the default network (bridge + host-local)
 #      as its delegate (with NETNS_PIN_KUBE_MULTUS=thick: the default
@@ -187,9 +189,19 @@ write_containerd_config() {
 		echo "# Written by hack/kube/up.sh: the node's runtime, apart from any other containerd on the machine."
 		containerd_config "${KUBE_DIR}" "${CONTAINERD_SOCK}" "${PAUSE_IMAGE}" "${CNI_BIN_DIR}" "${CNI_CONF_DIR}" \
 			'  # sandboxes'"'"' netns under the state folder, not /var/run/netns
-  netns_mounts_under_state_dir = true' \
+  netns_mounts_under_state_dir = true
+  # the node'"'"'s registry (start_registry): hosts.toml per registry
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "'"${KUBE_DIR}"'/containerd/certs.d"' \
 			"        Root = \"${KUBE_DIR}/runc\""
 	} >"${KUBE_DIR}/containerd/config.toml"
+	# the registry speaks plain HTTP on the host's loopback
+	mkdir -p "${KUBE_DIR}/containerd/certs.d/${REGISTRY_ADDR}"
+	cat >"${KUBE_DIR}/containerd/certs.d/${REGISTRY_ADDR}/hosts.toml" <<EOC
+server = "http://${REGISTRY_ADDR}"
+[host."http://${REGISTRY_ADDR}"]
+  capabilities = ["pull", "resolve"]
+EOC
 	cat >"${KUBE_DIR}/crictl.yaml" <<EOC
 runtime-endpoint: unix://${CONTAINERD_SOCK}
 image-endpoint: unix://${CONTAINERD_SOCK}
@@ -300,6 +312,30 @@ start_containerd() {
 	for img in "${imgs[@]}"; do
 		ctr --address "${CONTAINERD_SOCK}" -n k8s.io images import "${img}" >/dev/null
 	done
+}
+
+# start_registry: the node's registry, distribution's (hack/kube/build.sh),
+# on the host's loopback only, its storage under KUBE_DIR. The chart
+# scenario (test/kube/helm_test.go) pushes make image's archive to it with
+# skopeo, and the kubelet pulls from it through containerd (hosts.toml
+# above): the way a user's image reaches a node. Tracing off: the
+# registry would export spans to a collector that is not there.
+start_registry() {
+	mkdir -p "${KUBE_DIR}/registry"
+	cat >"${KUBE_DIR}/registry/config.yml" <<EOC
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: ${KUBE_DIR}/registry/data
+  delete:
+    enabled: true
+http:
+  addr: ${REGISTRY_ADDR}
+EOC
+	OTEL_TRACES_EXPORTER=none start registry "${REGISTRY_BIN}/registry" serve "${KUBE_DIR}/registry/config.yml"
+	wait_until 30 "the registry on ${REGISTRY_ADDR}" curl -sf -o /dev/null "http://${REGISTRY_ADDR}/v2/"
 }
 
 # start_crio: the images first (copyimg, before CRI-O opens its storage),
@@ -520,13 +556,17 @@ EOC
 # upgrade scenario) as this suite runs it: IMAGE, this node's CNI bin
 # folder, pinDir and stateDir (see install_netns_pin).
 installer_manifest() {
-	local installer_net=""
-	[[ "${KUBE_MULTUS}" != thick ]] || installer_net="s#^      hostPID: true\$#&\n      hostNetwork: true#"
-	sed -E -e "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#" \
-		-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${2}#" \
-		-e "s#^( *- )--interval=10s\$#\1--interval=2s\n\1--pin-dir=${KUBELET_DIR}/plugins/netns-pin\n\1--state-dir=${KUBE_DIR}/lib/cni/netns-pin#" \
-		${installer_net:+-e "${installer_net}"} \
-		"$1"
+	installer_patch "$2" <"$1"
+}
+
+# installer_patch IMAGE: installer_manifest's changes, of the installer
+# DaemonSet on stdin (the image only when IMAGE is not "").
+installer_patch() {
+	local ex=(-e "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#"
+		-e "s#^( *- )--interval=10s\$#\1--interval=2s\n\1--pin-dir=${KUBELET_DIR}/plugins/netns-pin\n\1--state-dir=${KUBE_DIR}/lib/cni/netns-pin#")
+	[[ -z "$1" ]] || ex+=(-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${1}#")
+	[[ "${KUBE_MULTUS}" != thick ]] || ex+=(-e "s#^      hostPID: true\$#&\n      hostNetwork: true#")
+	sed -E "${ex[@]}"
 }
 
 # install_netns_pin applies deploy/installer-daemonset.yaml as it is but
@@ -566,25 +606,16 @@ install_netns_pin() {
 	# the run folder (no pin or netns of a submount is copied; nothing that
 	# removes the run folder can reach through it), which shows the same
 	# files.
-	local host_root=/
 	if [[ "${KUBE_RUNTIME}" == crio ]]; then
-		host_root="${HOST_ROOT_BIND}"
-		mkdir -p "${host_root}"
-		if ! mountpoint -q "${host_root}"; then
-			mount --bind / "${host_root}" && mount -o remount,bind,ro "${host_root}" ||
-				die "cannot bind / read-only at ${host_root}"
+		mkdir -p "${HOST_ROOT_BIND}"
+		if ! mountpoint -q "${HOST_ROOT_BIND}"; then
+			mount --bind / "${HOST_ROOT_BIND}" && mount -o remount,bind,ro "${HOST_ROOT_BIND}" ||
+				die "cannot bind / read-only at ${HOST_ROOT_BIND}"
 		fi
 	fi
 	kubectl_ create namespace rook-ceph --dry-run=client -o yaml | kubectl_ apply -f - >/dev/null
 	kubectl_ apply -f "${ROOT}/deploy/rbac.yaml" -f "${ROOT}/deploy/validating-admission-policy.yaml" >/dev/null
-	sed -E -e "s#^( *path: )/var/lib/cni/netns-pin#\1${KUBE_DIR}/lib/cni/netns-pin#" \
-		-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${NETNS_PIN_IMAGE}#" \
-		-e "s#- --listen-address=:9853#- --listen-address=:9853\n            - --status-dir=/var/lib/cni/netns-pin-agent\n            - --interval=1s#" \
-		-e "s#^      serviceAccountName: netns-pin-agent\$#&\n      hostNetwork: true#" \
-		-e "s#^( *mountPropagation: )HostToContainer\$#\1None#" \
-		-e "s#^( *path: )/\$#\1${host_root}#" \
-		-e "s#^( *)- name: NODE_NAME\$#\1- name: KUBERNETES_SERVICE_HOST\n\1  value: \"127.0.0.1\"\n\1- name: KUBERNETES_SERVICE_PORT\n\1  value: \"${API_PORT}\"\n&#" \
-		"${ROOT}/deploy/agent-daemonset.yaml" | kubectl_ apply -f - >/dev/null
+	agent_patch "${NETNS_PIN_IMAGE}" <"${ROOT}/deploy/agent-daemonset.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system rollout status daemonset/netns-pin-agent --timeout=180s >/dev/null
 	install_controller
 	[[ -x "${CNI_BIN_DIR}/netns-pin" ]] || die "the installer DaemonSet is ready but ${CNI_BIN_DIR}/netns-pin is missing"
@@ -610,12 +641,75 @@ install_netns_pin() {
 install_controller() {
 	kubectl_ apply -f "${ROOT}/deploy/controller-rbac.yaml" -f "${ROOT}/deploy/controller-admission-policy.yaml" \
 		-f "${ROOT}/deploy/removal-guard.yaml" >/dev/null
-	sed -E -e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${NETNS_PIN_IMAGE}#" \
-		-e "s#^      serviceAccountName: netns-pin-controller\$#&\n      hostNetwork: true#" \
-		-e "s#^( *)- name: POD_NAME\$#\1- name: KUBERNETES_SERVICE_HOST\n\1  value: \"127.0.0.1\"\n\1- name: KUBERNETES_SERVICE_PORT\n\1  value: \"${API_PORT}\"\n&#" \
-		"${ROOT}/deploy/controller.yaml" | kubectl_ apply -f - >/dev/null
+	controller_patch "${NETNS_PIN_IMAGE}" <"${ROOT}/deploy/controller.yaml" | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system wait deployment/netns-pin-controller --for=jsonpath='{.status.readyReplicas}'=1 --timeout=180s >/dev/null ||
 		die "the controller has no ready replica"
+}
+
+# api_env_patch SA NAME: sed expressions (one per line) that put the pod of
+# ServiceAccount SA in the host's network and tell it the API's address
+# before its env entry NAME, as the kubernetes Service would: this API
+# server listens on 127.0.0.1 only (no kube-proxy, no route from pods).
+api_env_patch() {
+	printf '%s\n' "s#^      serviceAccountName: ${1}\$#&\n      hostNetwork: true#"
+	printf '%s\n' "s#^( *)- name: ${2}\$#\1- name: KUBERNETES_SERVICE_HOST\n\1  value: \"127.0.0.1\"\n\1- name: KUBERNETES_SERVICE_PORT\n\1  value: \"${API_PORT}\"\n&#"
+}
+
+# sed_with EXPRESSIONS IMAGE [MORE...]: sed -E of stdin with each line of
+# EXPRESSIONS, deploy/'s image replaced by IMAGE when it is not "", and
+# the MORE expressions.
+sed_with() {
+	local ex=() line
+	while IFS= read -r line; do ex+=(-e "${line}"); done <<<"$1"
+	[[ -z "$2" ]] || ex+=(-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${2}#")
+	shift 2
+	for line in "$@"; do ex+=(-e "${line}"); done
+	sed -E "${ex[@]}"
+}
+
+# agent_patch IMAGE: install_netns_pin's changes of the agent DaemonSet on
+# stdin (see there).
+agent_patch() {
+	local host_root=/
+	[[ "${KUBE_RUNTIME}" != crio ]] || host_root="${HOST_ROOT_BIND}"
+	sed_with "$(api_env_patch netns-pin-agent NODE_NAME)" "$1" \
+		"s#^( *path: )/var/lib/cni/netns-pin#\1${KUBE_DIR}/lib/cni/netns-pin#" \
+		"s#- --listen-address=:9853#- --listen-address=:9853\n            - --status-dir=/var/lib/cni/netns-pin-agent\n            - --interval=1s#" \
+		"s#^( *mountPropagation: )HostToContainer\$#\1None#" \
+		"s#^( *path: )/\$#\1${host_root}#"
+}
+
+# controller_patch IMAGE: install_controller's changes of the controller
+# Deployment on stdin.
+controller_patch() {
+	sed_with "$(api_env_patch netns-pin-controller POD_NAME)" "$1"
+}
+
+# node_patch: the chart's rendering on stdin (helm's post-renderer,
+# hack/kube/helm-node-patch) with each of netns-pin's workloads changed as
+# the kustomize install above changes deploy/'s: the same functions, each
+# on its own object. The image is the chart's (values).
+node_patch() {
+	local dir f kind name
+	dir="$(mktemp -d)"
+	awk -v dir="${dir}" 'BEGIN { n = 0 } /^---/ { n++; next } { print > sprintf("%s/%05d", dir, n) }'
+	for f in "${dir}"/*; do
+		kind="$(sed -n 's/^kind: //p' "${f}")"
+		name="$(sed -n '/^metadata:/,/^[^ ]/ s/^  name: //p' "${f}" | head -n 1)"
+		echo "---"
+		case "${kind}/${name}" in
+		DaemonSet/netns-pin-installer) installer_patch "" <"${f}" ;;
+		DaemonSet/netns-pin-agent) agent_patch "" <"${f}" ;;
+		Deployment/netns-pin-controller) controller_patch "" <"${f}" ;;
+		Job/netns-pin-uninstall-check)
+			# its container has no env: the API's address goes before its command
+			sed_with "$(api_env_patch netns-pin-uninstall-check - | head -n 1)" "" \
+				"s#^( *)command:\$#\1env:\n\1  - name: KUBERNETES_SERVICE_HOST\n\1    value: \"127.0.0.1\"\n\1  - name: KUBERNETES_SERVICE_PORT\n\1    value: \"${API_PORT}\"\n&#" <"${f}"
+			;;
+		*) cat "${f}" ;;
+		esac
+	done
+	rm -rf "${dir}"
 }
 
 write_env() {
@@ -638,6 +732,8 @@ KUBE_STORAGE_SUBNET=${STORAGE_SUBNET}
 KUBE_WHEREABOUTS_CONF=${CNI_CONF_DIR}/whereabouts.d/whereabouts.conf
 KUBE_BUSYBOX_IMAGE=${BUSYBOX_IMAGE}
 KUBE_IMAGE=${NETNS_PIN_IMAGE}
+KUBE_IMAGE_ARCHIVE=${IMAGE_ARCHIVE}
+KUBE_REGISTRY=${REGISTRY_ADDR}
 KUBE_IMAGE_BIN_DIR=${IMAGE_BIN_DIR}
 KUBE_UPGRADE_FROM=${UPGRADE_FROM}
 KUBE_UPGRADE_FROM_IMAGE=${UPGRADE_FROM_IMAGE}
@@ -676,6 +772,7 @@ main() {
 	write_cni
 	write_kubelet_config
 	if [[ "${KUBE_RUNTIME}" == crio ]]; then start_crio; else start_containerd; fi
+	start_registry
 	start_control_plane
 	apply_rbac
 	apply_crds
@@ -689,10 +786,13 @@ main() {
 }
 
 # hack/kube/node.sh sources this file for its functions;
-# `hack/kube/up.sh installer-manifest FILE IMAGE` prints installer_manifest's.
+# `hack/kube/up.sh installer-manifest FILE IMAGE` prints installer_manifest's,
+# `hack/kube/up.sh node-patch` node_patch's.
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
 	if [[ "${1:-}" == installer-manifest ]]; then
 		installer_manifest "$2" "$3"
+	elif [[ "${1:-}" == node-patch ]]; then
+		node_patch
 	else
 		main "$@"
 	fi

@@ -68,7 +68,7 @@ var shared hosttest.Shared[cluster]
 // kubeEnvKeys are what hack/kube/up.sh writes to .cache/kube/env.
 var kubeEnvKeys = []string{"KUBECTL", "KUBECONFIG", "KUBE_DIR", "KUBELET_DIR", "KUBE_CNI_BIN_DIR", "KUBE_CRICTL_CONFIG",
 	"KUBE_STORAGE_MASTER", "KUBE_STORAGE_SUBNET", "KUBE_WHEREABOUTS_CONF", "KUBE_BUSYBOX_IMAGE",
-	"KUBE_IMAGE", "KUBE_IMAGE_BIN_DIR", "KUBE_UPGRADE_FROM", "KUBE_UPGRADE_FROM_IMAGE", "KUBE_NODE", "KUBE_MULTUS"}
+	"KUBE_IMAGE", "KUBE_IMAGE_ARCHIVE", "KUBE_IMAGE_BIN_DIR", "KUBE_REGISTRY", "KUBE_UPGRADE_FROM", "KUBE_UPGRADE_FROM_IMAGE", "KUBE_NODE", "KUBE_MULTUS"}
 
 func TestMain(m *testing.M) {
 	shared.Main(m, "kube", func(c *cluster) error {
