@@ -565,7 +565,7 @@ installer_patch() {
 	local ex=(-e "s#^( *(path|value): )/opt/cni/bin\$#\1${CNI_BIN_DIR}#"
 		-e "s#^( *- )--interval=10s\$#\1--interval=2s\n\1--pin-dir=${KUBELET_DIR}/plugins/netns-pin\n\1--state-dir=${KUBE_DIR}/lib/cni/netns-pin#")
 	[[ -z "$1" ]] || ex+=(-e "s#^( *image: )${DEPLOY_IMAGE}\$#\1${1}#")
-	[[ "${KUBE_MULTUS}" != thick ]] || ex+=(-e "s#^      hostPID: true\$#&\n      hostNetwork: true#")
+	[[ "${KUBE_MULTUS}" != thick ]] || ex+=(-e "s#^( *)hostPID: true\$#&\n\1hostNetwork: true#")
 	sed -E "${ex[@]}"
 }
 
@@ -641,9 +641,25 @@ install_netns_pin() {
 install_controller() {
 	kubectl_ apply -f "${ROOT}/deploy/controller-rbac.yaml" -f "${ROOT}/deploy/controller-admission-policy.yaml" \
 		-f "${ROOT}/deploy/removal-guard.yaml" >/dev/null
-	controller_patch "${NETNS_PIN_IMAGE}" <"${ROOT}/deploy/controller.yaml" | kubectl_ apply -f - >/dev/null
+	# rollingUpdate: null takes away the defaults a Deployment applied
+	# before had, which Recreate refuses
+	controller_patch "${NETNS_PIN_IMAGE}" <"${ROOT}/deploy/controller.yaml" |
+		sed -E 's#^( *)type: Recreate$#&\n\1rollingUpdate: null#' | kubectl_ apply -f - >/dev/null
 	kubectl_ -n kube-system wait deployment/netns-pin-controller --for=jsonpath='{.status.readyReplicas}'=1 --timeout=180s >/dev/null ||
 		die "the controller has no ready replica"
+	# Installed means counted: a replica leads only once the Lease of an
+	# earlier one has expired (a controller of a removed release may hold
+	# it for its duration, 15 s), and until the leader writes the count
+	# the removal guard says "not counted yet" and refuses every removal.
+	wait_until 90 "the controller's count in the removal guard" guard_counted
+}
+
+# guard_counted: the removal guard's count is the controller's, not the
+# shipped -1.
+guard_counted() {
+	local count
+	count="$(kubectl_ get validatingadmissionpolicy netns-pin-removal-guard -o jsonpath='{.spec.variables[0].expression}')"
+	[[ -n "${count}" && "${count}" != -1 ]]
 }
 
 # api_env_patch SA NAME: sed expressions (one per line) that put the pod of
@@ -651,7 +667,7 @@ install_controller() {
 # before its env entry NAME, as the kubernetes Service would: this API
 # server listens on 127.0.0.1 only (no kube-proxy, no route from pods).
 api_env_patch() {
-	printf '%s\n' "s#^      serviceAccountName: ${1}\$#&\n      hostNetwork: true#"
+	printf '%s\n' "s#^( *)serviceAccountName: ${1}\$#&\n\1hostNetwork: true#"
 	printf '%s\n' "s#^( *)- name: ${2}\$#\1- name: KUBERNETES_SERVICE_HOST\n\1  value: \"127.0.0.1\"\n\1- name: KUBERNETES_SERVICE_PORT\n\1  value: \"${API_PORT}\"\n&#"
 }
 
@@ -674,15 +690,18 @@ agent_patch() {
 	[[ "${KUBE_RUNTIME}" != crio ]] || host_root="${HOST_ROOT_BIND}"
 	sed_with "$(api_env_patch netns-pin-agent NODE_NAME)" "$1" \
 		"s#^( *path: )/var/lib/cni/netns-pin#\1${KUBE_DIR}/lib/cni/netns-pin#" \
-		"s#- --listen-address=:9853#- --listen-address=:9853\n            - --status-dir=/var/lib/cni/netns-pin-agent\n            - --interval=1s#" \
+		"s#^( *- )--listen-address=:9853\$#&\n\1--status-dir=/var/lib/cni/netns-pin-agent\n\1--interval=1s#" \
 		"s#^( *mountPropagation: )HostToContainer\$#\1None#" \
 		"s#^( *path: )/\$#\1${host_root}#"
 }
 
 # controller_patch IMAGE: install_controller's changes of the controller
-# Deployment on stdin.
+# Deployment on stdin. In the host's network a new replica cannot start
+# beside the old one on the same node (the metrics port): a rollout
+# replaces them (Recreate).
 controller_patch() {
-	sed_with "$(api_env_patch netns-pin-controller POD_NAME)" "$1"
+	sed_with "$(api_env_patch netns-pin-controller POD_NAME)" "$1" \
+		"s#^( *)replicas: [0-9]+\$#&\n\1strategy:\n\1  type: Recreate#"
 }
 
 # node_patch: the chart's rendering on stdin (helm's post-renderer,

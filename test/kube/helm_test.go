@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,7 +43,11 @@ func (c *cluster) helm(t *testing.T, args ...string) host.CmdResult {
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"))
 	r := host.RunCmd(helmTimeout, env, nil, deploy.HelmPath(c.repo), args...)
-	t.Logf("helm %s: %v\n%s%s", strings.Join(args, " "), r.Err, r.Stdout, r.Stderr)
+	out := r.Stdout
+	if args[0] == "template" || args[0] == "status" {
+		out = "" // the manifests; what the test reads of them it says
+	}
+	t.Logf("helm %s: %v\n%s%s", strings.Join(args, " "), r.Err, host.Tail(out, 40), host.Tail(r.Stderr, 40))
 	return r
 }
 
@@ -145,7 +150,8 @@ func (c *cluster) removeKustomizeInstall(t *testing.T) {
 // a changed value, then helm rollback: each time the three workloads roll,
 // and the pin, the link and the finalizer stay, the client's pings all
 // answered. helm uninstall is refused by the pre-delete hook, which names
-// the holder, and nothing of the release is deleted; once the holder is
+// the holder, and nothing of the release is deleted (Helm records it as
+// uninstalling; a rollback to its revision puts it back); once the holder is
 // gone (its client left) helm uninstall removes the release. The chart
 // rendered with its default values and with each example applies on the
 // API server (server-side dry run).
@@ -171,7 +177,14 @@ func TestHelmLifecycleWithLivePins(t *testing.T) {
 		}
 		rendered := c.helm(t, args...)
 		require.NoError(t, rendered.Err)
-		a := c.kubectlIn([]byte(rendered.Stdout), "-n", helmNamespace, "apply", "--dry-run=server", "-f", "-")
+		// the namespaces the values name are the user's (ceph-csi's, Rook's)
+		for _, m := range regexp.MustCompile(`(?m)^  namespace: (\S+)$`).FindAllStringSubmatch(rendered.Stdout, -1) {
+			if c.object(t, "namespace/"+m[1]) == nil {
+				c.ensureNamespace(t, m[1])
+				t.Cleanup(func() { c.kubectl("delete", "namespace", m[1], "--wait=false") })
+			}
+		}
+		a := c.kubectlIn([]byte(rendered.Stdout), "apply", "--dry-run=server", "-f", "-")
 		require.NoError(t, a.Err, "helm template %s | kubectl apply --dry-run=server: %s", filepath.Base(values), a)
 		assert.Contains(t, a.Stdout, "(server dry run)")
 	}
@@ -260,7 +273,7 @@ func TestHelmLifecycleWithLivePins(t *testing.T) {
 	require.NoError(t, c.helm(t, upgrade...).Err, "helm upgrade with a holder pinned")
 	c.rolledOut(t, second)
 	assert.True(t, c.pulled(t, second, start), "the kubelet pulled %s", second)
-	args := c.mustKubectl(t, "-n", helmNamespace, "get", "deployment/netns-pin-controller", "-o", "jsonpath={.spec.template.spec.containers[0].args}")
+	args := c.mustKubectl(t, "-n", helmNamespace, "get", "deployment/netns-pin-controller", "-o", "jsonpath={.spec.template.spec.containers[0].command}")
 	assert.Contains(t, args, "--quarantine=45s", "the changed value is in force")
 	kept("after the upgrade")
 
@@ -269,7 +282,8 @@ func TestHelmLifecycleWithLivePins(t *testing.T) {
 	// controller's count replaced: Helm's server-side apply refuses to
 	// overwrite another manager's field without --force-conflicts. The
 	// controller watches the policy and writes the count back at once.
-	require.Equal(t, "1", c.guardCount(t), "the controller's count before the rollback")
+	require.True(t, host.Poll(time.Minute, 500*time.Millisecond, func() bool { return c.guardCount(t) == "1" }),
+		"the controller's count before the rollback: %s", c.guardCount(t))
 	require.NoError(t, c.helm(t, "rollback", helmRelease, "1", "--namespace", helmNamespace, "--force-conflicts").Err,
 		"helm rollback with a holder pinned")
 	counted := time.Now()
@@ -277,7 +291,7 @@ func TestHelmLifecycleWithLivePins(t *testing.T) {
 		"the controller did not write the count back after the rollback: %s", c.guardCount(t))
 	t.Logf("the guard's count back %s after the rollback", time.Since(counted).Round(time.Millisecond))
 	c.rolledOut(t, first)
-	args = c.mustKubectl(t, "-n", helmNamespace, "get", "deployment/netns-pin-controller", "-o", "jsonpath={.spec.template.spec.containers[0].args}")
+	args = c.mustKubectl(t, "-n", helmNamespace, "get", "deployment/netns-pin-controller", "-o", "jsonpath={.spec.template.spec.containers[0].command}")
 	assert.Contains(t, args, "--quarantine=40s", "the install's value again")
 	kept("after the rollback")
 	c.requireInstalledBinary(t)
@@ -296,6 +310,11 @@ func TestHelmLifecycleWithLivePins(t *testing.T) {
 			assert.Nil(t, meta.Metadata.DeletionTimestamp, "%s is not being deleted", o)
 		}
 	}
+	// Helm records the release as uninstalling (docs/operating.md says
+	// so, and how to put it back: a rollback to its revision)
+	assert.Equal(t, "uninstalling", c.helmStatus(t), "the release after the refused uninstall")
+	require.NoError(t, c.helm(t, "rollback", helmRelease, "3", "--namespace", helmNamespace, "--force-conflicts").Err)
+	assert.Equal(t, "deployed", c.helmStatus(t), "the release rolled back to its revision")
 	kept("after the refused uninstall")
 	c.rolledOut(t, first)
 	okPings, failed, failures := loop.stop()
@@ -304,10 +323,10 @@ func TestHelmLifecycleWithLivePins(t *testing.T) {
 	assert.Zero(t, failed, "the client's I/O across install, upgrade, rollback and the refused uninstall: %v", failures)
 	assert.Positive(t, okPings)
 
-	// 7. the documented order: the holder goes once its client leaves,
-	// then the release
-	c.deleteAndWait(t, pinNamespace, "daemonset", h.name, h.selector)
+	// 7. the documented order: the client leaves, the holder goes, then
+	// the release
 	cl.stop(t)
+	c.deleteAndWait(t, pinNamespace, "daemonset", h.name, h.selector)
 	require.True(t, host.Poll(releaseTimeout, 500*time.Millisecond, func() bool { return c.unpinned(ho.sb) }),
 		"the holder's pin is still there after its client left")
 	require.True(t, host.Poll(releaseTimeout, 500*time.Millisecond, func() bool { return len(c.podsWithFinalizer(t)) == 0 }),
@@ -315,7 +334,6 @@ func TestHelmLifecycleWithLivePins(t *testing.T) {
 	un = c.helm(t, "uninstall", helmRelease, "--namespace", helmNamespace, "--wait", "--timeout", "3m")
 	require.NoError(t, un.Err, "helm uninstall once no pod carries the finalizer")
 	installed = false
-	assert.Contains(t, un.Stdout+un.Stderr, "no pod carries")
 	for _, o := range append([]string{"daemonset/netns-pin-installer", "daemonset/netns-pin-agent", "deployment/netns-pin-controller",
 		"job/netns-pin-uninstall-check", "serviceaccount/netns-pin-uninstall-check"}, prefixed("validatingadmissionpolicy/", guardPolicies)...) {
 		assert.Nil(t, c.object(t, o), "%s is gone with the release", o)
@@ -325,6 +343,18 @@ func TestHelmLifecycleWithLivePins(t *testing.T) {
 	}
 	c.getJSON(t, &list, "get", "secrets", "-n", helmNamespace, "-l", "owner=helm,name="+helmRelease)
 	assert.Empty(t, list.Items, "helm's record of the release is gone")
+}
+
+// helmStatus is the release's status as Helm records it.
+func (c *cluster) helmStatus(t *testing.T) string {
+	t.Helper()
+	r := c.helm(t, "status", helmRelease, "--namespace", helmNamespace, "-o", "json")
+	require.NoError(t, r.Err)
+	var status struct {
+		Info struct{ Status string } `json:"info"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.Stdout), &status), "helm status -o json: %s", r.Stdout)
+	return status.Info.Status
 }
 
 // requireInstalledBinary: the plugin in the node's CNI bin folder is make

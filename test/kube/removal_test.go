@@ -159,7 +159,10 @@ func TestRemovalInTheDocumentedOrder(t *testing.T) {
 	}), "uninstall --dry-run once the pods attached before are gone: %s", r)
 	assert.Contains(t, r.Stdout, "would remove "+c.pinBin+"\n")
 
-	// 4. the DaemonSets, then uninstall from the image
+	// 4. at a count of 0 (docs/operating.md, step 3), the DaemonSets, then
+	// uninstall from the image
+	require.True(t, host.Poll(time.Minute, 500*time.Millisecond, func() bool { return c.guardCount(t) == "0" }),
+		"the controller's count in the removal guard: %s", c.guardCount(t))
 	for _, ds := range []string{"netns-pin-agent", "netns-pin-installer"} {
 		c.deleteAndWait(t, "kube-system", "daemonset", ds, "app.kubernetes.io/name="+ds)
 	}
