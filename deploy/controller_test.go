@@ -77,7 +77,7 @@ func TestControllerDeployment(t *testing.T) {
 		"pods":                              {"get", "list", "watch", "patch"},
 		"nodes":                             {"get", "list", "watch"},
 		"events":                            {"create"},
-		"validatingadmissionpolicies":       {"get", "patch"},
+		"validatingadmissionpolicies":       {"get", "list", "watch", "patch"},
 		"validatingadmissionpolicybindings": {"patch"},
 	}, rulesOf(cr), "least rights")
 	role := inFile(t, objs, "Role", "controller-rbac.yaml")
