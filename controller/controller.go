@@ -78,11 +78,7 @@ func New(cfg Config) *Controller {
 	_ = pods.Informer().SetTransform(slimPod)
 	_ = nodes.Informer().SetTransform(slimNode)
 	for what, inf := range map[string]cache.SharedIndexInformer{"pods": pods.Informer(), "nodes": nodes.Informer()} {
-		_ = inf.SetWatchErrorHandler(func(r *cache.Reflector, err error) {
-			cfg.Metrics.apiError("watch")
-			cfg.Log.Warn("watch "+what, "error", err)
-			cache.DefaultWatchErrorHandler(context.Background(), r, err)
-		})
+		c.countWatchErrors(what, inf)
 		_, _ = inf.AddEventHandler(kubeproc.Kicker(c.kick))
 		c.synced = append(c.synced, inf.HasSynced)
 		go inf.RunWithContext(context.Background())
@@ -105,11 +101,7 @@ func (c *Controller) watchGuardPolicy() {
 		o.FieldSelector = "metadata.name=" + c.cfg.Guard.Policy // RBAC grants this one name
 	}))
 	inf := f.Admissionregistration().V1().ValidatingAdmissionPolicies().Informer()
-	_ = inf.SetWatchErrorHandler(func(r *cache.Reflector, err error) {
-		c.cfg.Metrics.apiError("watch")
-		c.cfg.Log.Warn("watch the removal guard's policy", "error", err)
-		cache.DefaultWatchErrorHandler(context.Background(), r, err)
-	})
+	c.countWatchErrors("the removal guard's policy", inf)
 	changed := func() {
 		c.guardChanged.Store(true)
 		select {
@@ -123,6 +115,16 @@ func (c *Controller) watchGuardPolicy() {
 		DeleteFunc: func(any) { changed() },
 	})
 	go inf.RunWithContext(context.Background())
+}
+
+// countWatchErrors counts and logs each failed list or watch of what,
+// then lets the informer retry as it does by default.
+func (c *Controller) countWatchErrors(what string, inf cache.SharedIndexInformer) {
+	_ = inf.SetWatchErrorHandler(func(r *cache.Reflector, err error) {
+		c.cfg.Metrics.apiError("watch")
+		c.cfg.Log.Warn("watch "+what, "error", err)
+		cache.DefaultWatchErrorHandler(context.Background(), r, err)
+	})
 }
 
 // slimPod keeps of a pod what the controller reads: a cluster's pods are
