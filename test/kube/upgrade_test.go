@@ -7,7 +7,6 @@ package kube
 // (docs/operating.md, "Upgrades and rollbacks").
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -217,11 +216,7 @@ func TestUpgradeAndRollbackWithLivePins(t *testing.T) {
 	// 2. upgrade: make image's image
 	newLine := c.setInstaller(t, newRel)
 	newVersion := versionOf(newLine)
-	installed, err := os.ReadFile(c.pinBin)
-	require.NoError(t, err)
-	built, err := os.ReadFile(filepath.Join(c.env["KUBE_IMAGE_BIN_DIR"], "netns-pin"))
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(built, installed), "the installer put make image's netns-pin in place")
+	c.requireInstalledBinary(t)
 	assert.NoFileExists(t, filepath.Join(c.env["KUBE_CNI_BIN_DIR"], "netns-pin-agent"), "the new installer removes the earlier netns-pin-agent")
 
 	// both pins adopted: listed, the active one linked, the draining one's
